@@ -1,0 +1,78 @@
+#include "sim/cli/common.hpp"
+
+#include <fmt/format.h>
+
+#include "sim/core/error.hpp"
+#include "sim/core/units.hpp"
+
+namespace parmsim::cli {
+
+static std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const auto p = s.find(sep, start);
+    out.push_back(s.substr(start, p - start));
+    if (p == std::string::npos) break;
+    start = p + 1;
+  }
+  return out;
+}
+
+std::vector<std::uint64_t> parse_sizes(const std::string& s) {
+  auto one = [](const std::string& x) {
+    std::string why;
+    auto v = units::parse_size(x, &why);
+    if (!v || *v == 0) throw ParmError(fmt::format("--bytes: expected {}", v ? "a size above zero" : why));
+    return *v;
+  };
+  std::vector<std::uint64_t> out;
+  if (s.find(':') != std::string::npos) {
+    const auto parts = split(s, ':');
+    if (parts.size() != 2) throw ParmError(fmt::format("--bytes: expected FROM:TO, got '{}'", s));
+    const std::uint64_t lo = one(parts[0]), hi = one(parts[1]);
+    if (lo > hi) throw ParmError(fmt::format("--bytes: '{}' runs backwards", s));
+    for (std::uint64_t v = lo; v <= hi; v *= 2) out.push_back(v);
+    return out;
+  }
+  for (const auto& p : split(s, ',')) out.push_back(one(p));
+  return out;
+}
+
+std::vector<int> parse_ranks(const std::string& s, int limit) {
+  std::vector<int> out;
+  if (s == "all") {
+    for (int i = 0; i < limit; ++i) out.push_back(i);
+    return out;
+  }
+  auto num = [&](const std::string& x) {
+    try {
+      std::size_t used = 0;
+      const int v = std::stoi(x, &used);
+      if (used != x.size() || v < 0) throw std::invalid_argument("x");
+      if (v >= limit) throw ParmError(fmt::format("--gpus: GPU {} does not exist (the topology has {})", v, limit));
+      return v;
+    } catch (const std::logic_error&) {
+      throw ParmError(fmt::format("--gpus: expected 'all' or ids like 0-3,8, got '{}'", s));
+    }
+  };
+  for (const auto& p : split(s, ',')) {
+    const auto d = p.find('-');
+    if (d == std::string::npos) {
+      out.push_back(num(p));
+    } else {
+      const int a = num(p.substr(0, d)), b = num(p.substr(d + 1));
+      for (int i = a; i <= b; ++i) out.push_back(i);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> split_assignments(const std::string& s) {
+  std::vector<std::string> out;
+  for (const auto& p : split(s, ','))
+    if (!p.empty()) out.push_back(p);
+  return out;
+}
+
+}  // namespace parmsim::cli

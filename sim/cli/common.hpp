@@ -1,0 +1,23 @@
+#pragma once
+// Helpers shared by the subcommands.
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace parmsim::cli {
+
+// "1MiB,64MiB" or "1KiB:1GiB" (doubling from the first to the last, as nccl-tests -b/-e/-f 2).
+std::vector<std::uint64_t> parse_sizes(const std::string& s);
+// "all", "0-7", "0,2,4-6"; every id below `limit`.
+std::vector<int> parse_ranks(const std::string& s, int limit);
+// "a=1,b=2" -> {"a=1", "b=2"}.
+std::vector<std::string> split_assignments(const std::string& s);
+
+void add_subcommands(CLI::App& app);
+void add_collective(CLI::App& app);
+void add_simulate(CLI::App& app);
+void add_topology(CLI::App& app);
+
+}  // namespace parmsim::cli

@@ -1,0 +1,39 @@
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "sim/cli/common.hpp"
+#include "sim/core/error.hpp"
+#include "sim/io/yaml_reader.hpp"
+#include "sim/version.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "parmsim: predict and measure MoE layer times under DeepSpeed-MoE and the Parm schedules S1/S2.\n"
+      "Run `parmsim COMMAND --help` for a command's options."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(parmsim::kVersion));
+  bool help_config = false;
+  app.add_flag("--help-config", help_config, "print every key of every input file format, then exit");
+  app.allow_extras(false);
+  parmsim::cli::add_subcommands(app);
+  try {
+    // --help-config needs no subcommand.
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--help-config") {
+        std::fputs(parmsim::help_config().c_str(), stdout);
+        return 0;
+      }
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const parmsim::ParmError& e) {
+    std::fprintf(stderr, "parmsim: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "parmsim: internal error: %s\n", e.what());
+    return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,58 @@
+#pragma once
+// Collective algorithms, expanded into point-to-point transfers.
+//
+// A plan is a set of steps per member and transfers between steps. A step is
+// ready when its member has entered the collective (its task started) and
+// the steps it depends on are complete; a transfer starts when both its send
+// step (on the sender) and its receive step (on the receiver) are ready, as a
+// send/recv pair does; a step is complete when all its transfers are. A member
+// has finished the collective when all its steps are complete.
+//
+// Algorithms (by name, `algorithm_names()`):
+//   ring          allreduce (2(p-1) steps), allgather, reducescatter (p-1 steps)
+//   direct        every peer at once (or `window` peers per step): alltoall,
+//                 alltoallv, allgather, reducescatter, allreduce (RS then AG), sendrecv
+//   pairwise      p-1 steps, step i sends to member+i, receives from member-i:
+//                 alltoall, alltoallv, allgather, reducescatter
+//   hierarchical  intra-node phase, then inter-node among same-local-index
+//                 members, then intra-node: allreduce, allgather,
+//                 reducescatter, alltoall
+//   pipelined     saa: W rounds; round i sends the AlltoAll chunk to outer
+//                 peer +i on one chain while the chunk of round i is sent to
+//                 the inner peers on a second chain.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/graph/task_graph.hpp"
+#include "sim/topo/topology.hpp"
+
+namespace parmsim {
+
+struct CollStep {
+  int member = 0;
+  std::vector<int> deps;
+};
+
+struct CollXfer {
+  int src = 0, dst = 0;  // member indices
+  std::uint64_t bytes = 0;
+  int send_step = 0, recv_step = 0;
+};
+
+struct CollPlan {
+  std::vector<CollStep> steps;
+  std::vector<CollXfer> xfers;
+};
+
+const std::vector<std::string>& algorithm_names();
+std::string default_algorithm(CollOp op);
+
+// Throws ParmError if the algorithm does not apply to the op or the group
+// (hierarchical needs the same number of members on every node it touches).
+CollPlan make_plan(const Collective& c, const Topology& topo);
+
+// nccl-tests' bus bandwidth factor: busbw = algbw * factor.
+double busbw_factor(CollOp op, int p);
+
+}  // namespace parmsim

@@ -1,0 +1,67 @@
+#pragma once
+// Simulated time: a signed 64-bit count of picoseconds in a strong type.
+// 2^63 ps is about 106 days, far beyond any run; every arithmetic operation is
+// checked and throws ParmError on overflow rather than wrapping.
+#include <compare>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "sim/core/error.hpp"
+
+namespace parmsim {
+
+class Time {
+ public:
+  constexpr Time() = default;
+  static constexpr Time ps(std::int64_t v) { return Time(v); }
+  static constexpr Time ns(std::int64_t v) { return Time(checked_mul(v, 1000)); }
+  static constexpr Time us(std::int64_t v) { return Time(checked_mul(v, 1000000)); }
+  static constexpr Time ms(std::int64_t v) { return Time(checked_mul(v, 1000000000)); }
+  static constexpr Time zero() { return Time(0); }
+  static constexpr Time max() { return Time(std::numeric_limits<std::int64_t>::max()); }
+
+  constexpr std::int64_t count_ps() const { return ps_; }
+  // Conversions for output only; the engine never computes with them.
+  constexpr double to_us() const { return static_cast<double>(ps_) / 1e6; }
+  constexpr double to_seconds() const { return static_cast<double>(ps_) / 1e12; }
+
+  constexpr auto operator<=>(const Time&) const = default;
+
+  constexpr Time operator+(Time o) const { return Time(checked_add(ps_, o.ps_)); }
+  constexpr Time operator-(Time o) const {
+    if (o.ps_ == std::numeric_limits<std::int64_t>::min()) throw ParmError("time overflow in subtraction");
+    return Time(checked_add(ps_, -o.ps_));
+  }
+  constexpr Time& operator+=(Time o) { return *this = *this + o; }
+  constexpr Time& operator-=(Time o) { return *this = *this - o; }
+  constexpr Time operator*(std::int64_t k) const { return Time(checked_mul(ps_, k)); }
+
+ private:
+  constexpr explicit Time(std::int64_t v) : ps_(v) {}
+  static constexpr std::int64_t checked_add(std::int64_t a, std::int64_t b) {
+    std::int64_t r = 0;
+    if (__builtin_add_overflow(a, b, &r)) throw ParmError("time overflow: result exceeds 2^63 ps");
+    return r;
+  }
+  static constexpr std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
+    std::int64_t r = 0;
+    if (__builtin_mul_overflow(a, b, &r)) throw ParmError("time overflow: result exceeds 2^63 ps");
+    return r;
+  }
+  std::int64_t ps_ = 0;
+};
+
+// Time to move `amount` units (bytes, FLOPs) at `per_second` units per second,
+// rounded up to the next picosecond. The product is formed in 128 bits so that
+// no intermediate overflows and no rate is silently made faster by truncation.
+// Throws on a zero rate or a result beyond the Time range.
+Time duration_for(std::uint64_t amount, std::uint64_t per_second);
+
+// The same for a fractional rate (max-min shares, efficiency-scaled peaks).
+// The rate is finite and positive; the result is rounded up.
+Time duration_for_rate(double amount, double per_second);
+
+std::string format_time(Time t);  // "12.345us"
+
+}  // namespace parmsim

@@ -1,0 +1,228 @@
+#include "sim/engine/simulator.hpp"
+
+#include <fmt/format.h>
+
+#include <deque>
+
+#include "sim/coll/collective_plan.hpp"
+#include "sim/compute/gpu_profile.hpp"
+#include "sim/core/error.hpp"
+#include "sim/core/event_queue.hpp"
+#include "sim/net/network_model.hpp"
+
+namespace parmsim {
+namespace {
+
+struct CollState {
+  CollPlan plan;
+  std::vector<std::vector<int>> step_xfers;  // xfers touching each step
+  std::vector<std::vector<int>> step_succ;   // steps depending on each step
+  std::vector<int> step_deps_left, step_xfers_left;
+  std::vector<char> step_ready;
+  std::vector<char> xfer_started;
+  std::vector<std::vector<int>> member_steps;
+  std::vector<int> member_steps_left;
+  std::vector<char> entered;
+  std::vector<std::uint64_t> member_sent;
+};
+
+class Engine {
+ public:
+  Engine(const TaskGraph& g, const Topology& topo, const SimOptions& opt)
+      : g_(g), topo_(topo), gpu_(gpu_profile(topo.gpu_model())), net_(make_network(opt.network, topo)) {
+    if (g.num_ranks() > topo.num_gpus())
+      throw ParmError(fmt::format("the task graph has {} ranks but topology '{}' has only {} GPUs", g.num_ranks(),
+                                  topo.name(), topo.num_gpus()));
+    const int C = static_cast<int>(g.collectives().size());
+    coll_.resize(C);
+    for (int c = 0; c < C; ++c) {
+      CollState& s = coll_[c];
+      s.plan = make_plan(g.collective(c), topo);
+      const std::size_t S = s.plan.steps.size(), X = s.plan.xfers.size(), M = g.collective(c).group.size();
+      s.step_xfers.assign(S, {});
+      s.step_succ.assign(S, {});
+      s.step_deps_left.assign(S, 0);
+      s.step_xfers_left.assign(S, 0);
+      s.step_ready.assign(S, 0);
+      s.xfer_started.assign(X, 0);
+      s.member_steps.assign(M, {});
+      s.member_steps_left.assign(M, 0);
+      s.entered.assign(M, 0);
+      s.member_sent.assign(M, 0);
+      for (std::size_t i = 0; i < S; ++i) {
+        const CollStep& st = s.plan.steps[i];
+        s.step_deps_left[i] = static_cast<int>(st.deps.size());
+        for (int d : st.deps) s.step_succ[d].push_back(static_cast<int>(i));
+        s.member_steps[st.member].push_back(static_cast<int>(i));
+        ++s.member_steps_left[st.member];
+      }
+      for (std::size_t x = 0; x < X; ++x) {
+        const CollXfer& xf = s.plan.xfers[x];
+        s.step_xfers[xf.send_step].push_back(static_cast<int>(x));
+        s.step_xfers[xf.recv_step].push_back(static_cast<int>(x));
+        s.step_xfers_left[xf.send_step]++;
+        s.step_xfers_left[xf.recv_step]++;
+        s.member_sent[xf.src] += xf.bytes;
+      }
+    }
+    member_index_.resize(g.tasks().size(), -1);
+    for (int c = 0; c < C; ++c) {
+      const auto& parts = g.parts(c);
+      for (std::size_t m = 0; m < parts.size(); ++m) member_index_[parts[m]] = static_cast<int>(m);
+    }
+  }
+
+  SimResult run() {
+    const int N = static_cast<int>(g_.tasks().size());
+    preds_left_.resize(N);
+    for (int t = 0; t < N; ++t) preds_left_[t] = g_.num_predecessors(t);
+    res_.trace.resize(N);
+    started_.assign(N, 0);
+    done_.assign(N, 0);
+    for (int t = 0; t < N; ++t) res_.trace[t].task = t;
+    for (int t = 0; t < N; ++t)
+      if (preds_left_[t] == 0) ready_.push_back(t);
+    drain();
+    std::vector<std::uint64_t> finished;
+    while (true) {
+      const std::optional<Time> tn = net_->next_completion();
+      if (!tn && events_.empty()) break;
+      ++res_.events;
+      if (tn && (events_.empty() || *tn <= events_.top().time)) {
+        now_ = *tn;
+        finished.clear();
+        net_->complete(now_, &finished);
+        for (std::uint64_t f : finished) xfer_done(f);
+      } else {
+        auto e = events_.pop();
+        now_ = e.time;
+        task_done(e.payload);
+      }
+      drain();
+    }
+    int left = 0;
+    for (int t = 0; t < N; ++t) left += !done_[t];
+    if (left > 0) report_stuck(left);
+    res_.makespan = now_;
+    return std::move(res_);
+  }
+
+ private:
+  void drain() {
+    while (!ready_.empty()) {
+      const int t = ready_.front();
+      ready_.pop_front();
+      start_task(t);
+    }
+  }
+
+  void start_task(int id) {
+    const Task& t = g_.task(id);
+    started_[id] = 1;
+    res_.trace[id].start = now_;
+    if (t.kind == TaskKind::compute) {
+      res_.trace[id].bytes = t.bytes;
+      res_.trace[id].flops = t.flops;
+      events_.push(now_ + compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype), id);
+      return;
+    }
+    CollState& s = coll_[t.collective];
+    const int m = member_index_[id];
+    res_.trace[id].bytes = s.member_sent[m];
+    s.entered[m] = 1;
+    if (s.member_steps_left[m] == 0) {
+      task_done(id);
+      return;
+    }
+    for (int st : s.member_steps[m])
+      if (s.step_deps_left[st] == 0) step_ready(t.collective, st);
+  }
+
+  void step_ready(int c, int st) {
+    CollState& s = coll_[c];
+    s.step_ready[st] = 1;
+    if (s.step_xfers_left[st] == 0) {
+      step_done(c, st);
+      return;
+    }
+    for (int x : s.step_xfers[st]) {
+      const CollXfer& xf = s.plan.xfers[x];
+      if (s.xfer_started[x] || !s.step_ready[xf.send_step] || !s.step_ready[xf.recv_step]) continue;
+      s.xfer_started[x] = 1;
+      const Collective& col = g_.collective(c);
+      const int src = col.group[xf.src], dst = col.group[xf.dst];
+      (topo_.same_node(src, dst) ? res_.intra_node_bytes : res_.inter_node_bytes) += xf.bytes;
+      ++res_.transfers;
+      const std::uint64_t fid = flow_ids_.size();
+      flow_ids_.emplace_back(c, x);
+      net_->start(fid, topo_.route(src, dst), xf.bytes, now_);
+    }
+  }
+
+  void xfer_done(std::uint64_t fid) {
+    const auto [c, x] = flow_ids_[fid];
+    const CollXfer& xf = coll_[c].plan.xfers[x];
+    for (int st : {xf.send_step, xf.recv_step})
+      if (--coll_[c].step_xfers_left[st] == 0) step_done(c, st);
+  }
+
+  void step_done(int c, int st) {
+    CollState& s = coll_[c];
+    for (int nx : s.step_succ[st])
+      if (--s.step_deps_left[nx] == 0 && s.entered[s.plan.steps[nx].member]) step_ready(c, nx);
+    const int m = s.plan.steps[st].member;
+    if (--s.member_steps_left[m] == 0) task_done(g_.parts(c)[m]);
+  }
+
+  void task_done(int id) {
+    done_[id] = 1;
+    res_.trace[id].end = now_;
+    for (int s : g_.successors(id))
+      if (--preds_left_[s] == 0) ready_.push_back(s);
+  }
+
+  void report_stuck(int left) {
+    std::string msg = fmt::format("simulation stuck: {} task(s) never finished; blocked:", left);
+    int shown = 0;
+    for (const Task& t : g_.tasks()) {
+      if (done_[t.id] || shown >= 10) continue;
+      ++shown;
+      msg += fmt::format("\n  '{}' (rank {}, stream {}): ", t.name, t.rank, g_.streams(t.rank)[t.stream]);
+      if (!started_[t.id]) {
+        std::string waits;
+        for (int d : t.deps)
+          if (!done_[d]) waits += fmt::format(" '{}'", g_.task(d).name);
+        msg += waits.empty() ? "waits for the task before it on its stream" : "waits for" + waits;
+      } else if (t.kind == TaskKind::collective) {
+        const Collective& c = g_.collective(t.collective);
+        std::string missing;
+        const CollState& s = coll_[t.collective];
+        for (std::size_t m = 0; m < c.group.size(); ++m)
+          if (!s.entered[m]) missing += fmt::format(" {}", c.group[m]);
+        msg += fmt::format("in collective '{}', waiting for ranks{} to join it", c.name, missing);
+      }
+    }
+    throw ParmError(msg);
+  }
+
+  const TaskGraph& g_;
+  const Topology& topo_;
+  const GpuProfile& gpu_;
+  std::unique_ptr<NetworkModel> net_;
+  std::vector<CollState> coll_;
+  std::vector<int> member_index_, preds_left_;
+  std::vector<char> started_, done_;
+  std::vector<std::pair<int, int>> flow_ids_;
+  std::deque<int> ready_;
+  EventQueue<int> events_;
+  Time now_;
+  SimResult res_;
+};
+
+}  // namespace
+
+SimResult simulate(const TaskGraph& g, const Topology& topo, const SimOptions& opt) {
+  return Engine(g, topo, opt).run();
+}
+
+}  // namespace parmsim

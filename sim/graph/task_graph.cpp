@@ -1,0 +1,268 @@
+#include "sim/graph/task_graph.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "sim/core/error.hpp"
+
+namespace parmsim {
+
+int dtype_bytes(DType d) { return d == DType::fp32 ? 4 : 2; }
+const char* to_string(DType d) {
+  switch (d) {
+    case DType::fp32: return "fp32";
+    case DType::fp16: return "fp16";
+    case DType::bf16: return "bf16";
+  }
+  return "?";
+}
+DType parse_dtype(const std::string& s) {
+  if (s == "fp32") return DType::fp32;
+  if (s == "fp16") return DType::fp16;
+  if (s == "bf16") return DType::bf16;
+  throw ParmError(fmt::format("unknown dtype '{}': expected fp32, fp16 or bf16", s));
+}
+
+const char* to_string(CollOp op) {
+  switch (op) {
+    case CollOp::alltoall: return "alltoall";
+    case CollOp::alltoallv: return "alltoallv";
+    case CollOp::allgather: return "allgather";
+    case CollOp::reducescatter: return "reducescatter";
+    case CollOp::allreduce: return "allreduce";
+    case CollOp::sendrecv: return "sendrecv";
+    case CollOp::saa: return "saa";
+  }
+  return "?";
+}
+bool parse_coll_op(const std::string& s, CollOp* out) {
+  for (CollOp op : {CollOp::alltoall, CollOp::alltoallv, CollOp::allgather, CollOp::reducescatter,
+                    CollOp::allreduce, CollOp::sendrecv, CollOp::saa})
+    if (s == to_string(op)) return *out = op, true;
+  return false;
+}
+
+const char* to_string(OpKind k) {
+  switch (k) {
+    case OpKind::gemm: return "gemm";
+    case OpKind::softmax: return "softmax";
+    case OpKind::topk: return "topk";
+    case OpKind::order: return "order";
+    case OpKind::iorder: return "iorder";
+    case OpKind::activation: return "activation";
+    case OpKind::elementwise: return "elementwise";
+    case OpKind::copy: return "copy";
+    case OpKind::slice: return "slice";
+  }
+  return "?";
+}
+bool parse_op_kind(const std::string& s, OpKind* out) {
+  for (OpKind k : {OpKind::gemm, OpKind::softmax, OpKind::topk, OpKind::order, OpKind::iorder, OpKind::activation,
+                   OpKind::elementwise, OpKind::copy, OpKind::slice})
+    if (s == to_string(k)) return *out = k, true;
+  return false;
+}
+
+TaskGraphBuilder::TaskGraphBuilder(int num_ranks) {
+  if (num_ranks <= 0) throw ParmError(fmt::format("task graph: ranks must be positive, got {}", num_ranks));
+  g_.num_ranks_ = num_ranks;
+  g_.streams_.resize(num_ranks);
+}
+
+int TaskGraphBuilder::add_stream(int rank, const std::string& name) {
+  auto& s = g_.streams_.at(rank);
+  if (std::find(s.begin(), s.end(), name) != s.end())
+    throw ParmError(fmt::format("task graph: stream '{}' declared twice on rank {}", name, rank));
+  s.push_back(name);
+  return static_cast<int>(s.size()) - 1;
+}
+
+int TaskGraphBuilder::add_stream_all(const std::string& name) {
+  int id = -1;
+  for (int r = 0; r < g_.num_ranks_; ++r) id = add_stream(r, name);
+  return id;
+}
+
+int TaskGraphBuilder::stream(int rank, const std::string& name) const {
+  const auto& s = g_.streams_.at(rank);
+  auto it = std::find(s.begin(), s.end(), name);
+  return it == s.end() ? -1 : static_cast<int>(it - s.begin());
+}
+
+void TaskGraphBuilder::add_buffer(Buffer b) { g_.buffers_.push_back(std::move(b)); }
+
+int TaskGraphBuilder::add_collective(Collective c) {
+  c.id = static_cast<int>(g_.collectives_.size());
+  g_.collectives_.push_back(std::move(c));
+  return g_.collectives_.back().id;
+}
+
+int TaskGraphBuilder::add_task(Task t) {
+  t.id = static_cast<int>(g_.tasks_.size());
+  g_.tasks_.push_back(std::move(t));
+  return g_.tasks_.back().id;
+}
+
+void TaskGraphBuilder::add_dep(int task, int on) { g_.tasks_.at(task).deps.push_back(on); }
+
+std::vector<int> TaskGraphBuilder::add_collective_tasks(Collective c, const std::string& stream_name,
+                                                        const std::string& task_prefix) {
+  const std::vector<int> group = c.group;
+  const int cid = add_collective(std::move(c));
+  std::vector<int> ids;
+  for (int r : group) {
+    Task t;
+    t.name = fmt::format("{}@{}", task_prefix, r);
+    t.kind = TaskKind::collective;
+    t.rank = r;
+    t.stream = stream(r, stream_name);
+    if (t.stream < 0) throw ParmError(fmt::format("task graph: no stream '{}' on rank {}", stream_name, r));
+    t.collective = cid;
+    ids.push_back(add_task(std::move(t)));
+  }
+  return ids;
+}
+
+TaskGraph TaskGraphBuilder::build() && {
+  TaskGraph& g = g_;
+  const int R = g.num_ranks_;
+  const int N = static_cast<int>(g.tasks_.size());
+  // Buffers.
+  std::set<std::pair<int, std::string>> bufs;
+  for (const Buffer& b : g.buffers_) {
+    if (b.rank < 0 || b.rank >= R)
+      throw ParmError(fmt::format("task graph: buffer '{}' is on rank {}, which does not exist (ranks 0..{})", b.name,
+                                  b.rank, R - 1));
+    if (!bufs.insert({b.rank, b.name}).second)
+      throw ParmError(fmt::format("task graph: buffer '{}' declared twice on rank {}", b.name, b.rank));
+  }
+  // Collectives.
+  for (const Collective& c : g.collectives_) {
+    if (c.group.empty()) throw ParmError(fmt::format("task graph: collective '{}' has an empty group", c.name));
+    std::set<int> seen;
+    for (int r : c.group) {
+      if (r < 0 || r >= R)
+        throw ParmError(fmt::format("task graph: collective '{}' names rank {}, which does not exist (ranks 0..{})",
+                                    c.name, r, R - 1));
+      if (!seen.insert(r).second)
+        throw ParmError(fmt::format("task graph: collective '{}' names rank {} twice", c.name, r));
+    }
+    const std::size_t p = c.group.size();
+    if (c.op == CollOp::alltoallv) {
+      if (c.matrix.size() != p)
+        throw ParmError(fmt::format("task graph: alltoallv '{}' needs a {}x{} byte matrix, got {} rows", c.name, p, p,
+                                    c.matrix.size()));
+      for (const auto& row : c.matrix)
+        if (row.size() != p)
+          throw ParmError(fmt::format("task graph: alltoallv '{}' needs {} entries per matrix row", c.name, p));
+    }
+    if (c.op == CollOp::sendrecv && p != 2)
+      throw ParmError(fmt::format("task graph: sendrecv '{}' needs a group of 2 ranks (sender, receiver)", c.name));
+    if (c.op == CollOp::saa && (c.inner <= 0 || p % static_cast<std::size_t>(c.inner) != 0))
+      throw ParmError(fmt::format("task graph: saa '{}' needs an inner group size dividing the group size {}",
+                                  c.name, p));
+    if (c.chunks < 1) throw ParmError(fmt::format("task graph: collective '{}' needs chunks >= 1", c.name));
+  }
+  g.parts_.assign(g.collectives_.size(), {});
+  std::vector<std::map<int, int>> part_of(g.collectives_.size());
+  std::map<std::string, int> names;
+  for (const Task& t : g.tasks_) {
+    if (!names.emplace(t.name, t.id).second)
+      throw ParmError(fmt::format("task graph: task name '{}' used twice", t.name));
+    if (t.rank < 0 || t.rank >= R)
+      throw ParmError(fmt::format("task graph: task '{}' is on rank {}, which does not exist (ranks 0..{})", t.name,
+                                  t.rank, R - 1));
+    if (t.stream < 0 || t.stream >= static_cast<int>(g.streams_[t.rank].size()))
+      throw ParmError(fmt::format("task graph: task '{}' names stream {} on rank {}, which has {} streams", t.name,
+                                  t.stream, t.rank, g.streams_[t.rank].size()));
+    for (int d : t.deps)
+      if (d < 0 || d >= N || d == t.id)
+        throw ParmError(fmt::format("task graph: task '{}' depends on task id {}, which does not exist", t.name, d));
+    for (const auto* list : {&t.inputs, &t.outputs})
+      for (const std::string& b : *list)
+        if (!bufs.count({t.rank, b}))
+          throw ParmError(fmt::format("task graph: task '{}' uses buffer '{}', which is not declared on rank {}",
+                                      t.name, b, t.rank));
+    if (t.kind == TaskKind::collective) {
+      if (t.collective < 0 || t.collective >= static_cast<int>(g.collectives_.size()))
+        throw ParmError(fmt::format("task graph: task '{}' names collective id {}, which does not exist", t.name,
+                                    t.collective));
+      const Collective& c = g.collectives_[t.collective];
+      if (std::find(c.group.begin(), c.group.end(), t.rank) == c.group.end())
+        throw ParmError(fmt::format("task graph: task '{}' on rank {} is part of collective '{}', whose group does "
+                                    "not include rank {}",
+                                    t.name, t.rank, c.name, t.rank));
+      if (!part_of[t.collective].emplace(t.rank, t.id).second)
+        throw ParmError(fmt::format("task graph: rank {} has two parts of collective '{}' ('{}' and '{}')", t.rank,
+                                    c.name, g.tasks_[part_of[t.collective][t.rank]].name, t.name));
+    }
+  }
+  for (const Collective& c : g.collectives_) {
+    for (int r : c.group) {
+      auto it = part_of[c.id].find(r);
+      if (it == part_of[c.id].end())
+        throw ParmError(
+            fmt::format("task graph: collective '{}' has no task on rank {}, a member of its group", c.name, r));
+      g.parts_[c.id].push_back(it->second);
+    }
+  }
+  // Successors: explicit deps plus stream order.
+  g.succ_.assign(N, {});
+  g.npred_.assign(N, 0);
+  std::vector<std::vector<int>> last(R);
+  for (int r = 0; r < R; ++r) last[r].assign(g.streams_[r].size(), -1);
+  for (const Task& t : g.tasks_) {
+    std::vector<int> preds = t.deps;
+    int& prev = last[t.rank][t.stream];
+    if (prev >= 0) preds.push_back(prev);
+    prev = t.id;
+    std::sort(preds.begin(), preds.end());
+    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
+    for (int p : preds) g.succ_[p].push_back(t.id);
+    g.npred_[t.id] = static_cast<int>(preds.size());
+  }
+  // Kahn's algorithm; leftovers are on or behind a cycle.
+  std::vector<int> indeg = g.npred_;
+  std::vector<int> ready;
+  for (int i = N - 1; i >= 0; --i)
+    if (indeg[i] == 0) ready.push_back(i);
+  g.topo_order_.clear();
+  while (!ready.empty()) {
+    const int t = ready.back();
+    ready.pop_back();
+    g.topo_order_.push_back(t);
+    for (int s : g.succ_[t])
+      if (--indeg[s] == 0) ready.push_back(s);
+  }
+  if (static_cast<int>(g.topo_order_.size()) != N) {
+    // Walk predecessors among the leftovers until a task repeats: that is a cycle.
+    std::vector<std::vector<int>> pred(N);
+    for (int i = 0; i < N; ++i)
+      for (int s : g.succ_[i]) pred[s].push_back(i);
+    int start = -1;
+    for (int i = 0; i < N && start < 0; ++i)
+      if (indeg[i] > 0) start = i;
+    std::vector<int> pos(N, -1), path;
+    int v = start;
+    while (pos[v] < 0) {
+      pos[v] = static_cast<int>(path.size());
+      path.push_back(v);
+      for (int p : pred[v])
+        if (indeg[p] > 0) {
+          v = p;
+          break;
+        }
+    }
+    std::string cyc;
+    for (std::size_t i = path.size(); i-- > static_cast<std::size_t>(pos[v]);)
+      cyc += fmt::format("'{}' -> ", g.tasks_[path[i]].name);
+    cyc += fmt::format("'{}'", g.tasks_[v].name);
+    throw ParmError(fmt::format("task graph: dependency cycle (stream order included): {}", cyc));
+  }
+  return std::move(g_);
+}
+
+}  // namespace parmsim

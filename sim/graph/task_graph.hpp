@@ -1,0 +1,140 @@
+#pragma once
+// The task graph: the one intermediate representation that the simulator and
+// every executor consume (DESIGN.md, "The task graph is the contract").
+//
+// - ranks 0..R-1, one per GPU;
+// - buffers per rank (name, element count, dtype);
+// - streams per rank: a stream runs its tasks in declaration order;
+// - tasks: a compute op on one rank, or one rank's part of a collective;
+// - edges: data dependencies, possibly across ranks and streams.
+//
+// A TaskGraph is immutable. It is made by TaskGraphBuilder::build(), which
+// validates it: no dangling ids, no cycles (the message names the tasks on the
+// cycle), every group member has exactly one part of each collective, buffers
+// named by tasks exist on the task's rank.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace parmsim {
+
+enum class DType { fp32, fp16, bf16 };
+int dtype_bytes(DType d);
+const char* to_string(DType d);
+DType parse_dtype(const std::string& s);  // throws ParmError
+
+enum class CollOp { alltoall, alltoallv, allgather, reducescatter, allreduce, sendrecv, saa };
+const char* to_string(CollOp op);
+bool parse_coll_op(const std::string& s, CollOp* out);
+
+// Compute op kinds. gemm is costed as compute-bound, the rest as memory-bound.
+enum class OpKind { gemm, softmax, topk, order, iorder, activation, elementwise, copy, slice };
+const char* to_string(OpKind k);
+bool parse_op_kind(const std::string& s, OpKind* out);
+
+struct Buffer {
+  int rank = 0;
+  std::string name;
+  std::uint64_t elems = 0;
+  DType dtype = DType::fp32;
+};
+
+// A collective over `group` (ranks, in the collective's member order).
+// `bytes` follows nccl-tests' "size": the AllReduce buffer; the AllGather
+// output and the ReduceScatter input (whole, not per rank); the AlltoAll send
+// buffer of one rank (bytes / p to each member); the message of a SendRecv
+// (group[0] sends to group[1]); the AlltoAll input of one rank for SAA.
+// AlltoAllv uses `matrix[i][j]` = bytes member i sends to member j.
+// SAA (the fused AlltoAll + AllGather of Parm S2): members are in blocks of
+// `inner` consecutive entries (the intra-node AllGather groups); the AlltoAll
+// runs among members with the same index in their block.
+struct Collective {
+  int id = 0;
+  std::string name;
+  CollOp op = CollOp::allreduce;
+  std::vector<int> group;
+  std::uint64_t bytes = 0;
+  std::vector<std::vector<std::uint64_t>> matrix;
+  std::string algo;  // "" = the default for the op
+  int window = 0;    // direct: peers in flight at once (0 = all)
+  int inner = 0;     // saa: inner group size
+  int chunks = 1;    // pipelining chunks where the algorithm supports it
+};
+
+enum class TaskKind { compute, collective };
+
+struct Task {
+  int id = 0;
+  std::string name;
+  TaskKind kind = TaskKind::compute;
+  int rank = 0;
+  int stream = 0;  // index into the rank's streams
+  // compute
+  OpKind op = OpKind::elementwise;
+  std::uint64_t flops = 0;
+  std::uint64_t bytes = 0;  // bytes read + written in memory
+  DType dtype = DType::fp32;
+  std::vector<std::int64_t> shape;
+  // collective
+  int collective = -1;
+  std::vector<std::string> inputs, outputs;  // buffer names on `rank`
+  std::vector<int> deps;                     // task ids
+};
+
+class TaskGraph {
+ public:
+  int num_ranks() const { return num_ranks_; }
+  const std::vector<std::string>& streams(int rank) const { return streams_[rank]; }
+  const std::vector<Buffer>& buffers() const { return buffers_; }
+  const std::vector<Task>& tasks() const { return tasks_; }
+  const Task& task(int id) const { return tasks_[id]; }
+  const std::vector<Collective>& collectives() const { return collectives_; }
+  const Collective& collective(int id) const { return collectives_[id]; }
+  // Task ids of each member's part, in the collective's member order.
+  const std::vector<int>& parts(int collective) const { return parts_[collective]; }
+  // Task ids in a topological order (stream order and edges respected).
+  const std::vector<int>& topo_order() const { return topo_order_; }
+  // Task ids that follow `id`: its dependents and its stream successor.
+  const std::vector<int>& successors(int id) const { return succ_[id]; }
+  // Number of predecessors (deps plus stream predecessor).
+  int num_predecessors(int id) const { return npred_[id]; }
+
+ private:
+  friend class TaskGraphBuilder;
+  int num_ranks_ = 0;
+  std::vector<std::vector<std::string>> streams_;
+  std::vector<Buffer> buffers_;
+  std::vector<Task> tasks_;
+  std::vector<Collective> collectives_;
+  std::vector<std::vector<int>> parts_;
+  std::vector<int> topo_order_;
+  std::vector<std::vector<int>> succ_;
+  std::vector<int> npred_;
+};
+
+class TaskGraphBuilder {
+ public:
+  explicit TaskGraphBuilder(int num_ranks);
+  // Streams are per rank; add_stream on every rank gives the same names.
+  int add_stream(int rank, const std::string& name);
+  int add_stream_all(const std::string& name);  // returns the index (same on all ranks)
+  int stream(int rank, const std::string& name) const;  // -1 if none
+  void add_buffer(Buffer b);
+  int add_collective(Collective c);  // id assigned
+  int add_task(Task t);              // id assigned
+  void add_dep(int task, int on);
+  int num_tasks() const { return static_cast<int>(g_.tasks_.size()); }
+  Task& task(int id) { return g_.tasks_[id]; }
+  // Validates and freezes. Throws ParmError with the offending names.
+  TaskGraph build() &&;
+
+  // Convenience: one task per member of `c` on stream `stream_name`, each
+  // depending on `deps[rank]` when given. Returns the task ids in member order.
+  std::vector<int> add_collective_tasks(Collective c, const std::string& stream_name,
+                                        const std::string& task_prefix);
+
+ private:
+  TaskGraph g_;
+};
+
+}  // namespace parmsim

@@ -1,0 +1,86 @@
+#include "sim/io/output.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "sim/core/error.hpp"
+
+namespace parmsim {
+
+void write_atomically(const std::string& path, const std::function<void(std::ostream&)>& fill) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  {
+    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
+    if (!os) throw ParmError(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
+    try {
+      fill(os);
+    } catch (...) {
+      os.close();
+      std::remove(tmp.c_str());
+      throw;
+    }
+    os.flush();
+    if (!os) {
+      std::remove(tmp.c_str());
+      throw ParmError(fmt::format("{}: write failed", path));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw ParmError(fmt::format("{}: cannot rename into place: {}", path, why));
+  }
+}
+
+std::string us_exact(Time t) {
+  const std::int64_t ps = t.count_ps();
+  const char* sign = ps < 0 ? "-" : "";
+  const std::uint64_t a = ps < 0 ? static_cast<std::uint64_t>(-ps) : static_cast<std::uint64_t>(ps);
+  return fmt::format("{}{}.{:06d}", sign, a / 1000000, a % 1000000);
+}
+
+static std::string kind_of(const TaskGraph& g, const Task& t) {
+  return t.kind == TaskKind::compute ? "compute" : to_string(g.collective(t.collective).op);
+}
+
+void write_trace_csv(std::ostream& os, const TaskGraph& g, const SimResult& r) {
+  os << "task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops\n";
+  for (const TraceRow& row : r.trace) {
+    const Task& t = g.task(row.task);
+    const std::string op = t.kind == TaskKind::compute ? to_string(t.op) : g.collective(t.collective).name;
+    os << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", t.id, t.name, t.rank, g.streams(t.rank)[t.stream],
+                      kind_of(g, t), op, us_exact(row.start), us_exact(row.end), us_exact(row.end - row.start),
+                      row.bytes, row.flops);
+  }
+}
+
+void write_chrome_trace(std::ostream& os, const TaskGraph& g, const SimResult& r) {
+  nlohmann::json ev = nlohmann::json::array();
+  for (int rank = 0; rank < g.num_ranks(); ++rank) {
+    ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", fmt::format("rank {}", rank)}}}});
+    for (std::size_t s = 0; s < g.streams(rank).size(); ++s)
+      ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", s},
+                    {"args", {{"name", g.streams(rank)[s]}}}});
+  }
+  for (const TraceRow& row : r.trace) {
+    const Task& t = g.task(row.task);
+    ev.push_back({{"ph", "X"},
+                  {"name", t.name},
+                  {"cat", kind_of(g, t)},
+                  {"pid", t.rank},
+                  {"tid", t.stream},
+                  {"ts", row.start.to_us()},
+                  {"dur", (row.end - row.start).to_us()},
+                  {"args", {{"bytes", row.bytes}, {"flops", row.flops}}}});
+  }
+  nlohmann::json doc = {{"traceEvents", ev}, {"displayTimeUnit", "ns"}};
+  os << doc.dump(1) << "\n";
+}
+
+}  // namespace parmsim

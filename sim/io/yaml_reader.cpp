@@ -1,0 +1,237 @@
+#include "sim/io/yaml_reader.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "sim/core/error.hpp"
+#include "sim/core/units.hpp"
+
+namespace parmsim {
+
+std::vector<const Section*>& config_sections() {
+  static std::vector<const Section*> s;
+  return s;
+}
+
+std::string help_config() {
+  std::string out;
+  for (const Section* s : config_sections()) {
+    out += fmt::format("{}\n  {}\n", s->name, s->help);
+    for (const KeyDoc& k : s->keys)
+      out += fmt::format("    {:<22} {:<10} {:<12} {}\n", k.key, k.type, k.fallback, k.help);
+    out += "\n";
+  }
+  return out;
+}
+
+YamlReader::YamlReader(YAML::Node node, std::string file, std::string path)
+    : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)) {}
+
+YamlReader YamlReader::load_file(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw ParmError(fmt::format("{}: cannot open file: {}", file, std::strerror(errno)));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return load_string(ss.str(), file);
+}
+
+YamlReader YamlReader::load_string(const std::string& text, const std::string& name) {
+  try {
+    YAML::Node n = YAML::Load(text);
+    if (!n || n.IsNull()) throw ParmError(fmt::format("{}:1:1: the file is empty; expected a mapping", name));
+    return YamlReader(n, name, "");
+  } catch (const YAML::Exception& e) {
+    throw ParmError(fmt::format("{}:{}:{}: malformed YAML: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+std::string YamlReader::where() const {
+  const YAML::Mark m = node_.Mark();
+  if (m.line < 0) return file_;
+  return fmt::format("{}:{}:{}", file_, m.line + 1, m.column + 1);
+}
+
+void YamlReader::fail(const std::string& expected) const {
+  std::string got;
+  if (node_.IsScalar())
+    got = fmt::format(", got '{}'", node_.Scalar());
+  else if (node_.IsSequence())
+    got = ", got a list";
+  else if (node_.IsMap())
+    got = ", got a mapping";
+  throw ParmError(fmt::format("{}: key '{}': expected {}{}", where(), path_.empty() ? "(top level)" : path_,
+                              expected, got));
+}
+
+void YamlReader::expect_map() const {
+  if (!node_.IsMap()) fail("a mapping");
+}
+void YamlReader::expect_seq() const {
+  if (!node_.IsSequence()) fail("a list");
+}
+
+void YamlReader::check_keys(const Section& s) const {
+  expect_map();
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    const std::string k = it->first.Scalar();
+    bool ok = false;
+    for (const KeyDoc& d : s.keys) ok = ok || d.key == k;
+    if (!ok) {
+      std::string allowed;
+      for (const KeyDoc& d : s.keys) allowed += (allowed.empty() ? "" : ", ") + d.key;
+      const YAML::Mark m = it->first.Mark();
+      throw ParmError(fmt::format("{}:{}:{}: unknown key '{}{}{}' in {}; allowed keys: {}", file_, m.line + 1,
+                                  m.column + 1, path_, path_.empty() ? "" : ".", k, s.name, allowed));
+    }
+  }
+  for (const KeyDoc& d : s.keys)
+    if (d.fallback == "required" && !node_[d.key])
+      throw ParmError(fmt::format("{}: key '{}{}{}' is required ({}: {})", where(), path_, path_.empty() ? "" : ".",
+                                  d.key, d.type, d.help));
+}
+
+bool YamlReader::has(const std::string& key) const { return node_.IsMap() && node_[key]; }
+
+YamlReader YamlReader::at(const std::string& key) const {
+  expect_map();
+  const std::string p = path_.empty() ? key : path_ + "." + key;
+  YAML::Node c = node_[key];
+  if (!c) throw ParmError(fmt::format("{}: key '{}' is required", where(), p));
+  return YamlReader(c, file_, p);
+}
+
+std::optional<YamlReader> YamlReader::opt(const std::string& key) const {
+  if (!has(key)) return std::nullopt;
+  return at(key);
+}
+
+std::size_t YamlReader::size() const { return node_.size(); }
+
+YamlReader YamlReader::operator[](std::size_t i) const {
+  return YamlReader(node_[i], file_, fmt::format("{}[{}]", path_, i));
+}
+
+std::vector<std::string> YamlReader::keys() const {
+  expect_map();
+  std::vector<std::string> out;
+  for (auto it = node_.begin(); it != node_.end(); ++it) out.push_back(it->first.Scalar());
+  return out;
+}
+
+std::string YamlReader::scalar_or_fail(const std::string& expected) const {
+  if (!node_.IsScalar()) fail(expected);
+  return node_.Scalar();
+}
+
+std::string YamlReader::as_string() const { return scalar_or_fail("a string"); }
+
+std::int64_t YamlReader::as_int() const {
+  const std::string s = scalar_or_fail("an integer");
+  try {
+    std::size_t used = 0;
+    const long long v = std::stoll(s, &used);
+    if (used != s.size()) fail("an integer");
+    return v;
+  } catch (const std::logic_error&) {
+    fail("an integer");
+  }
+}
+
+std::int64_t YamlReader::as_int(std::int64_t lo, std::int64_t hi) const {
+  const std::int64_t v = as_int();
+  if (v < lo || v > hi) fail(fmt::format("an integer in [{}, {}]", lo, hi));
+  return v;
+}
+
+double YamlReader::as_double() const {
+  const std::string s = scalar_or_fail("a number");
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(s, &used);
+    if (used != s.size() || !std::isfinite(v)) fail("a finite number");
+    return v;
+  } catch (const std::logic_error&) {
+    fail("a number");
+  }
+}
+
+bool YamlReader::as_bool() const {
+  const std::string s = scalar_or_fail("true or false");
+  if (s == "true") return true;
+  if (s == "false") return false;
+  fail("true or false");
+}
+
+std::uint64_t YamlReader::as_bandwidth() const {
+  std::string why;
+  auto v = units::parse_bandwidth(scalar_or_fail("a bandwidth such as 450GBps"), &why);
+  if (!v) fail(why);
+  return *v;
+}
+
+Time YamlReader::as_time() const {
+  std::string why;
+  auto v = units::parse_time(scalar_or_fail("a time such as 2us"), &why);
+  if (!v) fail(why);
+  return *v;
+}
+
+std::uint64_t YamlReader::as_size() const {
+  std::string why;
+  auto v = units::parse_size(scalar_or_fail("a size such as 64MiB"), &why);
+  if (!v) fail(why);
+  return *v;
+}
+
+double YamlReader::as_flops() const {
+  std::string why;
+  auto v = units::parse_flops(scalar_or_fail("a rate such as 312TFLOPs"), &why);
+  if (!v) fail(why);
+  return *v;
+}
+
+std::string YamlReader::get_string(const std::string& key, const std::string& def) const {
+  return has(key) ? at(key).as_string() : def;
+}
+std::int64_t YamlReader::get_int(const std::string& key, std::int64_t def) const {
+  return has(key) ? at(key).as_int() : def;
+}
+double YamlReader::get_double(const std::string& key, double def) const {
+  return has(key) ? at(key).as_double() : def;
+}
+
+void apply_override(YAML::Node root, const std::string& assignment, const std::string& what, bool allow_new) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ParmError(fmt::format("{}: '{}' is not key=value", what, assignment));
+  const std::string key = assignment.substr(0, eq);
+  const std::string value = assignment.substr(eq + 1);
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const auto dot = key.find('.', start);
+    parts.push_back(key.substr(start, dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  // yaml-cpp nodes are handles: walking with operator[] on a copy still
+  // writes into `root`'s tree.
+  std::vector<YAML::Node> chain{root};
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node next = chain.back()[parts[i]];
+    if (!next.IsMap())
+      throw ParmError(fmt::format("{}: '{}' has no mapping '{}'", what, key, parts[i]));
+    chain.push_back(next);
+  }
+  YAML::Node parent = chain.back();
+  if (!allow_new && !parent[parts.back()])
+    throw ParmError(fmt::format("{}: unknown key '{}'", what, key));
+  parent[parts.back()] = value;
+}
+
+}  // namespace parmsim

@@ -1,0 +1,18 @@
+#pragma once
+// Max-min fair rates by progressive filling: repeatedly find the link whose
+// remaining capacity divided by its unfixed flows is smallest, give each of
+// those flows that share, and remove them with their bandwidth. Every flow
+// ends with the largest rate it can get without lowering a smaller one.
+//
+// Cost: O(sum of path lengths) to index flows by link, plus one scan of the
+// still-loaded links per bottleneck level.
+#include <cstdint>
+#include <vector>
+
+namespace parmsim {
+
+// `capacity[l]` in bytes/s; `flows[f]` = link ids on flow f's path (non-empty).
+// Returns rates in bytes/s, one per flow.
+std::vector<double> max_min_rates(const std::vector<double>& capacity, const std::vector<const std::vector<int>*>& flows);
+
+}  // namespace parmsim

@@ -1,0 +1,41 @@
+#pragma once
+// How point-to-point transfers share the network. Models are registered by
+// name (`network_models()`) and made with make_network(). A model never
+// advances time: the engine tells it the time, asks when the next transfer
+// completes, and collects the transfers that complete then.
+//
+//   analytical  latency + bytes / bottleneck bandwidth of the route; transfers
+//               never slow each other (the alpha-beta model of the Parm paper).
+//   flow        every transfer is a flow; after its route latency it shares
+//               each link max-min fairly with the others crossing it, and the
+//               shares are re-solved whenever a flow starts or finishes.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/core/time.hpp"
+#include "sim/topo/topology.hpp"
+
+namespace parmsim {
+
+class NetworkModel {
+ public:
+  virtual ~NetworkModel() = default;
+  virtual std::string name() const = 0;
+  // Starts transfer `id` of `bytes` along `route` at time `now`.
+  virtual void start(std::uint64_t id, const Route& route, std::uint64_t bytes, Time now) = 0;
+  // Earliest time at which a transfer completes; nullopt when none is in flight.
+  virtual std::optional<Time> next_completion() = 0;
+  // Advances to `t` (= next_completion()) and appends the ids completing at
+  // `t`, in the order their transfers started.
+  virtual void complete(Time t, std::vector<std::uint64_t>* done) = 0;
+  virtual std::size_t in_flight() const = 0;
+};
+
+const std::vector<std::pair<std::string, std::string>>& network_models();  // name, description
+std::unique_ptr<NetworkModel> make_network(const std::string& name, const Topology& topo);
+
+}  // namespace parmsim

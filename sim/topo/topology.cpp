@@ -1,0 +1,112 @@
+#include "sim/topo/topology.hpp"
+
+#include <boost/graph/breadth_first_search.hpp>
+#include <boost/graph/filtered_graph.hpp>
+#include <boost/graph/reverse_graph.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "sim/core/error.hpp"
+
+namespace parmsim {
+
+const char* to_string(DeviceKind k) {
+  switch (k) {
+    case DeviceKind::gpu: return "gpu";
+    case DeviceKind::nvswitch: return "nvswitch";
+    case DeviceKind::pcie_switch: return "pcie_switch";
+    case DeviceKind::host_bridge: return "host_bridge";
+    case DeviceKind::nic: return "nic";
+    case DeviceKind::network_switch: return "network_switch";
+  }
+  return "?";
+}
+
+Topology::Topology(std::string name, std::string gpu_model, int gpus_per_node)
+    : name_(std::move(name)), gpu_model_(std::move(gpu_model)), gpus_per_node_(gpus_per_node) {}
+
+int Topology::add_device(Device d) {
+  const int v = static_cast<int>(boost::add_vertex(d, graph_));
+  if (d.kind == DeviceKind::gpu) {
+    if (d.gpu != static_cast<int>(gpu_vertex_.size()))
+      throw ParmError(fmt::format("topology {}: GPU {} added out of order", name_, d.name));
+    gpu_vertex_.push_back(v);
+  }
+  return v;
+}
+
+void Topology::add_link(int a, int b, std::uint64_t bw_ab, std::uint64_t bw_ba, Time latency) {
+  for (auto [from, to, bw] : {std::tuple{a, b, bw_ab}, std::tuple{b, a, bw_ba}}) {
+    Link l{static_cast<int>(links_.size()), bw, latency};
+    boost::add_edge(from, to, l, graph_);
+    links_.push_back(l);
+    link_ends_.emplace_back(from, to);
+  }
+}
+
+std::string Topology::link_name(int id) const {
+  return fmt::format("{}->{}", graph_[link_ends_[id].first].name, graph_[link_ends_[id].second].name);
+}
+
+namespace {
+
+// Keeps edge x->y for a search towards `dst` unless y is a GPU other than dst:
+// the reverse search then never expands through a GPU, so no route transits one.
+struct NoTransitThroughGpu {
+  const Topology::Graph* g = nullptr;
+  int dst = -1;
+  bool operator()(Topology::Graph::edge_descriptor e) const {
+    const auto y = boost::target(e, *g);
+    return (*g)[y].kind != DeviceKind::gpu || static_cast<int>(y) == dst;
+  }
+};
+
+}  // namespace
+
+void Topology::finalize() {
+  const int n = num_gpus();
+  if (n == 0) throw ParmError(fmt::format("topology {}: no GPUs", name_));
+  dist_.assign(n, {});
+  for (int d = 0; d < n; ++d) {
+    const int dv = gpu_vertex_[d];
+    NoTransitThroughGpu pred{&graph_, dv};
+    boost::filtered_graph<Graph, NoTransitThroughGpu> fg(graph_, pred);
+    auto rg = boost::make_reverse_graph(fg);
+    std::vector<int> dist(boost::num_vertices(graph_), -1);
+    dist[dv] = 0;
+    boost::breadth_first_search(
+        rg, static_cast<Graph::vertex_descriptor>(dv),
+        boost::visitor(boost::make_bfs_visitor(boost::record_distances(dist.data(), boost::on_tree_edge()))));
+    for (int s = 0; s < n; ++s)
+      if (dist[gpu_vertex_[s]] < 0)
+        throw ParmError(fmt::format("topology {}: GPU {} cannot reach GPU {} (no path of links; GPUs do not forward)",
+                                    name_, graph_[gpu_vertex_[s]].name, graph_[dv].name));
+    dist_[d] = std::move(dist);
+  }
+}
+
+Route Topology::route(int src_gpu, int dst_gpu) const {
+  Route r;
+  r.bottleneck = UINT64_MAX;
+  if (src_gpu == dst_gpu) return r;
+  const std::vector<int>& dist = dist_.at(dst_gpu);
+  int v = gpu_vertex_.at(src_gpu);
+  const unsigned pick = static_cast<unsigned>(src_gpu + dst_gpu);
+  std::vector<const Link*> cand;
+  while (dist[v] > 0) {
+    cand.clear();
+    for (auto [it, end] = boost::out_edges(v, graph_); it != end; ++it) {
+      const int w = static_cast<int>(boost::target(*it, graph_));
+      if (dist[w] == dist[v] - 1) cand.push_back(&graph_[*it]);
+    }
+    const Link* l = cand[pick % cand.size()];
+    r.links.push_back(l->id);
+    r.latency += l->latency;
+    r.bottleneck = std::min(r.bottleneck, l->bandwidth);
+    v = link_ends_[l->id].second;
+  }
+  return r;
+}
+
+}  // namespace parmsim

@@ -1,0 +1,83 @@
+#pragma once
+// A cluster as a Boost.Graph: GPUs, NVSwitches, PCIe switches, host bridges,
+// NICs and network switches as vertices; every physical link is two directed
+// edges, each with its own bandwidth and latency.
+//
+// Routing: shortest paths by hop count, computed by breadth-first search from
+// each destination GPU (cached). GPUs never forward traffic for others. Where
+// several next hops are equally short, the one at index (src + dst) mod count
+// (in the order links were declared) is taken: deterministic ECMP, which for
+// fat-trees spreads an all-to-all evenly over the uplinks (d-mod-k style).
+#include <boost/graph/adjacency_list.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/core/time.hpp"
+
+namespace parmsim {
+
+enum class DeviceKind { gpu, nvswitch, pcie_switch, host_bridge, nic, network_switch };
+const char* to_string(DeviceKind k);
+
+struct Device {
+  std::string name;  // "n3.gpu1", "leaf2"
+  DeviceKind kind = DeviceKind::gpu;
+  int node = -1;  // server index; -1 for fabric switches
+  int gpu = -1;   // global GPU index (= rank) for GPUs
+};
+
+struct Link {
+  int id = 0;
+  std::uint64_t bandwidth = 0;  // bytes per second, this direction
+  Time latency;
+};
+
+struct Route {
+  std::vector<int> links;  // link ids from source to destination
+  Time latency;            // sum of link latencies
+  std::uint64_t bottleneck = 0;  // min bandwidth along the route, bytes/s
+};
+
+class Topology {
+ public:
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Device, Link>;
+
+  Topology(std::string name, std::string gpu_model, int gpus_per_node);
+
+  int add_device(Device d);
+  // Adds the two directions of a physical link.
+  void add_link(int a, int b, std::uint64_t bw_ab, std::uint64_t bw_ba, Time latency);
+  // Validates (every GPU reaches every other) and precomputes routing tables.
+  // Throws ParmError naming two GPUs that cannot reach each other.
+  void finalize();
+
+  const std::string& name() const { return name_; }
+  const std::string& gpu_model() const { return gpu_model_; }
+  int num_gpus() const { return static_cast<int>(gpu_vertex_.size()); }
+  int gpus_per_node() const { return gpus_per_node_; }
+  int num_nodes() const { return num_gpus() / gpus_per_node_; }
+  int node_of(int gpu) const { return gpu / gpus_per_node_; }
+  bool same_node(int a, int b) const { return node_of(a) == node_of(b); }
+  const Device& device(int v) const { return graph_[v]; }
+  int num_devices() const { return static_cast<int>(boost::num_vertices(graph_)); }
+  int num_links() const { return static_cast<int>(links_.size()); }
+  const Link& link(int id) const { return links_[id]; }
+  std::string link_name(int id) const;
+  const Graph& graph() const { return graph_; }
+
+  Route route(int src_gpu, int dst_gpu) const;
+
+ private:
+  std::string name_, gpu_model_;
+  int gpus_per_node_;
+  Graph graph_;
+  std::vector<int> gpu_vertex_;  // rank -> vertex
+  std::vector<Link> links_;      // by id
+  std::vector<std::pair<int, int>> link_ends_;
+  // dist_[dst_gpu][vertex]: hops to reach dst_gpu, -1 if unreachable.
+  std::vector<std::vector<int>> dist_;
+};
+
+}  // namespace parmsim

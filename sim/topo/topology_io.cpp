@@ -1,0 +1,215 @@
+#include "sim/topo/topology_io.hpp"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "sim/core/error.hpp"
+#include "sim/io/yaml_reader.hpp"
+
+namespace parmsim {
+namespace {
+
+const Section kTop{"topology",
+                   "A cluster: `nodes` identical servers described by `node`, joined by `fabric`.",
+                   {{"name", "string", "required", "topology name"},
+                    {"description", "string", "\"\"", "where the figures come from"},
+                    {"gpu", "string", "required", "GPU profile (h100, h200, a100, rtx2080ti, rtx_a6000, b200)"},
+                    {"nodes", "int", "required", "number of servers"},
+                    {"node", "map", "required", "one server (topology.node)"},
+                    {"fabric", "map", "kind: none", "network between servers (topology.fabric)"}}};
+const Section kNode{"topology.node",
+                    "One server. GPUs are named gpu0..gpu{N-1}; other devices are declared in `devices`.",
+                    {{"gpus", "int", "required", "GPUs per server"},
+                     {"devices", "list", "[]", "non-GPU devices: {name, kind} (topology.node.devices[])"},
+                     {"links", "list", "required", "links inside the server (topology.node.links[])"}}};
+const Section kDevice{"topology.node.devices[]",
+                      "A device inside a server.",
+                      {{"name", "string", "required", "unique within the server; nics are used by the fabric"},
+                       {"kind", "string", "required", "nvswitch | pcie_switch | host_bridge | nic"}}};
+const Section kLink{"topology.node.links[]",
+                    "A full-duplex link. `a` may be a list: one link per element.",
+                    {{"a", "string|list", "required", "device name(s)"},
+                     {"b", "string", "required", "device name"},
+                     {"bandwidth", "bandwidth", "required", "per direction (a->b, and b->a unless bandwidth_ba)"},
+                     {"bandwidth_ba", "bandwidth", "bandwidth", "b->a direction if different"},
+                     {"latency", "time", "required", "one-way latency"}}};
+const Section kFabric{
+    "topology.fabric",
+    "How the servers' NICs connect. none: a single server. switch: every NIC to one switch. "
+    "rail: NIC i of every server to rail switch i (with `spines` > 0, rails joined by spine switches). "
+    "fat_tree: servers grouped under leaf switches, leaves joined by `spines` spine switches, "
+    "uplinks sized by `oversubscription`.",
+    {{"kind", "string", "none", "none | switch | rail | fat_tree"},
+     {"bandwidth", "bandwidth", "required*", "NIC <-> switch, per direction (*unless kind none)"},
+     {"latency", "time", "required*", "NIC <-> switch one-way latency, also used for switch <-> switch"},
+     {"nodes_per_leaf", "int", "required for fat_tree", "servers under one leaf switch"},
+     {"spines", "int", "0", "spine switches (fat_tree: at least 1)"},
+     {"oversubscription", "number", "1", "fat_tree: leaf down bandwidth / up bandwidth"}}};
+SectionRegistrar r1(kTop), r2(kNode), r3(kDevice), r4(kLink), r5(kFabric);
+
+DeviceKind parse_kind(const YamlReader& r) {
+  const std::string s = r.as_string();
+  if (s == "nvswitch") return DeviceKind::nvswitch;
+  if (s == "pcie_switch") return DeviceKind::pcie_switch;
+  if (s == "host_bridge") return DeviceKind::host_bridge;
+  if (s == "nic") return DeviceKind::nic;
+  r.fail("a device kind: nvswitch, pcie_switch, host_bridge or nic");
+}
+
+Topology build(const YamlReader& top) {
+  top.check_keys(kTop);
+  const std::string name = top.at("name").as_string();
+  const int nodes = static_cast<int>(top.at("nodes").as_int(1, 1 << 20));
+  const YamlReader node = top.at("node");
+  node.check_keys(kNode);
+  const int gpn = static_cast<int>(node.at("gpus").as_int(1, 1 << 16));
+  Topology t(name, top.at("gpu").as_string(), gpn);
+
+  // Device templates for one server.
+  struct Tmpl {
+    std::string name;
+    DeviceKind kind;
+  };
+  std::vector<Tmpl> tmpl;
+  std::map<std::string, int> local;  // name -> template index
+  for (int g = 0; g < gpn; ++g) {
+    local[fmt::format("gpu{}", g)] = static_cast<int>(tmpl.size());
+    tmpl.push_back({fmt::format("gpu{}", g), DeviceKind::gpu});
+  }
+  if (auto devs = node.opt("devices")) {
+    devs->expect_seq();
+    for (std::size_t i = 0; i < devs->size(); ++i) {
+      const YamlReader d = (*devs)[i];
+      d.check_keys(kDevice);
+      const std::string dn = d.at("name").as_string();
+      if (local.count(dn)) d.at("name").fail(fmt::format("a device name not used before in the server ('{}' is)", dn));
+      local[dn] = static_cast<int>(tmpl.size());
+      tmpl.push_back({dn, parse_kind(d.at("kind"))});
+    }
+  }
+  std::vector<std::vector<int>> vtx(nodes, std::vector<int>(tmpl.size()));
+  // GPUs first, in rank order (rank = node * gpus + local index).
+  for (int n = 0; n < nodes; ++n)
+    for (int g = 0; g < gpn; ++g)
+      vtx[n][g] = t.add_device({fmt::format("n{}.gpu{}", n, g), DeviceKind::gpu, n, n * gpn + g});
+  for (int n = 0; n < nodes; ++n)
+    for (std::size_t i = gpn; i < tmpl.size(); ++i)
+      vtx[n][i] = t.add_device({fmt::format("n{}.{}", n, tmpl[i].name), tmpl[i].kind, n, -1});
+
+  const YamlReader links = node.at("links");
+  links.expect_seq();
+  auto lookup = [&](const YamlReader& r) {
+    const std::string s = r.as_string();
+    auto it = local.find(s);
+    if (it == local.end()) r.fail("the name of a GPU (gpu0..) or of a device declared in node.devices");
+    return it->second;
+  };
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    const YamlReader l = links[i];
+    l.check_keys(kLink);
+    std::vector<int> as;
+    const YamlReader a = l.at("a");
+    if (a.node().IsSequence())
+      for (std::size_t j = 0; j < a.size(); ++j) as.push_back(lookup(a[j]));
+    else
+      as.push_back(lookup(a));
+    const int b = lookup(l.at("b"));
+    const std::uint64_t bw = l.at("bandwidth").as_bandwidth();
+    const std::uint64_t bw_ba = l.has("bandwidth_ba") ? l.at("bandwidth_ba").as_bandwidth() : bw;
+    const Time lat = l.at("latency").as_time();
+    for (int ai : as) {
+      if (ai == b) l.fail("a link between two different devices");
+      for (int n = 0; n < nodes; ++n) t.add_link(vtx[n][ai], vtx[n][b], bw, bw_ba, lat);
+    }
+  }
+
+  // Fabric.
+  std::vector<std::vector<int>> nics(nodes);
+  for (int n = 0; n < nodes; ++n)
+    for (std::size_t i = gpn; i < tmpl.size(); ++i)
+      if (tmpl[i].kind == DeviceKind::nic) nics[n].push_back(vtx[n][i]);
+  std::string kind = "none";
+  std::optional<YamlReader> fab = top.opt("fabric");
+  if (fab) {
+    fab->check_keys(kFabric);
+    kind = fab->get_string("kind", "none");
+  }
+  if (kind == "none") {
+    if (nodes > 1) top.at("nodes").fail("1 node when fabric.kind is none (add a fabric to join servers)");
+  } else {
+    const std::uint64_t bw = fab->at("bandwidth").as_bandwidth();
+    const Time lat = fab->at("latency").as_time();
+    const std::size_t nic_count = nics[0].size();
+    if (nic_count == 0) top.at("node").fail("at least one device of kind nic when the fabric is not none");
+    auto sw = [&](const std::string& nm) { return t.add_device({nm, DeviceKind::network_switch, -1, -1}); };
+    if (kind == "switch") {
+      const int s = sw("switch");
+      for (int n = 0; n < nodes; ++n)
+        for (int v : nics[n]) t.add_link(v, s, bw, bw, lat);
+    } else if (kind == "rail") {
+      const int spines = static_cast<int>(fab->get_int("spines", 0));
+      std::vector<int> rails;
+      for (std::size_t r = 0; r < nic_count; ++r) rails.push_back(sw(fmt::format("rail{}", r)));
+      for (int n = 0; n < nodes; ++n)
+        for (std::size_t r = 0; r < nic_count; ++r) t.add_link(nics[n][r], rails[r], bw, bw, lat);
+      // Spines carry cross-rail traffic at the rails' full down bandwidth.
+      for (int s = 0; s < spines; ++s) {
+        const int sv = sw(fmt::format("spine{}", s));
+        const std::uint64_t up = bw * static_cast<std::uint64_t>(nodes) / static_cast<std::uint64_t>(spines);
+        for (int rv : rails) t.add_link(rv, sv, up, up, lat);
+      }
+    } else if (kind == "fat_tree") {
+      const YamlReader npl_r = fab->at("nodes_per_leaf");
+      const int npl = static_cast<int>(npl_r.as_int(1, nodes));
+      if (nodes % npl != 0) npl_r.fail(fmt::format("a divisor of nodes ({})", nodes));
+      const YamlReader sp_r = fab->at("spines");
+      const int spines = static_cast<int>(sp_r.as_int(1, 1 << 16));
+      double over = 1;
+      if (auto o = fab->opt("oversubscription")) {
+        over = o->as_double();
+        if (!(over >= 1)) o->fail("a ratio of at least 1 (down bandwidth / up bandwidth)");
+      }
+      const int leaves = nodes / npl;
+      std::vector<int> leaf;
+      for (int l = 0; l < leaves; ++l) leaf.push_back(sw(fmt::format("leaf{}", l)));
+      for (int n = 0; n < nodes; ++n)
+        for (int v : nics[n]) t.add_link(v, leaf[n / npl], bw, bw, lat);
+      if (leaves > 1) {
+        // Down bandwidth of a leaf = npl * nics * bw; up = down / over, split over the spines.
+        const double up_total = static_cast<double>(bw) * npl * static_cast<double>(nic_count) / over;
+        const auto up = static_cast<std::uint64_t>(up_total / spines);
+        if (up == 0) sp_r.fail("fewer spines: each uplink would get zero bandwidth");
+        for (int s = 0; s < spines; ++s) {
+          const int sv = sw(fmt::format("spine{}", s));
+          for (int l = 0; l < leaves; ++l) t.add_link(leaf[l], sv, up, up, lat);
+        }
+      }
+    } else {
+      fab->at("kind").fail("none, switch, rail or fat_tree");
+    }
+  }
+  try {
+    t.finalize();
+  } catch (const ParmError& e) {
+    throw ParmError(fmt::format("{}: {}", top.file(), e.what()));
+  }
+  return t;
+}
+
+}  // namespace
+
+Topology parse_topology_text(const std::string& text, const std::string& name,
+                             const std::vector<std::string>& overrides) {
+  YamlReader r = YamlReader::load_string(text, name);
+  for (const auto& o : overrides) apply_override(r.node(), o, name + ": override", false);
+  return build(r);
+}
+
+Topology load_topology(const std::string& file, const std::vector<std::string>& overrides) {
+  YamlReader r = YamlReader::load_file(file);
+  for (const auto& o : overrides) apply_override(r.node(), o, file + ": override", false);
+  return build(r);
+}
+
+}  // namespace parmsim
