@@ -58,14 +58,16 @@ class FlowModel final : public NetworkModel {
     // Progress every active flow to t; those whose finish time is t are done.
     const double dt = (t - now_).to_seconds();
     std::size_t keep = 0;
-    for (Flow& f : active_) {
+    for (std::size_t i = 0; i < active_.size(); ++i) {
+      Flow& f = active_[i];
       if (f.finish <= t) {
         done_buf_.push_back(std::move(f));
         continue;
       }
       f.remaining -= f.rate * dt;
       if (f.remaining < 0) f.remaining = 0;
-      active_[keep++] = std::move(f);
+      if (keep != i) active_[keep] = std::move(f);  // no self-move: it would empty `links`
+      ++keep;
     }
     active_.resize(keep);
     now_ = t;
