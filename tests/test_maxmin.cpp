@@ -1,1 +1,63 @@
 #include <catch2/catch.hpp>
+
+#include "sim/net/maxmin.hpp"
+
+using parmsim::max_min_rates;
+
+namespace {
+std::vector<double> solve(const std::vector<double>& cap, const std::vector<std::vector<int>>& paths) {
+  std::vector<const std::vector<int>*> p;
+  for (const auto& x : paths) p.push_back(&x);
+  return max_min_rates(cap, p);
+}
+}  // namespace
+
+TEST_CASE("two flows on one link each get half", "[maxmin]") {
+  const auto r = solve({10.0}, {{0}, {0}});
+  CHECK(r[0] == Approx(5.0));
+  CHECK(r[1] == Approx(5.0));
+}
+
+TEST_CASE("a bottleneck elsewhere frees bandwidth for the others", "[maxmin]") {
+  // Links A (cap 10), B (cap 4). f0 on A; f1 on A and B; f2 on B.
+  // B is the tightest: 4 / 2 = 2 each for f1, f2. A then has 10 - 2 = 8 for f0.
+  const auto r = solve({10.0, 4.0}, {{0}, {0, 1}, {1}});
+  CHECK(r[0] == Approx(8.0));
+  CHECK(r[1] == Approx(2.0));
+  CHECK(r[2] == Approx(2.0));
+}
+
+TEST_CASE("parking-lot: the long flow gets the share of its tightest link", "[maxmin]") {
+  // Three links of capacity 6, 9, 12. f0 crosses all three; f1, f2, f3 each use one.
+  // Link 0: 6/2 = 3 is the smallest share -> f0 = f1 = 3.
+  // Link 1: 9 - 3 = 6 for f2. Link 2: 12 - 3 = 9 for f3.
+  const auto r = solve({6.0, 9.0, 12.0}, {{0, 1, 2}, {0}, {1}, {2}});
+  CHECK(r[0] == Approx(3.0));
+  CHECK(r[1] == Approx(3.0));
+  CHECK(r[2] == Approx(6.0));
+  CHECK(r[3] == Approx(9.0));
+}
+
+TEST_CASE("no link is oversubscribed and every flow is bottlenecked", "[maxmin]") {
+  // Random instance: check the two defining properties of max-min fairness.
+  std::vector<double> cap = {5, 7, 3, 11, 2, 13};
+  std::vector<std::vector<int>> paths = {{0, 1}, {1, 2}, {2, 3, 4}, {0}, {5, 3}, {4, 5}, {1}, {3}};
+  const auto r = solve(cap, paths);
+  std::vector<double> used(cap.size(), 0.0);
+  for (std::size_t f = 0; f < paths.size(); ++f)
+    for (int l : paths[f]) used[l] += r[f];
+  for (std::size_t l = 0; l < cap.size(); ++l) CHECK(used[l] <= cap[l] + 1e-9);
+  // Each flow crosses a saturated link on which it has the largest rate.
+  for (std::size_t f = 0; f < paths.size(); ++f) {
+    bool bottlenecked = false;
+    for (int l : paths[f]) {
+      if (used[l] < cap[l] - 1e-9) continue;
+      bool largest = true;
+      for (std::size_t g = 0; g < paths.size(); ++g)
+        for (int m : paths[g])
+          if (m == l && r[g] > r[f] + 1e-9) largest = false;
+      bottlenecked = bottlenecked || largest;
+    }
+    CHECK(bottlenecked);
+  }
+}

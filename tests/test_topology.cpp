@@ -1,1 +1,114 @@
 #include <catch2/catch.hpp>
+
+#include <map>
+
+#include "sim/core/error.hpp"
+#include "sim/topo/topology_io.hpp"
+
+using namespace parmsim;
+
+static std::string topo_path(const std::string& name) {
+  return std::string(PARMSIM_SOURCE_DIR) + "/topologies/" + name + ".yaml";
+}
+
+TEST_CASE("every shipped topology loads and every GPU reaches every other", "[topology]") {
+  for (const char* n : {"parm-32gpu", "pcie-8gpu", "dgx-h100", "h200-cluster", "nvl72", "fat-tree-1024"}) {
+    INFO(n);
+    const Topology t = load_topology(topo_path(n));
+    CHECK(t.num_gpus() > 0);
+    const Route r = t.route(0, t.num_gpus() - 1);
+    CHECK_FALSE(r.links.empty());
+  }
+}
+
+TEST_CASE("the paper's 32-GPU cluster has the shape of the paper", "[topology]") {
+  const Topology t = load_topology(topo_path("parm-32gpu"));
+  CHECK(t.num_gpus() == 32);
+  CHECK(t.gpus_per_node() == 4);
+  CHECK(t.num_nodes() == 8);
+  // Intra-node: gpu -> pcie switch -> gpu, 2 hops of 0.5 us, 13 GB/s.
+  const Route in = t.route(0, 1);
+  CHECK(in.links.size() == 2);
+  CHECK(in.latency == Time::ns(1000));
+  CHECK(in.bottleneck == 13'000'000'000ULL);
+  // Inter-node: gpu, pcie, cpu, nic, switch, nic, cpu, pcie, gpu = 8 hops;
+  // latency 6 x 0.5 us + 2 x 1 us = 5 us; bottleneck the 100 Gb/s NIC = 12.5 GB/s.
+  const Route out = t.route(0, 4);
+  CHECK(out.links.size() == 8);
+  CHECK(out.latency == Time::us(5));
+  CHECK(out.bottleneck == 12'500'000'000ULL);
+}
+
+TEST_CASE("node count and oversubscription are parameters", "[topology]") {
+  const Topology t = load_topology(topo_path("h200-cluster"), {"nodes=4"});
+  CHECK(t.num_gpus() == 32);
+  const Topology ft = load_topology(topo_path("fat-tree-1024"), {"fabric.oversubscription=4"});
+  // Leaf down = 4 nodes x 8 NICs x 50 GB/s = 1600 GB/s; up = 400 GB/s over 16 spines = 25 GB/s each.
+  const Route r = ft.route(0, 1023);
+  CHECK(r.bottleneck == 25'000'000'000ULL);
+  CHECK_THROWS_WITH(load_topology(topo_path("fat-tree-1024"), {"fabric.oversubscripton=4"}),
+                    Catch::Contains("unknown key 'fabric.oversubscripton'"));
+}
+
+TEST_CASE("routing is deterministic and ECMP spreads an all-to-all evenly", "[topology]") {
+  const Topology t = load_topology(topo_path("fat-tree-1024"));
+  const Topology t2 = load_topology(topo_path("fat-tree-1024"));
+  std::map<int, int> uplink_load;  // leaf -> spine links only
+  for (int s = 0; s < 64; ++s)
+    for (int d = 0; d < t.num_gpus(); ++d) {
+      if (t.same_node(s, d)) continue;
+      const Route r = t.route(s, d);
+      REQUIRE(r.links == t2.route(s, d).links);
+      for (int l : r.links)
+        if (t.link_name(l).rfind("leaf", 0) == 0 && t.link_name(l).find("spine") != std::string::npos)
+          uplink_load[l]++;
+    }
+  // GPUs 0..63 sit under leaves 0 and 1 (32 GPUs each). Each sends to 1024 - 32 = 992
+  // GPUs under other leaves; (src + dst) mod 16 spreads them evenly: 32 * 992 / 16
+  // = 1984 flows on each of the 16 uplinks of each leaf.
+  CHECK(uplink_load.size() == 32);
+  for (const auto& [l, n] : uplink_load) CHECK(n == 1984);
+}
+
+TEST_CASE("a topology where GPUs cannot reach each other is rejected", "[topology]") {
+  const std::string text = R"(name: split
+gpu: h100
+nodes: 1
+node:
+  gpus: 4
+  devices:
+    - {name: sw0, kind: nvswitch}
+    - {name: sw1, kind: nvswitch}
+  links:
+    - {a: [gpu0, gpu1], b: sw0, bandwidth: 100GBps, latency: 1us}
+    - {a: [gpu2, gpu3], b: sw1, bandwidth: 100GBps, latency: 1us}
+)";
+  CHECK_THROWS_WITH(parse_topology_text(text, "split.yaml"), Catch::Contains("cannot reach"));
+}
+
+TEST_CASE("topology errors name file, line and key", "[topology]") {
+  const std::string base = R"(name: t
+gpu: h100
+nodes: 1
+node:
+  gpus: 2
+  devices: [{name: sw, kind: nvswitch}]
+  links:
+    - {a: [gpu0, gpu1], b: sw, bandwidth: BW, latency: 1us}
+)";
+  auto with = [&](const std::string& bw) {
+    std::string s = base;
+    s.replace(s.find("BW"), 2, bw);
+    return s;
+  };
+  CHECK_THROWS_WITH(parse_topology_text(with("450"), "t.yaml"),
+                    Catch::Contains("t.yaml:8:") && Catch::Contains("node.links[0].bandwidth") &&
+                        Catch::Contains("bare number"));
+  CHECK_THROWS_WITH(parse_topology_text(with("0GBps"), "t.yaml"), Catch::Contains("positive bandwidth"));
+  CHECK_THROWS_WITH(parse_topology_text(with("-1GBps"), "t.yaml"), Catch::Contains("negative"));
+  CHECK_THROWS_WITH(parse_topology_text(base + "colour: red\n", "t.yaml"),
+                    Catch::Contains("t.yaml:9:1: unknown key 'colour'"));
+  CHECK_THROWS_WITH(parse_topology_text("name: [unclosed\n", "bad.yaml"), Catch::Contains("bad.yaml:") &&
+                                                                               Catch::Contains("malformed YAML"));
+  CHECK_THROWS_WITH(load_topology("/nonexistent/topo.yaml"), Catch::Contains("/nonexistent/topo.yaml: cannot open"));
+}

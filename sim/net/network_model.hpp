@@ -4,8 +4,11 @@
 // advances time: the engine tells it the time, asks when the next transfer
 // completes, and collects the transfers that complete then.
 //
-//   analytical  latency + bytes / bottleneck bandwidth of the route; transfers
-//               never slow each other (the alpha-beta model of the Parm paper).
+//   analytical  latency + bytes / bottleneck bandwidth of the route (the
+//               alpha-beta model of the Parm paper); no bandwidth sharing: a
+//               link transmits one transfer at a time, the others wait in
+//               issue order, so k transfers through one NIC take
+//               alpha + k * bytes * beta.
 //   flow        every transfer is a flow; after its route latency it shares
 //               each link max-min fairly with the others crossing it, and the
 //               shares are re-solved whenever a flow starts or finishes.
