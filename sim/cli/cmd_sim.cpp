@@ -74,12 +74,14 @@ void add_collective(CLI::App& app) {
     if (proto.op == CollOp::saa) proto.inner = a->inner > 0 ? a->inner : topo.gpus_per_node();
     const int p = static_cast<int>(proto.group.size());
     if (p < 2) throw ParmError("--gpus: a collective needs at least two GPUs");
+    const std::vector<std::uint64_t> sizes = parse_sizes(a->bytes);
+    make_network(a->network, topo);  // rejects an unknown model before any output
     nlohmann::json out = nlohmann::json::array();
     if (!a->json)
       fmt::print("# {} over {} GPUs of {} ({} network, {} algorithm)\n# {:>14} {:>14} {:>12} {:>12}\n", a->op, p,
                  topo.name(), a->network, proto.algo.empty() ? default_algorithm(proto.op) : proto.algo, "size(B)",
                  "time(us)", "algbw(GB/s)", "busbw(GB/s)");
-    for (std::uint64_t bytes : parse_sizes(a->bytes)) {
+    for (std::uint64_t bytes : sizes) {
       int max_rank = 0;
       for (int r : proto.group) max_rank = std::max(max_rank, r);
       TaskGraphBuilder b(max_rank + 1);

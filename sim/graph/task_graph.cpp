@@ -256,10 +256,12 @@ TaskGraph TaskGraphBuilder::build() && {
           break;
         }
     }
-    std::string cyc;
-    for (std::size_t i = path.size(); i-- > static_cast<std::size_t>(pos[v]);)
-      cyc += fmt::format("'{}' -> ", g.tasks_[path[i]].name);
-    cyc += fmt::format("'{}'", g.tasks_[v].name);
+    // path[i+1] precedes path[i], and v precedes path.back(): in execution
+    // order the cycle is v -> path.back() -> ... -> path[pos[v] + 1] -> v.
+    std::string cyc = fmt::format("'{}'", g.tasks_[v].name);
+    for (std::size_t i = path.size(); i-- > static_cast<std::size_t>(pos[v]) + 1;)
+      cyc += fmt::format(" -> '{}'", g.tasks_[path[i]].name);
+    cyc += fmt::format(" -> '{}'", g.tasks_[v].name);
     throw ParmError(fmt::format("task graph: dependency cycle (stream order included): {}", cyc));
   }
   return std::move(g_);

@@ -58,7 +58,9 @@ std::string YamlReader::where() const {
 
 void YamlReader::fail(const std::string& expected) const {
   std::string got;
-  if (node_.IsScalar())
+  if (expected.find("got ") != std::string::npos)
+    ;  // the reason already quotes the value
+  else if (node_.IsScalar())
     got = fmt::format(", got '{}'", node_.Scalar());
   else if (node_.IsSequence())
     got = ", got a list";

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
+#include <set>
 
 #include "sim/core/error.hpp"
 #include "sim/core/event_queue.hpp"
@@ -12,24 +14,32 @@ namespace parmsim {
 namespace {
 
 // Each transfer costs its route latency plus bytes over the route's
-// bottleneck bandwidth, as in an alpha-beta model. There is no bandwidth
-// sharing: a link transmits one transfer at a time, for bytes / bottleneck,
-// and a transfer starts once every link of its route is free. Waiting
-// transfers are served in the order they were issued, and a later one never
-// takes a link that an earlier waiting one needs (per-link FIFO). Latency
-// overlaps with other transfers' transmission (it is propagation, not
-// occupancy), so k transfers through one NIC cost alpha + k * bytes * beta.
+// bottleneck bandwidth, as in an alpha-beta model, and never runs slower:
+// there is no bandwidth sharing. Instead a transfer reserves its bottleneck
+// rate on every link of its route while it transmits, and starts only when
+// every link has that much unreserved (a link may carry several transfers
+// whose rates fit its capacity). Transfers leave a GPU through a port (the
+// first link of the route) in the order they were issued; ports are
+// independent, so NVLink and NIC traffic of one GPU proceed side by side.
+// Latency is propagation, not occupancy: k transfers that each fill one NIC
+// cost alpha + k * bytes * beta, the paper's "beta times GPUs per NIC".
 class Analytical final : public NetworkModel {
  public:
-  explicit Analytical(const Topology& topo) : link_free_(topo.num_links()), claim_(topo.num_links(), 0) {}
+  explicit Analytical(const Topology& topo) : used_(topo.num_links(), 0), port_(topo.num_links()) {
+    for (int l = 0; l < topo.num_links(); ++l) capacity_.push_back(topo.link(l).bandwidth);
+  }
   std::string name() const override { return "analytical"; }
   void start(std::uint64_t id, const Route& r, std::uint64_t bytes, Time now) override {
     if (bytes == 0 || r.links.empty()) {
       done_.push(now + r.latency, id);
       return;
     }
-    waiting_.push_back(Waiting{id, r, duration_for(bytes, r.bottleneck)});
-    wake_.push(now, 0);
+    const auto w = static_cast<std::uint32_t>(xfers_.size());
+    xfers_.push_back(Xfer{id, r.links, r.latency, duration_for(bytes, r.bottleneck), r.bottleneck});
+    const int port = r.links.front();
+    if (port_[port].empty()) busy_ports_.insert(port);
+    port_[port].push_back(w);
+    drain(port, now);
   }
   std::optional<Time> next_completion() override {
     Time t = Time::max();
@@ -39,45 +49,49 @@ class Analytical final : public NetworkModel {
     return t;
   }
   void complete(Time t, std::vector<std::uint64_t>* done) override {
-    bool woke = false;
-    while (!wake_.empty() && wake_.top().time <= t) wake_.pop(), woke = true;
-    if (woke) admit(t);
+    bool freed = false;
+    while (!wake_.empty() && wake_.top().time <= t) {
+      Xfer& x = xfers_[wake_.pop().payload];
+      for (int l : x.links) used_[l] -= x.rate;
+      std::vector<int>().swap(x.links);
+      freed = true;
+    }
+    if (freed) {
+      const std::vector<int> ports(busy_ports_.begin(), busy_ports_.end());
+      for (int p : ports) drain(p, t);
+    }
     while (!done_.empty() && done_.top().time == t) done->push_back(done_.pop().payload);
   }
-  std::size_t in_flight() const override { return done_.size() + waiting_.size(); }
+  std::size_t in_flight() const override { return done_.size(); }
 
  private:
-  struct Waiting {
+  struct Xfer {
     std::uint64_t id;
-    Route route;
-    Time tx;
+    std::vector<int> links;
+    Time latency, tx;
+    std::uint64_t rate;
   };
-  void admit(Time now) {
-    ++epoch_;
-    std::size_t keep = 0;
-    for (std::size_t i = 0; i < waiting_.size(); ++i) {
-      Waiting& w = waiting_[i];
-      bool ok = true;
-      for (int l : w.route.links) ok = ok && link_free_[l] <= now && claim_[l] != epoch_;
-      if (ok) {
-        const Time end_tx = now + w.tx;
-        for (int l : w.route.links) link_free_[l] = end_tx;
-        done_.push(end_tx + w.route.latency, w.id);
-        wake_.push(end_tx, 0);
-        continue;
-      }
-      for (int l : w.route.links) claim_[l] = epoch_;
-      if (keep != i) waiting_[keep] = std::move(w);
-      ++keep;
+  // Starts the transfers at the head of a port's queue while they fit.
+  void drain(int port, Time now) {
+    auto& q = port_[port];
+    while (!q.empty()) {
+      Xfer& x = xfers_[q.front()];
+      for (int l : x.links)
+        if (used_[l] + x.rate > capacity_[l]) return;
+      for (int l : x.links) used_[l] += x.rate;
+      const Time end_tx = now + x.tx;
+      wake_.push(end_tx, q.front());
+      done_.push(end_tx + x.latency, x.id);
+      q.pop_front();
     }
-    waiting_.resize(keep);
+    busy_ports_.erase(port);
   }
-  std::vector<Time> link_free_;
-  std::vector<std::uint64_t> claim_;
-  std::uint64_t epoch_ = 0;
-  std::vector<Waiting> waiting_;
+  std::vector<std::uint64_t> capacity_, used_;
+  std::vector<std::deque<std::uint32_t>> port_;
+  std::set<int> busy_ports_;  // ports with waiting transfers, in link id order
+  std::vector<Xfer> xfers_;
   EventQueue<std::uint64_t> done_;
-  EventQueue<int> wake_;
+  EventQueue<std::uint32_t> wake_;
 };
 
 class FlowModel final : public NetworkModel {
@@ -179,8 +193,8 @@ class FlowModel final : public NetworkModel {
 const std::vector<std::pair<std::string, std::string>>& network_models() {
   static const std::vector<std::pair<std::string, std::string>> m = {
       {"analytical",
-       "alpha-beta per transfer (latency + bytes / bottleneck bandwidth); no bandwidth sharing: a link sends one "
-       "transfer at a time, in issue order"},
+       "alpha-beta per transfer (latency + bytes / bottleneck bandwidth), never slowed: a transfer waits until "
+       "every link of its route has its rate free; each GPU port sends in issue order"},
       {"flow", "max-min fair sharing of every link among the flows crossing it, re-solved on every start/finish"}};
   return m;
 }

@@ -5,10 +5,9 @@
 // completes, and collects the transfers that complete then.
 //
 //   analytical  latency + bytes / bottleneck bandwidth of the route (the
-//               alpha-beta model of the Parm paper); no bandwidth sharing: a
-//               link transmits one transfer at a time, the others wait in
-//               issue order, so k transfers through one NIC take
-//               alpha + k * bytes * beta.
+//               alpha-beta model of the Parm paper); a transfer is never
+//               slowed, it waits until its rate is free on every link, so k
+//               transfers filling one NIC take alpha + k * bytes * beta.
 //   flow        every transfer is a flow; after its route latency it shares
 //               each link max-min fairly with the others crossing it, and the
 //               shares are re-solved whenever a flow starts or finishes.
