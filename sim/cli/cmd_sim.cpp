@@ -188,6 +188,7 @@ void add_subcommands(CLI::App& app) {
   add_collective(app);
   add_simulate(app);
   add_topology(app);
+  add_layer(app);
 }
 
 }  // namespace parmsim::cli

@@ -19,5 +19,6 @@ void add_subcommands(CLI::App& app);
 void add_collective(CLI::App& app);
 void add_simulate(CLI::App& app);
 void add_topology(CLI::App& app);
+void add_layer(CLI::App& app);
 
 }  // namespace parmsim::cli

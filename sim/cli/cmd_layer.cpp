@@ -1,0 +1,210 @@
+// parmsim layer
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "sim/cli/common.hpp"
+#include "sim/compute/gpu_profile.hpp"
+#include "sim/core/error.hpp"
+#include "sim/core/units.hpp"
+#include "sim/io/output.hpp"
+#include "sim/io/yaml_reader.hpp"
+#include "sim/moe/layer_sim.hpp"
+#include "sim/net/network_model.hpp"
+#include "sim/topo/topology_io.hpp"
+
+namespace parmsim::cli {
+
+namespace {
+
+const Section kLayerFile{"layer",
+                         "A layer file for `parmsim layer --layer FILE` (every key optional; --set overrides).",
+                         {{"B", "int", "4", "samples per GPU"},
+                          {"L", "int", "512", "tokens per sample"},
+                          {"M", "int", "1024", "model (embedding) size"},
+                          {"H", "int", "4096", "expert FFN hidden size"},
+                          {"E", "int", "32", "experts"},
+                          {"k", "int", "2", "top-k"},
+                          {"f", "number", "1.2", "capacity factor"},
+                          {"mp", "int", "4", "N_MP = N_ESP = G"},
+                          {"dtype", "string", "fp32", "fp32 | fp16 | bf16"},
+                          {"split", "string", "before_gate", "Parm MP-Split: before_gate | after_order"},
+                          {"gather", "string", "schedule", "MP-AllGather: after_iorder (O) | before_iorder (D)"},
+                          {"fuse_dispatch", "bool", "schedule", "AlltoAll + ESP-AllGather as one SAA"},
+                          {"fuse_combine", "bool", "schedule", "AlltoAll + MP-AllGather as one SAA"},
+                          {"chunks", "int", "schedule", "ReduceScatter -> AlltoAll pipeline chunks"},
+                          {"a2a_algo", "string", "pairwise", "pairwise | direct"}}};
+SectionRegistrar reg(kLayerFile);
+
+std::string with_suffix(const std::string& path, const std::string& suffix) {
+  const auto dot = path.rfind('.');
+  const auto slash = path.rfind('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + "." + suffix;
+  return path.substr(0, dot) + "." + suffix + path.substr(dot);
+}
+
+}  // namespace
+
+void add_layer(CLI::App& app) {
+  auto* c = app.add_subcommand("layer", "predict one MoE layer (forward + backward) under baseline, S1 and S2");
+  struct Args {
+    std::string topo, topo_set, set, layer_file, schedule = "all", network = "flow", trace;
+    bool search = false, json = false;
+  };
+  auto a = std::make_shared<Args>();
+  c->add_option("--topology,-t", a->topo, "topology YAML file")->required()->check(CLI::ExistingFile);
+  c->add_option("--topo-set", a->topo_set, "override topology keys, e.g. nodes=16");
+  c->add_option("--layer", a->layer_file, "YAML file of layer keys (see --help-config, section layer)")
+      ->check(CLI::ExistingFile);
+  c->add_option("--set,-s", a->set,
+                "layer keys: B,L,M,H,E,k,f,mp,dtype and schedule options split,gather,fuse_dispatch,"
+                "fuse_combine,chunks,a2a_algo; e.g. B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4");
+  c->add_option("--schedule", a->schedule, "baseline | s1 | s2 | auto | all")->capture_default_str();
+  c->add_option("--network,-n", a->network, "analytical | flow")->capture_default_str();
+  c->add_option("--trace", a->trace,
+                "write Chrome traces: FILE with .<schedule>.forward / .backward inserted before the extension");
+  c->add_flag("--search", a->search, "try every combination of the builder's options and report the best");
+  c->add_flag("--json", a->json, "print JSON instead of tables");
+  c->callback([a] {
+    const Topology topo = load_topology(a->topo, split_assignments(a->topo_set));
+    moe::LayerSpec spec;
+    moe::ScheduleOptions custom = moe::preset("s1");
+    bool has_custom = false;
+    std::vector<std::string> kv;
+    if (!a->layer_file.empty()) {
+      const YamlReader r = YamlReader::load_file(a->layer_file);
+      r.check_keys(kLayerFile);
+      for (const std::string& k : r.keys()) kv.push_back(k + "=" + r.at(k).as_string());
+      moe::apply_assignments(&spec, &custom, kv, a->layer_file);
+    }
+    const auto cli_kv = split_assignments(a->set);
+    moe::apply_assignments(&spec, &custom, cli_kv, "--set");
+    kv.insert(kv.end(), cli_kv.begin(), cli_kv.end());
+    for (const auto& x : kv) {
+      const std::string key = x.substr(0, x.find('='));
+      has_custom = has_custom || key == "split" || key == "gather" || key == "fuse_dispatch" ||
+                   key == "fuse_combine" || key == "chunks";
+    }
+    const moe::Dims dims = moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
+    const GpuProfile& gpu = gpu_profile(topo.gpu_model());
+    gpu.peak(spec.dtype);  // rejects an unsupported dtype up front
+    const moe::AlphaBeta ab = moe::alpha_beta_from_topology(topo);
+    const std::string chosen = moe::auto_choice(spec, dims, ab, gpu);
+    make_network(a->network, topo);
+
+    std::vector<std::string> names;
+    if (a->schedule == "all") names = {"baseline", "s1", "s2"};
+    else if (a->schedule == "auto") names = {"baseline", chosen};
+    else {
+      moe::preset(a->schedule);  // validates
+      names = {a->schedule};
+      if (a->schedule != "baseline") names.insert(names.begin(), "baseline");
+    }
+    const moe::LayerRun run{topo, spec, a->network};
+    std::vector<moe::ScheduleResult> results;
+    for (const std::string& n : names) {
+      moe::ScheduleOptions o = moe::preset(n);
+      // Options given with --set refine the Parm presets (a2a_algo applies to all).
+      if (n != "baseline" && has_custom) o = custom, o.name = n + "*";
+      o.a2a_algo = custom.a2a_algo;
+      SimResult fr, br;
+      TaskGraph fg, bg;
+      results.push_back(moe::run_schedule(run, o, &fr, &fg, &br, &bg));
+      if (!a->trace.empty()) {
+        write_atomically(with_suffix(a->trace, n + ".forward"), [&](std::ostream& os) { write_chrome_trace(os, fg, fr); });
+        write_atomically(with_suffix(a->trace, n + ".backward"),
+                         [&](std::ostream& os) { write_chrome_trace(os, bg, br); });
+      }
+    }
+    const Time base = results.front().total();
+    // The simulator's own pick between S1 and S2 (when both ran).
+    std::string sim_pick;
+    const moe::ScheduleResult *r1 = nullptr, *r2 = nullptr;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == "s1") r1 = &results[i];
+      if (names[i] == "s2") r2 = &results[i];
+    }
+    if (r1 && r2) sim_pick = r2->total() < r1->total() ? "s2" : "s1";
+
+    std::optional<moe::ScheduleResult> best;
+    std::size_t tried = 0;
+    if (a->search) {
+      for (moe::ScheduleOptions o : moe::search_space()) {
+        o.a2a_algo = custom.a2a_algo;
+        const moe::ScheduleResult r = moe::run_schedule(run, o);
+        ++tried;
+        if (!best || r.total() < best->total()) best = r;
+      }
+    }
+
+    if (a->json) {
+      nlohmann::json j;
+      j["topology"] = topo.name();
+      j["network"] = a->network;
+      j["layer"] = moe::spec_string(spec);
+      j["P"] = dims.P;
+      j["G"] = dims.G;
+      j["N_EP"] = dims.n_ep;
+      nlohmann::json sch = nlohmann::json::object();
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        const auto& r = results[i];
+        sch[names[i]] = {{"forward_us", r.forward.to_us()},
+                         {"backward_us", r.backward.to_us()},
+                         {"total_us", r.total().to_us()},
+                         {"model_us", r.model_total_s() * 1e6},
+                         {"model_forward_us", r.model_forward_s * 1e6},
+                         {"model_backward_us", r.model_backward_s * 1e6},
+                         {"speedup_vs_baseline", base.to_seconds() / r.total().to_seconds()},
+                         {"intra_node_bytes", r.intra_node_bytes},
+                         {"inter_node_bytes", r.inter_node_bytes},
+                         {"exposed_comm_us", r.exposed_comm().to_us()},
+                         {"options", r.options.describe()}};
+      }
+      j["schedules"] = sch;
+      j["auto"] = chosen;
+      if (!sim_pick.empty()) j["simulator_pick"] = sim_pick;
+      if (best) {
+        j["search"] = {{"tried", tried},
+                       {"best_options", best->options.describe()},
+                       {"best_total_us", best->total().to_us()},
+                       {"gain_vs_s1", r1 ? r1->total().to_seconds() / best->total().to_seconds() : 0.0},
+                       {"gain_vs_s2", r2 ? r2->total().to_seconds() / best->total().to_seconds() : 0.0}};
+      }
+      std::cout << j.dump(1) << "\n";
+      return;
+    }
+    fmt::print("layer {} on {} (P={}, G=mp={}, N_EP={}, {} GPUs), {} network\n", moe::spec_string(spec), topo.name(),
+               dims.P, dims.G, dims.n_ep, topo.gpu_model(), a->network);
+    fmt::print("tokens/GPU S={}, capacity T={} (baseline) / {} (Parm, per S/G), experts/EP rank {}\n", dims.S,
+               dims.T_base, dims.T_parm, dims.E_local);
+    fmt::print("{:<10} {:>12} {:>12} {:>12} {:>8} {:>12} {:>11} {:>11} {:>12}\n", "schedule", "forward_us",
+               "backward_us", "total_us", "speedup", "model_us", "intra_node", "inter_node", "exposed_us");
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const auto& r = results[i];
+      fmt::print("{:<10} {:>12.1f} {:>12.1f} {:>12.1f} {:>7.2f}x {:>12.1f} {:>11} {:>11} {:>12.1f}\n",
+                 r.options.name == "custom" ? names[i] : r.options.name, r.forward.to_us(), r.backward.to_us(),
+                 r.total().to_us(), base.to_seconds() / r.total().to_seconds(), r.model_total_s() * 1e6,
+                 units::format_bytes(r.intra_node_bytes), units::format_bytes(r.inter_node_bytes),
+                 r.exposed_comm().to_us());
+    }
+    fmt::print("auto (alpha-beta model) picks {}", chosen);
+    if (!sim_pick.empty())
+      fmt::print("; the simulator finds {} faster: {}\n", sim_pick, sim_pick == chosen ? "agrees" : "DISAGREES");
+    else
+      fmt::print("\n");
+    if (best) {
+      fmt::print("search: {} option combinations; best {} at {:.1f} us", tried, best->options.describe(),
+                 best->total().to_us());
+      if (r1) fmt::print(", {:.3f}x vs s1", r1->total().to_seconds() / best->total().to_seconds());
+      if (r2) fmt::print(", {:.3f}x vs s2", r2->total().to_seconds() / best->total().to_seconds());
+      for (std::size_t i = 0; i < names.size(); ++i)
+        if (names[i] == chosen)
+          fmt::print(", {:.3f}x vs auto", results[i].total().to_seconds() / best->total().to_seconds());
+      fmt::print("\n");
+    }
+  });
+}
+
+}  // namespace parmsim::cli

@@ -1,0 +1,127 @@
+#pragma once
+// One MoE layer under MP + EP + ESP (PARM.md): its spec, the rank-to-group
+// mapping, the three schedules as operation sequences, their task graphs and
+// their closed-form (alpha-beta) times.
+//
+// A schedule is first a list of MoeOps for the forward pass; the backward
+// list is derived from it by reversing it and taking each op's adjoint
+// (AllGather <-> ReduceScatter, SAA -> ReduceScatter+AlltoAll, MP-Split ->
+// MP-AllGather, ...). The same lists feed the task-graph builder and the
+// closed form, so the simulator and the model always time the same work.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/core/time.hpp"
+#include "sim/graph/task_graph.hpp"
+#include "sim/topo/topology.hpp"
+
+namespace parmsim {
+class YamlReader;
+struct GpuProfile;
+}
+
+namespace parmsim::moe {
+
+struct LayerSpec {
+  std::int64_t B = 4, L = 512, M = 1024, H = 4096, E = 32, k = 2;
+  double f = 1.2;
+  int mp = 4;  // N_MP = N_ESP = G
+  DType dtype = DType::fp32;
+};
+
+enum class Split { before_gate, after_order };
+enum class Gather { after_iorder, before_iorder };
+
+// Builder options: every choice PARM.md marks as reconstructed.
+struct ScheduleOptions {
+  std::string name;         // "baseline", "s1", "s2" or "custom"
+  bool parm = true;         // false: DeepSpeed-MoE baseline (the other fields are ignored)
+  Split split = Split::before_gate;
+  Gather gather = Gather::after_iorder;
+  bool fuse_dispatch = false;  // AlltoAll + ESP-AllGather -> SAA
+  bool fuse_combine = false;   // AlltoAll + MP-AllGather -> SAA (needs gather = before_iorder)
+  int chunks = 1;              // ReduceScatter -> AlltoAll/SAA pipeline chunks
+  std::string a2a_algo = "pairwise";
+  std::string describe() const;
+};
+
+ScheduleOptions preset(const std::string& name);  // baseline | s1 | s2; throws otherwise
+const std::vector<std::string>& preset_names();
+// Every combination of the builder's options (for --search).
+std::vector<ScheduleOptions> search_space();
+
+// Keys: B, L, M, H, E, k, f, mp, dtype; split, gather, fuse_dispatch,
+// fuse_combine, chunks, a2a_algo. Unknown keys and bad values are ParmErrors
+// naming the key. `opts` may be null when options are not accepted.
+void set_key(LayerSpec* spec, ScheduleOptions* opts, const std::string& key, const std::string& value,
+             const std::string& where);
+void apply_assignments(LayerSpec* spec, ScheduleOptions* opts, const std::vector<std::string>& kv,
+                       const std::string& where);
+std::string spec_string(const LayerSpec& s);
+
+// Groups (PARM.md): ranks numbered node by node; MP (= ESP) groups are G
+// consecutive ranks; EP groups take the ranks with the same MP index.
+struct Groups {
+  int P = 0, G = 0, n_ep = 0;
+  std::vector<std::vector<int>> mp;  // mp[i] = ranks i*G .. i*G+G-1
+  std::vector<std::vector<int>> ep;  // ep[j] = ranks j, j+G, j+2G, ...
+  std::vector<int> mp_of, ep_of;     // rank -> group index
+};
+Groups make_groups(int P, int G);
+
+// Sizes derived from a spec on P GPUs with `gpus_per_node` per node.
+// Throws ParmError for impossible combinations.
+struct Dims {
+  int P = 0, G = 0, n_ep = 0;
+  std::int64_t S = 0;         // tokens per GPU entering the layer (B*L)
+  std::int64_t E_local = 0;   // experts per EP rank
+  std::int64_t T_base = 0;    // tokens per expert buffer, baseline (capacity on S tokens)
+  std::int64_t T_parm = 0;    // tokens per expert buffer, Parm (capacity on S/G tokens)
+  int dtype_bytes = 4;
+};
+Dims make_dims(const LayerSpec& s, int P, int gpus_per_node);
+
+enum class OpKind2 { gate, order, iorder, experts, split, mp_gather_free, a2a, ag, rs, ar, saa, rs_then };
+enum class GroupKind { ep, esp, mp, world };
+
+// One step of a schedule, in elements (times dtype bytes for collectives).
+struct MoeOp {
+  OpKind2 kind;
+  bool backward = false;
+  std::int64_t tokens = 0;  // gate/order/iorder: tokens processed
+  std::int64_t elems = 0;   // buffer elements: order output, iorder input, expert input rows*M,
+                            // collective size (nccl-tests convention), saa input per rank
+  GroupKind group = GroupKind::ep;
+  // rs_then: ReduceScatter over ESP/MP of `elems`, then `then` (a2a or saa) of elems/G, in `chunks`
+  OpKind2 then = OpKind2::a2a;
+  int chunks = 1;
+  std::string label;
+};
+
+std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const ScheduleOptions& o);
+std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& s, const Dims& d,
+                                const ScheduleOptions& o);
+
+// The task graph of a list of ops on all P ranks: streams compute, comm, rs.
+TaskGraph build_graph(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o);
+
+// Alpha-beta parameters of the closed form (PARM.md, "Cost model").
+struct AlphaBeta {
+  double alpha_intra = 0, beta_intra = 0;  // seconds, seconds per byte
+  double alpha_inter = 0, beta_inter = 0;  // beta_inter already times GPUs per NIC
+};
+AlphaBeta alpha_beta_from_topology(const Topology& t);
+
+struct ModelTime {
+  double forward_s = 0, backward_s = 0;
+  double total() const { return forward_s + backward_s; }
+};
+// Closed form of a schedule; the compute ops use the same roofline as the simulator.
+double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                  const AlphaBeta& ab, const GpuProfile& gpu);
+ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab,
+                      const GpuProfile& gpu);
+
+}  // namespace parmsim::moe

@@ -1,0 +1,53 @@
+#include "sim/moe/layer_sim.hpp"
+
+#include "sim/compute/gpu_profile.hpp"
+
+namespace parmsim::moe {
+
+namespace {
+Time rank0_compute(const TaskGraph& g, const SimResult& r) {
+  Time t;
+  for (const TraceRow& row : r.trace) {
+    const Task& k = g.task(row.task);
+    if (k.rank == 0 && k.kind == TaskKind::compute) t += row.end - row.start;
+  }
+  return t;
+}
+}  // namespace
+
+ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimResult* fwd_trace, TaskGraph* fwd_graph,
+                            SimResult* bwd_trace, TaskGraph* bwd_graph) {
+  const Dims d = make_dims(run.spec, run.topo.num_gpus(), run.topo.gpus_per_node());
+  const GpuProfile& gpu = gpu_profile(run.topo.gpu_model());
+  const auto fops = forward_ops(run.spec, d, o);
+  const auto bops = backward_ops(fops, run.spec, d, o);
+  TaskGraph fg = build_graph(fops, run.spec, d, o);
+  TaskGraph bg = build_graph(bops, run.spec, d, o);
+  SimOptions so;
+  so.network = run.network;
+  SimResult fr = simulate(fg, run.topo, so);
+  SimResult br = simulate(bg, run.topo, so);
+  ScheduleResult res;
+  res.options = o;
+  res.forward = fr.makespan;
+  res.backward = br.makespan;
+  const AlphaBeta ab = alpha_beta_from_topology(run.topo);
+  res.model_forward_s = model_time(fops, run.spec, d, o, ab, gpu);
+  res.model_backward_s = model_time(bops, run.spec, d, o, ab, gpu);
+  res.intra_node_bytes = fr.intra_node_bytes + br.intra_node_bytes;
+  res.inter_node_bytes = fr.inter_node_bytes + br.inter_node_bytes;
+  res.compute_rank0 = rank0_compute(fg, fr) + rank0_compute(bg, br);
+  if (fwd_trace) *fwd_trace = std::move(fr);
+  if (bwd_trace) *bwd_trace = std::move(br);
+  if (fwd_graph) *fwd_graph = std::move(fg);
+  if (bwd_graph) *bwd_graph = std::move(bg);
+  return res;
+}
+
+std::string auto_choice(const LayerSpec& s, const Dims& d, const AlphaBeta& ab, const GpuProfile& gpu) {
+  const double t1 = model_layer(s, d, preset("s1"), ab, gpu).total();
+  const double t2 = model_layer(s, d, preset("s2"), ab, gpu).total();
+  return t2 < t1 ? "s2" : "s1";
+}
+
+}  // namespace parmsim::moe

@@ -1,0 +1,40 @@
+#pragma once
+// Simulating and modelling one MoE layer under a schedule; the automatic
+// choice between S1 and S2; the search over the builder's options.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/engine/simulator.hpp"
+#include "sim/moe/layer.hpp"
+
+namespace parmsim::moe {
+
+struct ScheduleResult {
+  ScheduleOptions options;
+  Time forward, backward;
+  double model_forward_s = 0, model_backward_s = 0;
+  std::uint64_t intra_node_bytes = 0, inter_node_bytes = 0;  // all ranks, forward + backward
+  Time compute_rank0;  // busy time of rank 0's compute stream, forward + backward
+  Time total() const { return forward + backward; }
+  // Time rank 0 spends with its compute stream idle: communication not hidden.
+  Time exposed_comm() const { return total() - compute_rank0; }
+  double model_total_s() const { return model_forward_s + model_backward_s; }
+};
+
+struct LayerRun {
+  const Topology& topo;
+  LayerSpec spec;
+  std::string network = "flow";
+};
+
+// Simulates forward and backward graphs of one schedule. When `trace` is
+// given, the forward and backward results are returned for writing traces.
+ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimResult* fwd_trace = nullptr,
+                            TaskGraph* fwd_graph = nullptr, SimResult* bwd_trace = nullptr,
+                            TaskGraph* bwd_graph = nullptr);
+
+// The paper's choice: S2 when the closed form says it is faster than S1.
+std::string auto_choice(const LayerSpec& s, const Dims& d, const AlphaBeta& ab, const GpuProfile& gpu);
+
+}  // namespace parmsim::moe
