@@ -8,7 +8,9 @@
 #include <random>
 
 #include "sim/core/event_queue.hpp"
+#include "sim/compute/gpu_profile.hpp"
 #include "sim/engine/simulator.hpp"
+#include "sim/moe/layer_sim.hpp"
 #include "sim/topo/topology_io.hpp"
 
 using namespace parmsim;
@@ -65,5 +67,28 @@ static void BM_FatTreeAlltoAll(benchmark::State& state) {
   state.counters["peak_rss_MiB"] = peak_rss_mib();
 }
 BENCHMARK(BM_FatTreeAlltoAll)->Arg(0)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// One MoE layer (B=4, L=512, M=1024, H=4096, E=32, k=2, f=1.2, mp=4) on the
+// paper's 32-GPU cluster: baseline, S1 and S2, forward and backward, flow network.
+static void BM_LayerAllSchedules(benchmark::State& state) {
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
+  const moe::LayerRun run{t, moe::LayerSpec{}, "flow"};
+  for (auto _ : state)
+    for (const char* n : {"baseline", "s1", "s2"}) benchmark::DoNotOptimize(moe::run_schedule(run, moe::preset(n)));
+}
+BENCHMARK(BM_LayerAllSchedules)->Unit(benchmark::kMillisecond);
+
+// The closed form of one layer: S1 and S2, forward and backward (what `auto` evaluates).
+static void BM_ModelLayerEval(benchmark::State& state) {
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
+  moe::LayerSpec s;
+  const moe::Dims d = moe::make_dims(s, t.num_gpus(), t.gpus_per_node());
+  const moe::AlphaBeta ab = moe::alpha_beta_from_topology(t);
+  const GpuProfile& gpu = gpu_profile(t.gpu_model());
+  const moe::ScheduleOptions o = moe::preset(state.range(0) == 0 ? "s1" : "s2");
+  for (auto _ : state) benchmark::DoNotOptimize(moe::model_layer(s, d, o, ab, gpu));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ModelLayerEval)->Arg(0)->Arg(1);
 
 BENCHMARK_MAIN();

@@ -6,8 +6,8 @@ using parmsim::max_min_rates;
 
 namespace {
 std::vector<double> solve(const std::vector<double>& cap, const std::vector<std::vector<int>>& paths) {
-  std::vector<const std::vector<int>*> p;
-  for (const auto& x : paths) p.push_back(&x);
+  std::vector<std::span<const int>> p;
+  for (const auto& x : paths) p.emplace_back(x);
   return max_min_rates(cap, p);
 }
 }  // namespace

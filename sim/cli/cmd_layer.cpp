@@ -76,8 +76,11 @@ void add_layer(CLI::App& app) {
     if (!a->layer_file.empty()) {
       const YamlReader r = YamlReader::load_file(a->layer_file);
       r.check_keys(kLayerFile);
-      for (const std::string& k : r.keys()) kv.push_back(k + "=" + r.at(k).as_string());
-      moe::apply_assignments(&spec, &custom, kv, a->layer_file);
+      for (const std::string& k : r.keys()) {
+        const std::string v = k + "=" + r.at(k).as_string();
+        moe::apply_assignments(&spec, &custom, {v}, r.at(k).where());
+        kv.push_back(v);
+      }
     }
     const auto cli_kv = split_assignments(a->set);
     moe::apply_assignments(&spec, &custom, cli_kv, "--set");

@@ -217,19 +217,19 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
 
 namespace {
 
-MoeOp coll_op(OpKind2 k, GroupKind g, std::int64_t elems, std::string label) {
+MoeOp coll_op(OpKind2 k, GroupKind g, std::int64_t elems, const char* label) {
   MoeOp o{k};
   o.group = g;
   o.elems = elems;
-  o.label = std::move(label);
+  o.label = label;
   return o;
 }
 
-MoeOp compute_op(OpKind2 k, std::int64_t tokens, std::int64_t elems, std::string label) {
+MoeOp compute_op(OpKind2 k, std::int64_t tokens, std::int64_t elems, const char* label) {
   MoeOp o{k};
   o.tokens = tokens;
   o.elems = elems;
-  o.label = std::move(label);
+  o.label = label;
   return o;
 }
 
@@ -306,7 +306,7 @@ std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec&,
   };
   std::vector<Prim> prim;
   const std::int64_t G = d.G;
-  auto ag = [](GroupKind g, std::int64_t n, const std::string& l) { return coll_op(OpKind2::ag, g, n, l); };
+  auto ag = [](GroupKind g, std::int64_t n, const char* l) { return coll_op(OpKind2::ag, g, n, l); };
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
     const MoeOp& f = *it;
     switch (f.kind) {
@@ -315,9 +315,9 @@ std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec&,
         if (f.group == GroupKind::mp)
           prim.push_back({coll_op(OpKind2::mp_gather_free, GroupKind::mp, f.elems, "bwd_mp_allgather_slice")});
         else
-          prim.push_back({coll_op(OpKind2::rs, f.group, f.elems, "bwd_" + f.label)});
+          prim.push_back({coll_op(OpKind2::rs, f.group, f.elems, "bwd_esp_allgather")});
         break;
-      case OpKind2::rs: prim.push_back({ag(f.group, f.elems, "bwd_" + f.label)}); break;
+      case OpKind2::rs: prim.push_back({ag(f.group, f.elems, "bwd_esp_reducescatter")}); break;
       case OpKind2::saa:  // dispatch: AllGather_esp(AlltoAll(x))
         prim.push_back({coll_op(OpKind2::rs, GroupKind::esp, G * f.elems, "bwd_dispatch_rs"), true});
         prim.push_back({coll_op(OpKind2::a2a, GroupKind::ep, f.elems, "bwd_dispatch_a2a"), true});
@@ -378,7 +378,7 @@ std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec&,
 namespace {
 
 struct Kernel {
-  std::string name;
+  const char* name;
   OpKind op;
   std::uint64_t flops, bytes;
 };
@@ -388,20 +388,19 @@ std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
   const std::uint64_t b = static_cast<std::uint64_t>(d.dtype_bytes);
   const std::uint64_t M = s.M, E = s.E, t = o.tokens, h = s.H / d.G;
   const std::uint64_t w = o.backward ? 2 : 1;  // backward GEMMs: data and weight gradients
-  const std::string p = o.backward ? "bwd_" : "";
   switch (o.kind) {
     case OpKind2::gate:
-      return {{p + "gate_gemm", OpKind::gemm, w * 2 * t * M * E, w * (t * M + M * E + t * E) * b},
-              {p + "softmax_topk", OpKind::topk, 0, 2 * t * E * b}};
+      return {{"gate_gemm", OpKind::gemm, w * 2 * t * M * E, w * (t * M + M * E + t * E) * b},
+              {"softmax_topk", OpKind::topk, 0, 2 * t * E * b}};
     case OpKind2::order:
-      return {{p + "order", OpKind::order, 0, (t * M + static_cast<std::uint64_t>(o.elems)) * b}};
+      return {{"order", OpKind::order, 0, (t * M + static_cast<std::uint64_t>(o.elems)) * b}};
     case OpKind2::iorder:
-      return {{p + "iorder", OpKind::iorder, 0, (t * M + static_cast<std::uint64_t>(o.elems)) * b}};
+      return {{"iorder", OpKind::iorder, 0, (t * M + static_cast<std::uint64_t>(o.elems)) * b}};
     case OpKind2::experts: {
       const std::uint64_t rows = static_cast<std::uint64_t>(o.elems) / M;
-      Kernel fc1{p + "expert_fc1", OpKind::gemm, w * 2 * rows * M * h, w * (rows * M + M * h + rows * h) * b};
-      Kernel act{p + "expert_act", OpKind::activation, 0, (o.backward ? 3 : 2) * rows * h * b};
-      Kernel fc2{p + "expert_fc2", OpKind::gemm, w * 2 * rows * h * M, w * (rows * h + h * M + rows * M) * b};
+      Kernel fc1{"expert_fc1", OpKind::gemm, w * 2 * rows * M * h, w * (rows * M + M * h + rows * h) * b};
+      Kernel act{"expert_act", OpKind::activation, 0, (o.backward ? 3 : 2) * rows * h * b};
+      Kernel fc2{"expert_fc2", OpKind::gemm, w * 2 * rows * h * M, w * (rows * h + h * M + rows * M) * b};
       if (o.backward) return {fc2, act, fc1};
       return {fc1, act, fc2};
     }
@@ -434,7 +433,7 @@ class GraphBuilder {
       for (const Kernel& k : kernels(op, s_, d_))
         for (int r = 0; r < d_.P; ++r) {
           Task t;
-          t.name = fmt::format("{}#{}@{}", k.name, n_++, r);
+          t.name = fmt::format("{}{}#{}@{}", op.backward ? "bwd_" : "", k.name, n_++, r);
           t.rank = r;
           t.stream = 0;
           t.op = k.op;
@@ -454,7 +453,7 @@ class GraphBuilder {
         std::vector<int> start = prev_;
         std::vector<int> last(d_.P, -1);
         for (std::int64_t j = 0; j < c; ++j) {
-          const std::string tag = c > 1 ? fmt::format("{}[{}]", op.label, j) : op.label;
+          const std::string tag = c > 1 ? fmt::format("{}[{}]", op.label, j) : std::string(op.label);
           // Stage 1: ReduceScatter of chunk j on the rs stream, in order.
           prev_ = start;
           collective(CollOp::reducescatter, op.group, chunk(op.elems, c), "rs", tag + ".rs");

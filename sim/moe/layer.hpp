@@ -97,7 +97,7 @@ struct MoeOp {
   // rs_then: ReduceScatter over ESP/MP of `elems`, then `then` (a2a or saa) of elems/G, in `chunks`
   OpKind2 then = OpKind2::a2a;
   int chunks = 1;
-  std::string label;
+  const char* label = "";  // a literal: op lists are built a million times a second by the model
 };
 
 std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const ScheduleOptions& o);

@@ -5,18 +5,18 @@
 namespace parmsim {
 
 std::vector<double> max_min_rates(const std::vector<double>& capacity,
-                                  const std::vector<const std::vector<int>*>& flows) {
+                                  const std::vector<std::span<const int>>& flows) {
   const std::size_t L = capacity.size(), F = flows.size();
   std::vector<double> rate(F, 0.0);
   // CSR index: flows on each link.
   std::vector<std::uint32_t> start(L + 1, 0);
-  for (const auto* p : flows)
-    for (int l : *p) ++start[l + 1];
+  for (const auto& p : flows)
+    for (int l : p) ++start[l + 1];
   for (std::size_t l = 0; l < L; ++l) start[l + 1] += start[l];
   std::vector<std::uint32_t> on(start[L]);
   std::vector<std::uint32_t> fill(start.begin(), start.end() - 1);
   for (std::size_t f = 0; f < F; ++f)
-    for (int l : *flows[f]) on[fill[l]++] = static_cast<std::uint32_t>(f);
+    for (int l : flows[f]) on[fill[l]++] = static_cast<std::uint32_t>(f);
 
   std::vector<double> cap(capacity);
   std::vector<std::uint32_t> count(L);
@@ -46,7 +46,7 @@ std::vector<double> max_min_rates(const std::vector<double>& capacity,
       if (fixed[f]) continue;
       fixed[f] = 1;
       rate[f] = share;
-      for (int l : *flows[f]) {
+      for (int l : flows[f]) {
         cap[l] -= share;
         --count[l];
       }

@@ -7,12 +7,13 @@
 // Cost: O(sum of path lengths) to index flows by link, plus one scan of the
 // still-loaded links per bottleneck level.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace parmsim {
 
 // `capacity[l]` in bytes/s; `flows[f]` = link ids on flow f's path (non-empty).
 // Returns rates in bytes/s, one per flow.
-std::vector<double> max_min_rates(const std::vector<double>& capacity, const std::vector<const std::vector<int>*>& flows);
+std::vector<double> max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows);
 
 }  // namespace parmsim

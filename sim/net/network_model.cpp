@@ -103,7 +103,10 @@ class FlowModel final : public NetworkModel {
 
   void start(std::uint64_t id, const Route& r, std::uint64_t bytes, Time now) override {
     // The data phase begins once the route's latency has passed.
-    pending_.push(now + r.latency, Flow{id, r.links, static_cast<double>(bytes), 0.0, Time::max(), seq_++});
+    const auto off = static_cast<std::uint32_t>(arena_.size());
+    arena_.insert(arena_.end(), r.links.begin(), r.links.end());
+    pending_.push(now + r.latency, Flow{id, off, static_cast<std::uint32_t>(r.links.size()),
+                                        static_cast<double>(bytes), 0.0, Time::max(), seq_++});
   }
 
   std::optional<Time> next_completion() override {
@@ -128,7 +131,7 @@ class FlowModel final : public NetworkModel {
       }
       f.remaining -= f.rate * dt;
       if (f.remaining < 0) f.remaining = 0;
-      if (keep != i) active_[keep] = std::move(f);  // no self-move: it would empty `links`
+      if (keep != i) active_[keep] = f;
       ++keep;
     }
     active_.resize(keep);
@@ -137,7 +140,7 @@ class FlowModel final : public NetworkModel {
     // Flows whose latency has passed join; empty ones complete at once.
     while (!pending_.empty() && pending_.top().time == t) {
       Flow f = pending_.pop().payload;
-      if (f.remaining <= 0 || f.links.empty())
+      if (f.remaining <= 0 || f.len == 0)
         done_buf_.push_back(std::move(f));
       else
         active_.push_back(std::move(f)), changed = true;
@@ -153,7 +156,7 @@ class FlowModel final : public NetworkModel {
  private:
   struct Flow {
     std::uint64_t id;
-    std::vector<int> links;
+    std::uint32_t off, len;  // route links: arena_[off, off + len)
     double remaining;  // bytes
     double rate;       // bytes/s
     Time finish;       // when `remaining` reaches zero at `rate`, rounded up
@@ -166,9 +169,9 @@ class FlowModel final : public NetworkModel {
     if (active_.empty()) return;
     // Keep flows in start order so the solver sees the same input every run.
     std::sort(active_.begin(), active_.end(), [](const Flow& a, const Flow& b) { return a.seq < b.seq; });
-    std::vector<const std::vector<int>*> paths;
+    std::vector<std::span<const int>> paths;
     paths.reserve(active_.size());
-    for (const Flow& f : active_) paths.push_back(&f.links);
+    for (const Flow& f : active_) paths.emplace_back(arena_.data() + f.off, f.len);
     const std::vector<double> rates = max_min_rates(capacity_, paths);
     for (std::size_t i = 0; i < active_.size(); ++i) {
       Flow& f = active_[i];
@@ -180,6 +183,7 @@ class FlowModel final : public NetworkModel {
   }
 
   std::vector<double> capacity_;
+  std::vector<int> arena_;  // route links of every flow, appended at start
   EventQueue<Flow> pending_;
   std::vector<Flow> active_, done_buf_;
   Time now_;

@@ -84,9 +84,22 @@ void Topology::finalize() {
                                     name_, graph_[gpu_vertex_[s]].name, graph_[dv].name));
     dist_[d] = std::move(dist);
   }
+  table_.clear();
+  if (n <= kRouteTableGpus) {
+    table_.reserve(static_cast<std::size_t>(n) * n);
+    for (int s = 0; s < n; ++s)
+      for (int d = 0; d < n; ++d) table_.push_back(compute_route(s, d));
+  }
 }
 
-Route Topology::route(int src_gpu, int dst_gpu) const {
+const Route& Topology::route(int src_gpu, int dst_gpu) const {
+  if (!table_.empty()) return table_[static_cast<std::size_t>(src_gpu) * num_gpus() + dst_gpu];
+  thread_local Route scratch;
+  scratch = compute_route(src_gpu, dst_gpu);
+  return scratch;
+}
+
+Route Topology::compute_route(int src_gpu, int dst_gpu) const {
   Route r;
   r.bottleneck = UINT64_MAX;
   if (src_gpu == dst_gpu) return r;

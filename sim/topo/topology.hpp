@@ -67,7 +67,11 @@ class Topology {
   std::string link_name(int id) const;
   const Graph& graph() const { return graph_; }
 
-  Route route(int src_gpu, int dst_gpu) const;
+  // Precomputed for clusters of up to kRouteTableGpus GPUs (the common
+  // case, and read-only so threads may share it); computed on demand above,
+  // into a per-thread buffer that the next call on the same thread reuses.
+  const Route& route(int src_gpu, int dst_gpu) const;
+  static constexpr int kRouteTableGpus = 256;
 
  private:
   std::string name_, gpu_model_;
@@ -78,6 +82,8 @@ class Topology {
   std::vector<std::pair<int, int>> link_ends_;
   // dist_[dst_gpu][vertex]: hops to reach dst_gpu, -1 if unreachable.
   std::vector<std::vector<int>> dist_;
+  std::vector<Route> table_;  // src * n + dst, when n <= kRouteTableGpus
+  Route compute_route(int src_gpu, int dst_gpu) const;
 };
 
 }  // namespace parmsim

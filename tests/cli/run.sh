@@ -46,6 +46,27 @@ check bad-network "$bin" collective -t topologies/dgx-h100.yaml --bytes 1MiB -n 
 check route "$bin" topology -t topologies/parm-32gpu.yaml --route 0 --to 5
 check collective-table "$bin" collective -t topologies/dgx-h100.yaml --op allreduce -b 1MiB:16MiB -n analytical
 check simulate-demo "$bin" simulate -t topologies/dgx-h100.yaml -g experiments/graphs/overlap-demo.yaml
+check layer-paper "$bin" layer -t topologies/parm-32gpu.yaml --set B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4
+check layer-bad-experts "$bin" layer -t topologies/parm-32gpu.yaml --set E=12
+check layer-bad-mp "$bin" layer -t topologies/parm-32gpu.yaml --set mp=3
+check layer-unknown-key "$bin" layer -t topologies/parm-32gpu.yaml --set B=4,Q=7
+check layer-bad-dtype "$bin" layer -t topologies/parm-32gpu.yaml --set dtype=bf16
+check layer-bad-schedule "$bin" layer -t topologies/parm-32gpu.yaml --schedule s3
+check layer-file "$bin" layer -t topologies/dgx-h100.yaml --layer tests/data/layer.yaml --schedule auto -n analytical
+check layer-file-typo "$bin" layer -t topologies/dgx-h100.yaml --layer tests/data/layer-typo.yaml
+
+# layer --json has the documented keys for every schedule.
+if "$bin" layer -t topologies/parm-32gpu.yaml --json --search > "$tmp/l.json" &&
+   python3 -c "
+import json
+j=json.load(open('$tmp/l.json'))
+assert set(j['schedules'])=={'baseline','s1','s2'}, j['schedules'].keys()
+for s in j['schedules'].values():
+    for k in ['forward_us','backward_us','total_us','model_us','intra_node_bytes','inter_node_bytes']: assert k in s, k
+    assert abs(s['forward_us']+s['backward_us']-s['total_us']) < 1e-3
+assert j['auto'] in ('s1','s2')
+assert j['search']['tried']==36 and j['search']['best_total_us'] <= j['schedules']['s1']['total_us']
+"; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL layer --json"; fi
 
 # --json is valid JSON with the documented keys.
 if "$bin" collective -t topologies/parm-32gpu.yaml --op alltoall -b 1MiB,4MiB --json > "$tmp/c.json" &&

@@ -1,0 +1,237 @@
+#include <catch2/catch.hpp>
+
+#include "sim/compute/gpu_profile.hpp"
+#include "sim/core/error.hpp"
+#include "sim/moe/layer_sim.hpp"
+#include "sim/topo/topology_io.hpp"
+
+using namespace parmsim;
+using namespace parmsim::moe;
+
+namespace {
+
+Topology topo(const std::string& name, const std::vector<std::string>& over = {}) {
+  return load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/" + name + ".yaml", over);
+}
+
+LayerSpec paper_layer() {
+  LayerSpec s;  // B=4, L=512, M=1024, H=4096, E=32, k=2, f=1.2, mp=4
+  return s;
+}
+
+std::vector<const MoeOp*> of_kind(const std::vector<MoeOp>& ops, OpKind2 k) {
+  std::vector<const MoeOp*> v;
+  for (const auto& o : ops)
+    if (o.kind == k) v.push_back(&o);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("ranks map to MP, EP and ESP groups as in PARM.md", "[moe][groups]") {
+  const Groups g = make_groups(32, 4);
+  CHECK(g.n_ep == 8);
+  CHECK(g.mp.size() == 8);
+  CHECK(g.ep.size() == 4);
+  CHECK(g.mp[1] == std::vector<int>{4, 5, 6, 7});                          // G consecutive ranks
+  CHECK(g.ep[2] == std::vector<int>{2, 6, 10, 14, 18, 22, 26, 30});        // stride G
+  for (int r = 0; r < 32; ++r) {
+    CHECK(g.mp[g.mp_of[r]][r % 4] == r);
+    CHECK(g.ep[g.ep_of[r]][r / 4] == r);
+  }
+  CHECK_THROWS_WITH(make_groups(32, 5), Catch::Contains("mp=5 must divide"));
+}
+
+TEST_CASE("message sizes follow PARM.md's tables", "[moe][sizes]") {
+  // B=4, L=512 -> S = 2048 tokens; k=2, f=1, E=32, M=1024, mp=G=4, P=32.
+  // Baseline T = k f S / E = 2*2048/32 = 128; D = E T M = 32*128*1024 = 4194304.
+  // Parm T = k f (S/G) / E = 2*512/32 = 32; D/G = 32*32*1024 = 1048576. O = S M = 2097152.
+  LayerSpec s = paper_layer();
+  s.f = 1.0;
+  const Dims d = make_dims(s, 32, 4);
+  CHECK(d.T_base == 128);
+  CHECK(d.T_parm == 32);
+  const auto base = forward_ops(s, d, preset("baseline"));
+  for (const MoeOp* o : of_kind(base, OpKind2::a2a)) CHECK(o->elems == 4194304);
+  CHECK(of_kind(base, OpKind2::a2a).size() == 2);
+  CHECK(of_kind(base, OpKind2::ar).at(0)->elems == 4194304);
+
+  const auto s1 = forward_ops(s, d, preset("s1"));
+  CHECK(of_kind(s1, OpKind2::a2a).at(0)->elems == 1048576);              // dispatch D/G
+  CHECK(of_kind(s1, OpKind2::ag).at(0)->elems == 4194304);               // ESP-AllGather to D
+  CHECK(of_kind(s1, OpKind2::rs_then).at(0)->elems == 4194304);          // ESP-ReduceScatter of D, then AlltoAll of D/G
+  CHECK(of_kind(s1, OpKind2::ag).at(1)->elems == 2097152);               // MP-AllGather of O
+  CHECK(of_kind(s1, OpKind2::gate).at(0)->tokens == 512);                // gate on S/G
+  // Backward of S1: the MP-AllGather becomes a slice, MP-Split an AllGather of O.
+  const auto s1b = backward_ops(s1, s, d, preset("s1"));
+  CHECK(s1b.front().kind == OpKind2::mp_gather_free);
+  CHECK(s1b.back().kind == OpKind2::ag);
+  CHECK(s1b.back().elems == 2097152);
+
+  const auto s2 = forward_ops(s, d, preset("s2"));
+  CHECK(of_kind(s2, OpKind2::saa).at(0)->elems == 1048576);              // SAA input D/G per rank
+  CHECK(of_kind(s2, OpKind2::rs_then).at(0)->then == OpKind2::saa);
+  CHECK(of_kind(s2, OpKind2::iorder).at(0)->tokens == 2048);             // I-Order on all S tokens
+  const auto s2b = backward_ops(s2, s, d, preset("s2"));
+  CHECK(of_kind(s2b, OpKind2::saa).size() == 1);                          // combine adjoint: AlltoAll + ESP-AllGather
+  CHECK(of_kind(s2b, OpKind2::rs_then).size() == 1);                      // dispatch adjoint: RS -> AlltoAll
+}
+
+TEST_CASE("simulated bytes: S1 sends G times fewer inter-node bytes than the baseline", "[moe][sizes]") {
+  const Topology t = topo("parm-32gpu");
+  LayerSpec s = paper_layer();
+  s.f = 1.0;
+  const LayerRun run{t, s, "flow"};
+  const ScheduleResult b = run_schedule(run, preset("baseline"));
+  const ScheduleResult r1 = run_schedule(run, preset("s1"));
+  // Baseline, forward + backward: 4 AlltoAlls of D*4 B = 16777216 B per rank, 7/8 of it
+  // to other nodes, 32 ranks: 4 * 32 * 16777216 * 7/8 = 1879048192 B.
+  CHECK(b.inter_node_bytes == 1879048192ULL);
+  CHECK(r1.inter_node_bytes * 4 == b.inter_node_bytes);
+  // Baseline intra-node: 2 ring AllReduces of 16777216 B over 4 ranks: each rank sends
+  // 2 * 3/4 * 16777216 = 25165824 B per AllReduce; 2 * 32 * 25165824 = 1610612736 B.
+  CHECK(b.intra_node_bytes == 1610612736ULL);
+}
+
+TEST_CASE("under the analytical network the baseline and S1 match the closed form", "[moe][model]") {
+  // 4 DGX H100 nodes, mp = 8: every EP peer is on another node over its own rail NIC,
+  // so nothing shares a link and the closed form has no approximation left.
+  const Topology t = topo("dgx-h100", {"nodes=4"});
+  for (const char* dt : {"fp32", "bf16"}) {
+    LayerSpec s = paper_layer();
+    s.mp = 8;
+    s.dtype = parse_dtype(dt);
+    const LayerRun run{t, s, "analytical"};
+    for (const char* name : {"baseline", "s1"}) {
+      INFO(name << " " << dt);
+      const ScheduleResult r = run_schedule(run, preset(name));
+      // Each transfer and kernel rounds up to the picosecond: allow 1 ns in all.
+      CHECK(std::abs(r.forward.to_seconds() - r.model_forward_s) < 1e-9);
+      CHECK(std::abs(r.backward.to_seconds() - r.model_backward_s) < 1e-9);
+    }
+  }
+}
+
+TEST_CASE("S2 is never faster than its inter-node or its intra-node traffic allows", "[moe][model]") {
+  const Topology t = topo("parm-32gpu");
+  for (const char* net : {"flow", "analytical"}) {
+    const LayerRun run{t, paper_layer(), net};
+    const ScheduleResult r = run_schedule(run, preset("s2"));
+    // Inter-node: all bytes leave through 8 NICs of 12.5 GB/s.
+    const double inter_s = static_cast<double>(r.inter_node_bytes) / (8 * 12.5e9);
+    // Intra-node: all bytes enter GPUs through 32 links of 13 GB/s.
+    const double intra_s = static_cast<double>(r.intra_node_bytes) / (32 * 13e9);
+    INFO(net);
+    CHECK(r.total().to_seconds() >= std::max(inter_s, intra_s));
+  }
+}
+
+TEST_CASE("with very fast intra-node links S1 and S2 converge", "[moe][model]") {
+  // 4 nodes of 4 GPUs on a 100 TB/s NVSwitch, one 100 Gb/s NIC each. With free
+  // intra-node traffic, S2's fused AllGathers cost nothing and S1's are free too;
+  // both reduce to the same AlltoAlls.
+  const std::string text = R"(name: fast-intra
+gpu: h100
+nodes: 4
+node:
+  gpus: 4
+  devices: [{name: nvs, kind: nvswitch}, {name: nic0, kind: nic}]
+  links:
+    - {a: [gpu0, gpu1, gpu2, gpu3], b: nvs, bandwidth: 100TBps, latency: 1ps}
+    - {a: [gpu0, gpu1, gpu2, gpu3], b: nic0, bandwidth: 100TBps, latency: 1ps}
+fabric: {kind: switch, bandwidth: 100Gbps, latency: 1us}
+)";
+  const Topology fast = parse_topology_text(text, "fast.yaml");
+  LayerSpec s = paper_layer();
+  s.E = 16;
+  const LayerRun run{fast, s, "flow"};
+  const double t1 = run_schedule(run, preset("s1")).total().to_seconds();
+  const double t2 = run_schedule(run, preset("s2")).total().to_seconds();
+  CHECK(std::abs(t1 - t2) / t1 < 0.05);
+  // On the paper's PCIe cluster they differ by far more.
+  const LayerRun paper{topo("parm-32gpu"), paper_layer(), "flow"};
+  const double p1 = run_schedule(paper, preset("s1")).total().to_seconds();
+  const double p2 = run_schedule(paper, preset("s2")).total().to_seconds();
+  CHECK(std::abs(p1 - p2) / p1 > 0.10);
+}
+
+TEST_CASE("S1 and S2 beat the baseline on the paper's 32-GPU cluster", "[moe]") {
+  const Topology t = topo("parm-32gpu");
+  for (const char* net : {"flow", "analytical"}) {
+    INFO(net);
+    const LayerRun run{t, paper_layer(), net};
+    const Time b = run_schedule(run, preset("baseline")).total();
+    CHECK(run_schedule(run, preset("s1")).total() < b);
+    CHECK(run_schedule(run, preset("s2")).total() < b);
+  }
+}
+
+TEST_CASE("the automatic choice picks the schedule with the smaller closed form", "[moe][model]") {
+  const Topology t = topo("parm-32gpu");
+  const LayerSpec s = paper_layer();
+  const Dims d = make_dims(s, 32, 4);
+  const AlphaBeta ab = alpha_beta_from_topology(t);
+  // beta_inter: the 100 Gb/s NIC (12.5 GB/s) shared by 4 GPUs -> 4 / 12.5e9 s/B.
+  CHECK(ab.beta_inter == Approx(4.0 / 12.5e9));
+  CHECK(ab.alpha_inter == Approx(5e-6));
+  CHECK(ab.beta_intra == Approx(1.0 / 13e9));
+  const GpuProfile& gpu = gpu_profile("rtx2080ti");
+  const double t1 = model_layer(s, d, preset("s1"), ab, gpu).total();
+  const double t2 = model_layer(s, d, preset("s2"), ab, gpu).total();
+  CHECK(auto_choice(s, d, ab, gpu) == (t2 < t1 ? "s2" : "s1"));
+  // A layer with a tiny dispatch buffer and a huge expert count per round makes S2's
+  // W rounds of latency dominate: S1 wins there.
+  LayerSpec small = s;
+  small.B = 1;
+  small.L = 64;
+  small.M = 64;
+  small.H = 256;
+  const Dims ds = make_dims(small, 32, 4);
+  CHECK(auto_choice(small, ds, ab, gpu) == "s1");
+}
+
+TEST_CASE("impossible layers are rejected with the reason", "[moe][errors]") {
+  auto dims = [](const std::string& kv, int P = 32, int gpn = 4) {
+    LayerSpec s;
+    ScheduleOptions o = preset("s1");
+    std::vector<std::string> v;
+    std::size_t st = 0;
+    while (true) {
+      const auto c = kv.find(',', st);
+      v.push_back(kv.substr(st, c - st));
+      if (c == std::string::npos) break;
+      st = c + 1;
+    }
+    apply_assignments(&s, &o, v, "--set");
+    return make_dims(s, P, gpn);
+  };
+  CHECK_THROWS_WITH(dims("E=12"), Catch::Contains("E=12 experts must be divisible by the expert-parallel size"));
+  CHECK_THROWS_WITH(dims("mp=3"), Catch::Contains("mp=3 must divide the GPUs of a node (4)"));
+  CHECK_THROWS_WITH(dims("mp=4", 30, 4), Catch::Contains("must divide the number of GPUs P=30"));
+  CHECK_THROWS_WITH(dims("B=1,L=8,k=1,f=1e-12"), Catch::Contains("capacity of zero tokens"));
+  CHECK_THROWS_WITH(dims("B=1,L=2"), Catch::Contains("must be divisible by mp=4"));
+  CHECK_THROWS_WITH(dims("k=40"), Catch::Contains("exceeds the number of experts"));
+  CHECK_THROWS_WITH(dims("Q=1"), Catch::Contains("unknown layer key 'Q'"));
+  CHECK_THROWS_WITH(dims("B=-4"), Catch::Contains("key 'B': expected an integer >= 1"));
+  CHECK_THROWS_WITH(dims("f=abc"), Catch::Contains("capacity factor"));
+  CHECK_THROWS_WITH(dims("dtype=fp8"), Catch::Contains("unknown dtype 'fp8'"));
+  CHECK_THROWS_WITH(dims("split=sideways"), Catch::Contains("before_gate or after_order"));
+  CHECK_THROWS_WITH(preset("s3"), Catch::Contains("unknown schedule 's3'"));
+}
+
+TEST_CASE("every searched option combination builds and simulates", "[moe][search]") {
+  const Topology t = topo("parm-32gpu");
+  const LayerRun run{t, paper_layer(), "flow"};
+  const Time s1 = run_schedule(run, preset("s1")).total();
+  Time best = Time::max();
+  for (const ScheduleOptions& o : search_space()) {
+    INFO(o.describe());
+    const ScheduleResult r = run_schedule(run, o);
+    CHECK(r.total() > Time::zero());
+    // Every Parm variant moves the same inter-node bytes as S1 (D/G per AlltoAll).
+    CHECK(r.inter_node_bytes == run_schedule(run, preset("s1")).inter_node_bytes);
+    best = std::min(best, r.total());
+  }
+  CHECK(search_space().size() == 36);
+  CHECK(best <= s1);  // S1 is in the space
+}
