@@ -189,6 +189,7 @@ void add_subcommands(CLI::App& app) {
   add_simulate(app);
   add_topology(app);
   add_layer(app);
+  add_sweep(app);
 }
 
 }  // namespace parmsim::cli

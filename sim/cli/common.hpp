@@ -20,5 +20,6 @@ void add_collective(CLI::App& app);
 void add_simulate(CLI::App& app);
 void add_topology(CLI::App& app);
 void add_layer(CLI::App& app);
+void add_sweep(CLI::App& app);
 
 }  // namespace parmsim::cli

@@ -1,0 +1,19 @@
+#pragma once
+// The few MPI calls a sharded sweep needs. MPI is initialised only when the
+// process was started by mpirun (its environment says so), so a plain
+// `parmsim sweep` never touches MPI. Without MPI at build time these are
+// single-process stubs.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace parmsim::sweep::mpi {
+
+bool launched_by_mpirun();
+void init(int* rank, int* size);  // no-op (rank 0 of 1) unless launched_by_mpirun()
+void finalize();
+std::size_t broadcast_size(std::size_t v);                  // rank 0's value to all
+std::vector<std::string> gather_strings(const std::string& s);  // all ranks' strings on rank 0
+bool available();
+
+}  // namespace parmsim::sweep::mpi

@@ -1,0 +1,46 @@
+#pragma once
+// A sweep: a cartesian grid of layer parameters over a list of topologies
+// (each optionally crossed with a grid of topology overrides), a set of
+// schedules and a network model. Format: experiments/README.md and
+// `parmsim --help-config` (sections sweep, sweep.topologies[]).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/moe/layer.hpp"
+#include "sim/topo/topology.hpp"
+
+namespace parmsim::sweep {
+
+struct TopologyVariant {
+  std::string label;      // e.g. "parm-32gpu" or "h200-cluster[fabric.bandwidth=200Gbps]"
+  std::string file;
+  std::vector<std::string> overrides;
+  std::shared_ptr<const Topology> topo;
+};
+
+struct Config {
+  int index = 0;
+  int topology = 0;  // into Spec::topologies
+  moe::LayerSpec layer;
+};
+
+struct Spec {
+  std::string name, description, file;
+  std::string network = "flow";
+  std::vector<std::string> schedules;  // always starts with "baseline"
+  std::vector<TopologyVariant> topologies;
+  std::vector<Config> configs;
+  std::size_t skipped = 0;    // invalid combinations left out (skip_invalid: true)
+  std::uint64_t input_hash = 0;  // FNV-1a over the spec and every topology file
+};
+
+// Loads, validates and expands a spec. Every configuration is checked
+// against its topology (make_dims); an impossible one is an error naming it,
+// or is skipped and counted when the spec says skip_invalid: true.
+Spec load_spec(const std::string& file);
+
+std::uint64_t fnv1a(const std::string& data, std::uint64_t h = 1469598103934665603ULL);
+
+}  // namespace parmsim::sweep

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Sweep behaviour: same file whatever the thread count; --resume after an
+# interruption loses and repeats nothing; a half-written row is dropped;
+# `mpirun -np 2` writes the same file as one process.
+set -u
+bin=$(realpath "$1")
+cd "$2" || exit 2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passes=0 fails=0
+ok() { passes=$((passes + 1)); }
+bad() { fails=$((fails + 1)); echo "FAIL $*"; }
+spec=tests/data/small-sweep.yaml
+
+"$bin" sweep $spec -o "$tmp/j1.csv" -j 1 -q || bad "sweep -j 1"
+"$bin" sweep $spec -o "$tmp/j2.csv" -j 2 -q || bad "sweep -j 2"
+cmp -s "$tmp/j1.csv" "$tmp/j2.csv" && ok || bad "thread count changes the results"
+[ "$(wc -l < "$tmp/j1.csv")" = 25 ] && ok || bad "expected 1 header + 8 configurations x 3 schedules"
+[ -s "$tmp/run.json" ] && python3 -c "import json;j=json.load(open('$tmp/run.json'));assert j['configurations']==8 and j['input_hash'].startswith('fnv1a64:')" && ok || bad "run.json"
+[ ! -e "$tmp/j1.csv.partial" ] && ok || bad "partial left behind"
+
+# Interrupted run: the first 3 configurations complete, then half a row.
+head -n 10 "$tmp/j1.csv" > "$tmp/r.csv.partial"
+sed -n 11p "$tmp/j1.csv" | head -c 30 >> "$tmp/r.csv.partial"
+out=$("$bin" sweep $spec -o "$tmp/r.csv" --resume 2>&1) || bad "resume failed: $out"
+cmp -s "$tmp/j1.csv" "$tmp/r.csv" && ok || bad "resumed file differs from a full run"
+echo "$out" | grep -q "5 configurations run, 3 resumed" && ok || bad "resume did not skip the 3 complete configurations: $out"
+
+# A partial file from another spec is refused.
+sed 's/server-8gpu/other/; s/^0,pcie-8gpu/0,elsewhere/' "$tmp/j1.csv" | head -n 4 > "$tmp/x.csv.partial"
+"$bin" sweep $spec -o "$tmp/x.csv" --resume > "$tmp/x.log" 2>&1 && bad "foreign partial accepted" || ok
+grep -q "does not belong to configuration" "$tmp/x.log" && ok || bad "foreign partial message: $(cat "$tmp/x.log")"
+
+# Impossible configurations are named.
+"$bin" sweep tests/data/bad-sweep.yaml -o "$tmp/b.csv" > "$tmp/b.log" 2>&1 && bad "bad sweep accepted" || ok
+grep -q "configuration B=2,E=12 on parm-32gpu is impossible: E=12 experts must be divisible" "$tmp/b.log" && ok || bad "bad sweep message: $(cat "$tmp/b.log")"
+[ ! -e "$tmp/b.csv" ] && ok || bad "output written for a bad spec"
+
+# MPI: two ranks on this machine write the same file.
+if command -v mpirun > /dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  if mpirun -np 2 "$bin" sweep $spec -o "$tmp/mpi.csv" -q > "$tmp/mpi.log" 2>&1; then
+    cmp -s "$tmp/j1.csv" "$tmp/mpi.csv" && ok || bad "mpirun -np 2 result differs"
+    python3 -c "import json;assert json.load(open('$tmp/run.json'))['mpi_ranks']==2" && ok || bad "run.json mpi_ranks"
+  else
+    bad "mpirun -np 2 failed: $(tail -5 "$tmp/mpi.log")"
+  fi
+else
+  bad "mpirun not installed (scripts/setup.sh installs openmpi-bin)"
+fi
+
+echo "sweep: $passes passed, $fails failed"
+[ "$fails" = 0 ]
