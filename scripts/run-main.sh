@@ -1,20 +1,39 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, and runs parmsim on the
-# built-in topologies. Results go to out/ (override with OUT=dir).
+# The main job: installs what is missing, builds, sweeps the 1296-layer paper
+# grid and the what-if specs, runs the BERT-MoE and GPT-2-MoE models, writes a
+# layer timeline, and draws every figure. Results in out/ (override: OUT=dir).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh > /dev/null
 bin=build/parmsim
 out=${OUT:-out}
 mkdir -p "$out"
-echo "== AllReduce and AlltoAll on the paper's 32-GPU cluster (flow network)"
-$bin collective -t topologies/parm-32gpu.yaml --op allreduce -b 1MiB:64MiB
-$bin collective -t topologies/parm-32gpu.yaml --op alltoall -b 1MiB:64MiB
-echo "== The fused AlltoAll+AllGather (SAA) of Parm S2 on the 32-GPU cluster"
-$bin collective -t topologies/parm-32gpu.yaml --op saa -b 1MiB:64MiB
-echo "== AllReduce inside a DGX H100 and AlltoAll across 128 H200 GPUs"
-$bin collective -t topologies/dgx-h100.yaml --op allreduce -b 1MiB:256MiB
-$bin collective -t topologies/h200-cluster.yaml --op alltoall -b 1MiB:64MiB
-echo "== A task graph with overlapping streams (trace in $out/)"
+echo "== 1296-layer paper grid (2 testbeds x 648 layers, baseline/S1/S2, flow network)"
+$bin sweep experiments/paper-grid.yaml -o "$out/paper-grid.csv"
+for s in whatif-clusters whatif-nic-bandwidth whatif-nvlink-bandwidth; do
+  echo "== what-if: $s"
+  $bin sweep experiments/$s.yaml -o "$out/$s.csv"
+done
+for m in bert-moe gpt2-moe; do
+  echo "== model: $m"
+  $bin model experiments/$m.yaml
+  $bin model experiments/$m.yaml --json > "$out/$m.json.tmp" && mv "$out/$m.json.tmp" "$out/$m.json"
+done
+echo "== the paper-like layer on the 32-GPU cluster, with S2's timeline"
+$bin layer -t topologies/parm-32gpu.yaml --set B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4 --search
 $bin simulate -t topologies/dgx-h100.yaml -g experiments/graphs/overlap-demo.yaml \
-  --trace "$out/overlap-demo.trace.json" --csv "$out/overlap-demo.csv"
+  --trace "$out/overlap-demo.trace.json" --csv "$out/overlap-demo.trace.csv" > /dev/null
+echo "== figures"
+/usr/bin/python3 plots/make_figures.py --results "$out" --out "$out/figures"
+echo "== summary: speedup over the baseline per testbed (simulated)"
+/usr/bin/python3 - "$out/paper-grid.csv" <<'PY'
+import csv, sys
+from collections import defaultdict
+v = defaultdict(list)
+for r in csv.DictReader(open(sys.argv[1])):
+    if r["schedule"] != "baseline":
+        v[(r["topology"], r["schedule"])].append(float(r["speedup_vs_baseline"]))
+for (t, s), x in sorted(v.items()):
+    x.sort()
+    print(f"  {t:<14} {s}: {x[0]:.2f}x .. {x[-1]:.2f}x (median {x[len(x)//2]:.2f}x, {len(x)} layers)")
+PY

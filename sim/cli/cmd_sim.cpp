@@ -190,6 +190,7 @@ void add_subcommands(CLI::App& app) {
   add_topology(app);
   add_layer(app);
   add_sweep(app);
+  add_model(app);
 }
 
 }  // namespace parmsim::cli

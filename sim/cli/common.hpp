@@ -21,5 +21,6 @@ void add_simulate(CLI::App& app);
 void add_topology(CLI::App& app);
 void add_layer(CLI::App& app);
 void add_sweep(CLI::App& app);
+void add_model(CLI::App& app);
 
 }  // namespace parmsim::cli

@@ -222,15 +222,29 @@ void apply_override(YAML::Node root, const std::string& assignment, const std::s
     start = dot + 1;
   }
   // yaml-cpp nodes are handles: walking with operator[] on a copy still
-  // writes into `root`'s tree.
+  // writes into `root`'s tree. A numeric part indexes a list ("node.links.0.bandwidth").
+  auto index_of = [](const std::string& p) -> long {
+    if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::stol(p);
+  };
   std::vector<YAML::Node> chain{root};
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-    YAML::Node next = chain.back()[parts[i]];
-    if (!next.IsMap())
-      throw ParmError(fmt::format("{}: '{}' has no mapping '{}'", what, key, parts[i]));
+    YAML::Node cur = chain.back();
+    const long idx = index_of(parts[i]);
+    YAML::Node next;
+    if (cur.IsSequence() && idx >= 0) {
+      if (static_cast<std::size_t>(idx) >= cur.size())
+        throw ParmError(fmt::format("{}: '{}': list '{}' has {} entries", what, key, parts[i - (i > 0)], cur.size()));
+      next = cur[static_cast<std::size_t>(idx)];
+    } else {
+      next = cur[parts[i]];
+    }
+    if (!next.IsMap() && !next.IsSequence())
+      throw ParmError(fmt::format("{}: '{}' has no mapping or list '{}'", what, key, parts[i]));
     chain.push_back(next);
   }
   YAML::Node parent = chain.back();
+  if (!parent.IsMap()) throw ParmError(fmt::format("{}: '{}' does not name a key of a mapping", what, key));
   if (!allow_new && !parent[parts.back()])
     throw ParmError(fmt::format("{}: unknown key '{}'", what, key));
   parent[parts.back()] = value;

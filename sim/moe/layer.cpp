@@ -404,13 +404,16 @@ std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
       if (o.backward) return {fc2, act, fc1};
       return {fc1, act, fc2};
     }
+    case OpKind2::kernel:
+      return {{o.label, o.kernel_op, o.flops, o.bytes}};
     default:
       return {};
   }
 }
 
 bool is_compute(OpKind2 k) {
-  return k == OpKind2::gate || k == OpKind2::order || k == OpKind2::iorder || k == OpKind2::experts;
+  return k == OpKind2::gate || k == OpKind2::order || k == OpKind2::iorder || k == OpKind2::experts ||
+         k == OpKind2::kernel;
 }
 
 }  // namespace
@@ -608,12 +611,13 @@ double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims&
       case OpKind2::order:
       case OpKind2::iorder:
       case OpKind2::experts:
+      case OpKind2::kernel:
         for (const auto& k : kernels(op, s, d)) t += compute_time(gpu, k.op, k.flops, k.bytes, s.dtype).to_seconds();
         break;
       case OpKind2::a2a: t += c.a2a(n); break;
       case OpKind2::ag:
       case OpKind2::rs: t += c.ag(n); break;
-      case OpKind2::ar: t += c.ar(n); break;
+      case OpKind2::ar: t += op.group == GroupKind::ep ? 2 * c.a2a(n) : c.ar(n); break;
       case OpKind2::saa: t += c.saa(n); break;
       case OpKind2::rs_then: {
         const int ch = op.chunks;

@@ -83,7 +83,7 @@ struct Dims {
 };
 Dims make_dims(const LayerSpec& s, int P, int gpus_per_node);
 
-enum class OpKind2 { gate, order, iorder, experts, split, mp_gather_free, a2a, ag, rs, ar, saa, rs_then };
+enum class OpKind2 { gate, order, iorder, experts, split, mp_gather_free, a2a, ag, rs, ar, saa, rs_then, kernel };
 enum class GroupKind { ep, esp, mp, world };
 
 // One step of a schedule, in elements (times dtype bytes for collectives).
@@ -97,6 +97,9 @@ struct MoeOp {
   // rs_then: ReduceScatter over ESP/MP of `elems`, then `then` (a2a or saa) of elems/G, in `chunks`
   OpKind2 then = OpKind2::a2a;
   int chunks = 1;
+  // kernel: one compute kernel given directly (dense transformer parts)
+  OpKind kernel_op = OpKind::elementwise;
+  std::uint64_t flops = 0, bytes = 0;
   const char* label = "";  // a literal: op lists are built a million times a second by the model
 };
 

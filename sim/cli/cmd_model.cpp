@@ -1,0 +1,72 @@
+// parmsim model
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "sim/cli/common.hpp"
+#include "sim/moe/model.hpp"
+#include "sim/topo/topology_io.hpp"
+
+namespace parmsim::cli {
+
+void add_model(CLI::App& app) {
+  auto* c = app.add_subcommand("model", "predict a whole training iteration of an MoE transformer (BERT-MoE, GPT-2-MoE) "
+                                        "under baseline, S1 and S2");
+  struct Args {
+    std::string spec, network;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  c->add_option("spec", a->spec, "model YAML (experiments/bert-moe.yaml, experiments/gpt2-moe.yaml)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  c->add_option("-n,--network", a->network, "override the spec's network model (analytical | flow)");
+  c->add_flag("--json", a->json, "print JSON");
+  c->callback([a] {
+    moe::ModelSpec m = moe::load_model_spec(a->spec);
+    if (!a->network.empty()) m.network = a->network;
+    const Topology topo = load_topology(m.topology_file, m.topology_overrides);
+    const auto res = moe::run_model(m, topo);
+    const double base = res.front().total().to_seconds();
+    if (a->json) {
+      nlohmann::json j = {{"model", m.name}, {"topology", topo.name()}, {"network", m.network}};
+      nlohmann::json sch = nlohmann::json::object();
+      for (const auto& r : res) {
+        nlohmann::json parts = nlohmann::json::array();
+        for (const auto& p : r.parts)
+          parts.push_back({{"component", p.name},
+                           {"count", p.count},
+                           {"forward_us", p.forward.to_us()},
+                           {"backward_us", p.backward.to_us()},
+                           {"total_us", ((p.forward + p.backward) * p.count).to_us()}});
+        sch[r.schedule] = {{"iteration_us", r.total().to_us()},
+                           {"moe_us", r.moe_time().to_us()},
+                           {"speedup_vs_baseline", base / r.total().to_seconds()},
+                           {"moe_speedup_vs_baseline", res.front().moe_time().to_seconds() / r.moe_time().to_seconds()},
+                           {"components", parts}};
+      }
+      j["schedules"] = sch;
+      std::cout << j.dump(1) << "\n";
+      return;
+    }
+    fmt::print("model {} on {} ({} GPUs), {} network: {} blocks, one FFN in {} an MoE layer ({})\n", m.name,
+               topo.name(), topo.num_gpus(), m.network, m.layers, m.moe_every, moe::spec_string(m.layer));
+    fmt::print("{:<20} {:>6} {:>14} {:>14} {:>14}\n", "component (per use)", "count", "baseline_us", "s1_us", "s2_us");
+    for (std::size_t i = 0; i < res.front().parts.size(); ++i) {
+      fmt::print("{:<20} {:>6}", res.front().parts[i].name, res.front().parts[i].count);
+      for (const auto& r : res) fmt::print(" {:>14.1f}", (r.parts[i].forward + r.parts[i].backward).to_us());
+      fmt::print("\n");
+    }
+    fmt::print("{:<27}", "iteration_us");
+    for (const auto& r : res) fmt::print(" {:>14.1f}", r.total().to_us());
+    fmt::print("\n{:<27}", "speedup vs baseline");
+    for (const auto& r : res) fmt::print(" {:>13.2f}x", base / r.total().to_seconds());
+    fmt::print("\n{:<27}", "MoE share of iteration");
+    for (const auto& r : res) fmt::print(" {:>13.1f}%", 100.0 * r.moe_time().to_seconds() / r.total().to_seconds());
+    fmt::print("\n");
+  });
+}
+
+}  // namespace parmsim::cli
