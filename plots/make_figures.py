@@ -236,7 +236,7 @@ def timeline(path, out, made):
     ax.set_xlabel("time (us)")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()], labels=list(colors),
               fontsize=6, ncol=4, loc="upper right")
-    name = os.path.basename(path).replace(".trace.csv", "").replace(".csv", "")
+    name = os.path.basename(path).replace(".trace", "").replace(".csv", "")
     ax.set_title(f"timeline: {name}")
     save(fig, out, f"timeline_{name}.png", made)
 
@@ -273,7 +273,7 @@ def main():
     mj = [p for p in (os.path.join(a.results, "bert-moe.json"), os.path.join(a.results, "gpt2-moe.json"))
           if os.path.exists(p)]
     models(mj, out, made) if mj else skipped.append("bert-moe.json/gpt2-moe.json")
-    traces = sorted(glob.glob(os.path.join(a.results, "*.trace.csv")))
+    traces = sorted(glob.glob(os.path.join(a.results, "*.trace*.csv")))
     for p in traces:
         timeline(p, out, made)
     if not traces:

@@ -20,7 +20,8 @@ for m in bert-moe gpt2-moe; do
   $bin model experiments/$m.yaml --json > "$out/$m.json.tmp" && mv "$out/$m.json.tmp" "$out/$m.json"
 done
 echo "== the paper-like layer on the 32-GPU cluster, with S2's timeline"
-$bin layer -t topologies/parm-32gpu.yaml --set B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4 --search
+$bin layer -t topologies/parm-32gpu.yaml --set B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4 --search \
+  --schedule s2 --trace "$out/layer.trace.csv"
 $bin simulate -t topologies/dgx-h100.yaml -g experiments/graphs/overlap-demo.yaml \
   --trace "$out/overlap-demo.trace.json" --csv "$out/overlap-demo.trace.csv" > /dev/null
 echo "== figures"

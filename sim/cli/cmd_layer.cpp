@@ -64,7 +64,8 @@ void add_layer(CLI::App& app) {
   c->add_option("--schedule", a->schedule, "baseline | s1 | s2 | auto | all")->capture_default_str();
   c->add_option("--network,-n", a->network, "analytical | flow")->capture_default_str();
   c->add_option("--trace", a->trace,
-                "write Chrome traces: FILE with .<schedule>.forward / .backward inserted before the extension");
+                "write traces (Chrome JSON, or CSV when FILE ends in .csv) to FILE with .<schedule>.forward / "
+                ".backward inserted before the extension");
   c->add_flag("--search", a->search, "try every combination of the builder's options and report the best");
   c->add_flag("--json", a->json, "print JSON instead of tables");
   c->callback([a] {
@@ -116,9 +117,16 @@ void add_layer(CLI::App& app) {
       TaskGraph fg, bg;
       results.push_back(moe::run_schedule(run, o, &fr, &fg, &br, &bg));
       if (!a->trace.empty()) {
-        write_atomically(with_suffix(a->trace, n + ".forward"), [&](std::ostream& os) { write_chrome_trace(os, fg, fr); });
-        write_atomically(with_suffix(a->trace, n + ".backward"),
-                         [&](std::ostream& os) { write_chrome_trace(os, bg, br); });
+        // .csv: the per-task trace CSV; anything else: Chrome/Perfetto JSON.
+        const bool csv = a->trace.size() > 4 && a->trace.substr(a->trace.size() - 4) == ".csv";
+        auto write = [&](const std::string& path, const TaskGraph& g, const SimResult& r) {
+          write_atomically(path, [&](std::ostream& os) {
+            if (csv) write_trace_csv(os, g, r);
+            else write_chrome_trace(os, g, r);
+          });
+        };
+        write(with_suffix(a->trace, n + ".forward"), fg, fr);
+        write(with_suffix(a->trace, n + ".backward"), bg, br);
       }
     }
     const Time base = results.front().total();

@@ -132,7 +132,9 @@ std::pair<std::size_t, std::size_t> scan_partial(const Spec& spec, const std::st
 
 void write_run_json(const Spec& spec, const RunOptions& opt, const RunSummary& s) {
   const std::filesystem::path out(opt.out);
-  const std::string path = (out.parent_path() / "run.json").string();
+  // "<results stem>.run.json": several sweeps can share a folder without
+  // overwriting each other's record.
+  const std::string path = (out.parent_path() / (out.stem().string() + ".run.json")).string();
   nlohmann::json j = {{"parmsim_version", kVersion},
                       {"spec", spec.file},
                       {"name", spec.name},

@@ -4,7 +4,8 @@
 // does not depend on the thread count or the rank count.
 //
 // While running, rows go to OUT.partial, a whole configuration at a time and
-// flushed; at the end it is renamed to OUT and run.json is written beside it.
+// flushed; at the end it is renamed to OUT and OUT-stem.run.json (input hash,
+// version, settings) is written beside it.
 // --resume keeps the complete configurations of OUT.partial (checking that
 // they belong to the same spec), drops any half-written tail, and runs the rest.
 #include <string>

@@ -16,7 +16,7 @@ spec=tests/data/small-sweep.yaml
 "$bin" sweep $spec -o "$tmp/j2.csv" -j 2 -q || bad "sweep -j 2"
 cmp -s "$tmp/j1.csv" "$tmp/j2.csv" && ok || bad "thread count changes the results"
 [ "$(wc -l < "$tmp/j1.csv")" = 25 ] && ok || bad "expected 1 header + 8 configurations x 3 schedules"
-[ -s "$tmp/run.json" ] && python3 -c "import json;j=json.load(open('$tmp/run.json'));assert j['configurations']==8 and j['input_hash'].startswith('fnv1a64:')" && ok || bad "run.json"
+[ -s "$tmp/j1.run.json" ] && python3 -c "import json;j=json.load(open('$tmp/j1.run.json'));assert j['configurations']==8 and j['input_hash'].startswith('fnv1a64:')" && ok || bad "run.json"
 [ ! -e "$tmp/j1.csv.partial" ] && ok || bad "partial left behind"
 
 # Interrupted run: the first 3 configurations complete, then half a row.
@@ -41,7 +41,7 @@ if command -v mpirun > /dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   if mpirun -np 2 "$bin" sweep $spec -o "$tmp/mpi.csv" -q > "$tmp/mpi.log" 2>&1; then
     cmp -s "$tmp/j1.csv" "$tmp/mpi.csv" && ok || bad "mpirun -np 2 result differs"
-    python3 -c "import json;assert json.load(open('$tmp/run.json'))['mpi_ranks']==2" && ok || bad "run.json mpi_ranks"
+    python3 -c "import json;assert json.load(open('$tmp/mpi.run.json'))['mpi_ranks']==2" && ok || bad "run.json mpi_ranks"
   else
     bad "mpirun -np 2 failed: $(tail -5 "$tmp/mpi.log")"
   fi
