@@ -80,3 +80,11 @@ TEST_CASE("the builder checks collectives on construction", "[graph]") {
   b.add_collective_tasks(c, "s", "x");
   CHECK_THROWS_WITH(std::move(b).build(), Catch::Contains("2x2 byte matrix"));
 }
+
+TEST_CASE("a JSON graph file loads like YAML", "[graph]") {
+  const TaskGraph g = load_task_graph(std::string(PARMSIM_SOURCE_DIR) + "/tests/data/graph.json");
+  CHECK(g.num_ranks() == 2);
+  CHECK(g.collective(0).op == CollOp::sendrecv);
+  CHECK(g.collective(0).bytes == 450'000'000ULL);
+  CHECK(g.parts(0) == std::vector<int>{0, 1});
+}
