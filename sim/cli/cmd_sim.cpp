@@ -191,6 +191,7 @@ void add_subcommands(CLI::App& app) {
   add_layer(app);
   add_sweep(app);
   add_model(app);
+  add_exec(app);
 }
 
 }  // namespace parmsim::cli

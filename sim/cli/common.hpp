@@ -22,5 +22,6 @@ void add_topology(CLI::App& app);
 void add_layer(CLI::App& app);
 void add_sweep(CLI::App& app);
 void add_model(CLI::App& app);
+void add_exec(CLI::App& app);
 
 }  // namespace parmsim::cli

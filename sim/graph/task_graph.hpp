@@ -59,6 +59,16 @@ struct Collective {
   int window = 0;    // direct: peers in flight at once (0 = all)
   int inner = 0;     // saa: inner group size
   int chunks = 1;    // pipelining chunks where the algorithm supports it
+  // Data, for executors (the simulator ignores these): every member sends
+  // from `send_buf` (starting `send_offset` elements in) and receives into
+  // `recv_buf`, buffers of the same names on each rank. The buffers are rows
+  // of `row` elements of which only columns [col_begin, col_begin + col_count)
+  // take part (col_count 0 = whole rows), so a collective can move one column
+  // chunk of a pipelined pair. Empty names: no data (timing only).
+  std::string send_buf, recv_buf;
+  std::uint64_t send_offset = 0, send_count = 0;  // send_count 0 = to the end of send_buf
+  std::vector<std::uint64_t> member_send_offset;   // per member; overrides send_offset when given
+  std::uint64_t row = 0, col_begin = 0, col_count = 0;
 };
 
 enum class TaskKind { compute, collective };
@@ -78,6 +88,9 @@ struct Task {
   // collective
   int collective = -1;
   std::vector<std::string> inputs, outputs;  // buffer names on `rank`
+  // For executors: the kernel to run (empty: timing only) and its integer arguments.
+  std::string kernel;
+  std::vector<std::int64_t> iargs;
   std::vector<int> deps;                     // task ids
 };
 

@@ -83,7 +83,7 @@ struct Dims {
 };
 Dims make_dims(const LayerSpec& s, int P, int gpus_per_node);
 
-enum class OpKind2 { gate, order, iorder, experts, split, mp_gather_free, a2a, ag, rs, ar, saa, rs_then, kernel };
+enum class OpKind2 { gate, order, iorder, experts, split, mp_gather_free, a2a, ag, rs, ar, saa, rs_then, kernel, slot_slice };
 enum class GroupKind { ep, esp, mp, world };
 
 // One step of a schedule, in elements (times dtype bytes for collectives).
@@ -107,8 +107,15 @@ std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const Schedule
 std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& s, const Dims& d,
                                 const ScheduleOptions& o);
 
-// The task graph of a list of ops on all P ranks: streams compute, comm, rs.
+// Task graphs on all P ranks (streams compute, comm, rs), with data bindings
+// (buffers, CPU kernels) that executors use and the simulator ignores:
+// the forward pass alone; the backward pass alone (its forward replayed
+// without tasks to set up buffers); both in one graph, for execution.
 TaskGraph build_graph(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o);
+TaskGraph build_backward_graph(const std::vector<MoeOp>& fwd, const std::vector<MoeOp>& bwd, const LayerSpec& s,
+                               const Dims& d, const ScheduleOptions& o);
+TaskGraph build_training_graph(const std::vector<MoeOp>& fwd, const std::vector<MoeOp>& bwd, const LayerSpec& s,
+                               const Dims& d, const ScheduleOptions& o);
 
 // Alpha-beta parameters of the closed form (PARM.md, "Cost model").
 struct AlphaBeta {

@@ -22,7 +22,7 @@ ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimRe
   const auto fops = forward_ops(run.spec, d, o);
   const auto bops = backward_ops(fops, run.spec, d, o);
   TaskGraph fg = build_graph(fops, run.spec, d, o);
-  TaskGraph bg = build_graph(bops, run.spec, d, o);
+  TaskGraph bg = build_backward_graph(fops, bops, run.spec, d, o);
   SimOptions so;
   so.network = run.network;
   SimResult fr = simulate(fg, run.topo, so);

@@ -1,0 +1,145 @@
+#include "backend/verify.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_executor.hpp"
+#include "backend/cpu/moe_kernels.hpp"
+#include "backend/reference/moe_reference.hpp"
+
+namespace parmsim::exec {
+namespace {
+
+using I = std::int64_t;
+
+// Uniform in [-scale, scale) from a 64-bit generator: the same numbers on every platform.
+struct Rng {
+  std::uint64_t s;
+  double next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return static_cast<double>(s >> 11) * (1.0 / 9007199254740992.0);
+  }
+  std::vector<float> fill(std::size_t n, double scale) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = static_cast<float>((2 * next() - 1) * scale);
+    return v;
+  }
+};
+
+struct Data {
+  std::vector<float> x, dout, Wg, W1, W2;  // global tensors
+};
+
+Data make_data(const moe::LayerSpec& s, const moe::Dims& d, std::uint64_t seed) {
+  Rng r{seed * 0x9E3779B97F4A7C15ULL + 1};
+  Data D;
+  const std::size_t tokens = static_cast<std::size_t>(d.n_ep * d.S);
+  D.x = r.fill(tokens * s.M, 1.0);
+  D.Wg = r.fill(static_cast<std::size_t>(s.M * s.E), 1.0 / std::sqrt(static_cast<double>(s.M)));
+  D.W1 = r.fill(static_cast<std::size_t>(s.E * s.M * s.H), 1.0 / std::sqrt(static_cast<double>(s.M)));
+  D.W2 = r.fill(static_cast<std::size_t>(s.E * s.H * s.M), 1.0 / std::sqrt(static_cast<double>(s.H)));
+  D.dout = r.fill(tokens * s.M, 1.0);
+  return D;
+}
+
+// Rank r: MP group r / G (its tokens), MP index r % G (its shard of each expert),
+// EP position r / G (which experts it holds).
+void load(Memory& mem, const moe::LayerSpec& s, const moe::Dims& d, const Data& D) {
+  const I G = d.G, M = s.M, H = s.H, h = H / G, El = d.E_local;
+  for (int r = 0; r < d.P; ++r) {
+    const I grp = r / G, m = r % G, q = r / G;
+    auto& x = mem.at(r, "x");
+    std::copy_n(D.x.begin() + grp * d.S * M, d.S * M, x.begin());
+    if (mem.has(r, "dout")) std::copy_n(D.dout.begin() + grp * d.S * M, d.S * M, mem.at(r, "dout").begin());
+    mem.at(r, "Wg") = D.Wg;
+    auto& w1 = mem.at(r, "W1");
+    auto& w2 = mem.at(r, "W2");
+    for (I el = 0; el < El; ++el) {
+      const I e = q * El + el;
+      for (I i = 0; i < M; ++i)
+        for (I j = 0; j < h; ++j) w1[(el * M + i) * h + j] = D.W1[(e * M + i) * H + m * h + j];
+      for (I j = 0; j < h; ++j)
+        for (I i = 0; i < M; ++i) w2[(el * h + j) * M + i] = D.W2[(e * H + m * h + j) * M + i];
+    }
+  }
+}
+
+moe::Dims dims_for(const moe::LayerSpec& s, const Cluster& c) { return moe::make_dims(s, c.gpus, c.gpus_per_node); }
+
+}  // namespace
+
+double VerifyResult::worst() const {
+  double w = 0;
+  for (const auto& e : errors) w = std::max(w, e.max_rel_error);
+  return w;
+}
+
+Execution execute_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
+                           std::uint64_t seed) {
+  const moe::Dims d = dims_for(s, c);
+  const auto f = moe::forward_ops(s, d, o);
+  const auto b = moe::backward_ops(f, s, d, o);
+  Execution ex{moe::build_training_graph(f, b, s, d, o), {}};
+  Memory mem(ex.graph);
+  load(mem, s, d, make_data(s, d, seed));
+  CpuExecutor cpu(moe_kernels());
+  ex.trace = cpu.run(ex.graph, mem);
+  return ex;
+}
+
+VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
+                             std::uint64_t seed) {
+  const moe::Dims d = dims_for(s, c);
+  const auto f = moe::forward_ops(s, d, o);
+  const auto b = moe::backward_ops(f, s, d, o);
+  const TaskGraph g = moe::build_training_graph(f, b, s, d, o);
+  Memory mem(g);
+  const Data D = make_data(s, d, seed);
+  load(mem, s, d, D);
+  CpuExecutor cpu(moe_kernels());
+  cpu.run(g, mem);
+
+  // The schedule's capacity rule, reproduced by the reference.
+  ref::MoeRefSpec rs{d.n_ep, d.S, s.M, s.H, s.E, s.k, d.S, d.T_base};
+  if (o.parm && o.split == moe::Split::before_gate) rs.block = d.S / d.G, rs.capacity = d.T_parm;
+  const ref::MoeRefResult R = ref::moe_reference(rs, D.x, D.dout, D.Wg, D.W1, D.W2);
+
+  VerifyResult v;
+  v.schedule = o.name;
+  v.dropped = R.dropped;
+  const I G = d.G, M = s.M, H = s.H, h = H / G, El = d.E_local, E = s.E;
+  auto compare = [&](const std::string& name, auto want_at, const std::string& buf, I n) {
+    double maxw = 0, maxd = 0;
+    for (int r = 0; r < d.P; ++r) {
+      const auto& got = mem.at(r, buf);
+      for (I i = 0; i < n; ++i) {
+        const double w = want_at(r, i);
+        maxw = std::max(maxw, std::abs(w));
+        maxd = std::max(maxd, std::abs(static_cast<double>(got[i]) - w));
+      }
+    }
+    v.errors.push_back({name, maxw > 0 ? maxd / maxw : maxd});
+  };
+  compare("output", [&](int r, I i) { return R.out[(r / G) * d.S * M + i]; }, "out", d.S * M);
+  compare("input_grad", [&](int r, I i) { return R.dx[(r / G) * d.S * M + i]; }, "dx", d.S * M);
+  compare("gate_weight_grad", [&](int r, I i) { return R.dWg[(r / G) * M * E + i]; }, "dWg", M * E);
+  compare("fc1_weight_grad",
+          [&](int r, I i) {
+            const I el = i / (M * h), rem = i % (M * h), row = rem / h, j = rem % h;
+            const I e = (r / G) * El + el;
+            return R.dW1[(e * M + row) * H + (r % G) * h + j];
+          },
+          "dW1", El * M * h);
+  compare("fc2_weight_grad",
+          [&](int r, I i) {
+            const I el = i / (h * M), rem = i % (h * M), j = rem / M, col = rem % M;
+            const I e = (r / G) * El + el;
+            return R.dW2[(e * H + (r % G) * h + j) * M + col];
+          },
+          "dW2", El * h * M);
+  return v;
+}
+
+}  // namespace parmsim::exec

@@ -1,0 +1,42 @@
+#pragma once
+// Runs a schedule's forward and backward task graphs on the CPU executor with
+// random inputs and weights, and compares output, input gradient and every
+// weight gradient with the dense reference layer.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/engine/simulator.hpp"
+#include "sim/moe/layer.hpp"
+
+namespace parmsim::exec {
+
+struct TensorError {
+  std::string tensor;
+  double max_rel_error = 0;  // max |got - want| / max |want|, over all ranks
+};
+
+struct VerifyResult {
+  std::string schedule;
+  std::vector<TensorError> errors;
+  std::int64_t dropped = 0;  // token choices dropped by the schedule's capacity rule
+  double worst() const;
+};
+
+struct Cluster {
+  int gpus = 8, gpus_per_node = 8;
+};
+
+VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
+                             std::uint64_t seed);
+
+// Executes the training graph (forward then backward) with random data and
+// returns the measured trace and the graph it belongs to.
+struct Execution {
+  TaskGraph graph;
+  SimResult trace;
+};
+Execution execute_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
+                           std::uint64_t seed);
+
+}  // namespace parmsim::exec
