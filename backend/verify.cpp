@@ -90,7 +90,7 @@ Execution execute_schedule(const moe::LayerSpec& s, const Cluster& c, const moe:
 }
 
 VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
-                             std::uint64_t seed) {
+                             std::uint64_t seed, const KernelTable* kernels) {
   const moe::Dims d = dims_for(s, c);
   const auto f = moe::forward_ops(s, d, o);
   const auto b = moe::backward_ops(f, s, d, o);
@@ -98,7 +98,7 @@ VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const mo
   Memory mem(g);
   const Data D = make_data(s, d, seed);
   load(mem, s, d, D);
-  CpuExecutor cpu(moe_kernels());
+  CpuExecutor cpu(kernels ? *kernels : moe_kernels());
   cpu.run(g, mem);
 
   // The schedule's capacity rule, reproduced by the reference.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/executor.hpp"
 #include "sim/engine/simulator.hpp"
 #include "sim/moe/layer.hpp"
 
@@ -27,8 +28,9 @@ struct Cluster {
   int gpus = 8, gpus_per_node = 8;
 };
 
+// `kernels` replaces the CPU kernels (tests use it to prove a wrong kernel is caught).
 VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
-                             std::uint64_t seed);
+                             std::uint64_t seed, const KernelTable* kernels = nullptr);
 
 // Executes the training graph (forward then backward) with random data and
 // returns the measured trace and the graph it belongs to.

@@ -438,10 +438,6 @@ std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
   }
 }
 
-bool is_compute(OpKind2 k) {
-  return k == OpKind2::gate || k == OpKind2::order || k == OpKind2::iorder || k == OpKind2::experts ||
-         k == OpKind2::kernel || k == OpKind2::slot_slice;
-}
 
 }  // namespace
 

@@ -68,6 +68,17 @@ assert j['auto'] in ('s1','s2')
 assert j['search']['tried']==30 and j['search']['best_total_us'] <= j['schedules']['s1']['total_us']
 "; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL layer --json"; fi
 
+# verify: every schedule within tolerance, exit 0; a tolerance nobody meets fails.
+if "$bin" verify --gpus 8 --node-gpus 4 --set mp=4,E=16,f=0.5 > "$tmp/v.txt" 2>&1 && [ "$(grep -c ' ok$' "$tmp/v.txt")" = 3 ]; then
+  passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL verify"; cat "$tmp/v.txt"; fi
+if "$bin" verify --tolerance 1e-12 > "$tmp/v2.txt" 2>&1; then fails=$((fails + 1)); echo "FAIL verify tolerance"; else
+  grep -q "exceeds the tolerance" "$tmp/v2.txt" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL verify message"; }; fi
+# execute: a measured trace in the simulator's CSV format.
+if "$bin" execute --backend cpu --schedule s2 --trace "$tmp/exec.csv" > /dev/null &&
+   head -1 "$tmp/exec.csv" | grep -q '^task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops$' &&
+   [ "$(wc -l < "$tmp/exec.csv")" -gt 100 ]; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL execute"; fi
+check execute-cuda "$bin" execute --backend cuda --trace "$tmp/never.csv"
+
 # --json is valid JSON with the documented keys.
 if "$bin" collective -t topologies/parm-32gpu.yaml --op alltoall -b 1MiB,4MiB --json > "$tmp/c.json" &&
    python3 -c "
