@@ -6,5 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=$(bash scripts/build.sh "$@" | tail -n 1)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp
 ctest --test-dir "$dir" --output-on-failure -j "$(nproc)"

@@ -504,11 +504,10 @@ class GraphBuilder {
         }
         return coll_step(CollOp::allgather, op.group, op, -1);
       case OpKind2::ar: {
-        const std::string target = std::string(op.label) == "gate_grad_allreduce" ? "dWg" : cur_;
-        const std::int64_t n = std::string(op.label) == "gate_grad_allreduce" ? s_.M * s_.E : size_[cur_];
-        collective(CollOp::allreduce, op.group, op.elems, "comm", op.label, target, target, 0,
-                   std::string(op.label) == "gate_grad_allreduce" ? s_.E : s_.M);
-        (void)n;
+        // In place: the ESP AllReduce on the current buffer, or the gate gradient's over MP.
+        const bool gate_grad = std::string(op.label) == "gate_grad_allreduce";
+        const std::string target = gate_grad ? "dWg" : cur_;
+        collective(CollOp::allreduce, op.group, op.elems, "comm", op.label, target, target, 0, gate_grad ? s_.E : s_.M);
         return;
       }
     }

@@ -1,8 +1,8 @@
 #pragma once
 // The few MPI calls a sharded sweep needs. MPI is initialised only when the
 // process was started by mpirun (its environment says so), so a plain
-// `parmsim sweep` never touches MPI. Without MPI at build time these are
-// single-process stubs.
+// `parmsim sweep` never touches MPI. Without MPI at build time these calls
+// act as a single process.
 #include <cstddef>
 #include <string>
 #include <vector>

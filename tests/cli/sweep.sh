@@ -39,7 +39,9 @@ grep -q "configuration B=2,E=12 on parm-32gpu is impossible: E=12 experts must b
 # MPI: two ranks on this machine write the same file.
 if command -v mpirun > /dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-  if mpirun -np 2 "$bin" sweep $spec -o "$tmp/mpi.csv" -q > "$tmp/mpi.log" 2>&1; then
+  # OpenMPI keeps allocations in components it unloads before exit, which
+  # LeakSanitizer cannot attribute; leak checking stays on for every other test.
+  if ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" mpirun -np 2 "$bin" sweep $spec -o "$tmp/mpi.csv" -q > "$tmp/mpi.log" 2>&1; then
     cmp -s "$tmp/j1.csv" "$tmp/mpi.csv" && ok || bad "mpirun -np 2 result differs"
     python3 -c "import json;assert json.load(open('$tmp/mpi.run.json'))['mpi_ranks']==2" && ok || bad "run.json mpi_ranks"
   else
