@@ -42,7 +42,7 @@ class Builder {
   int step(int member) {
     CollStep s;
     s.member = member;
-    if (last_[member] >= 0) s.deps.push_back(last_[member]);
+    if (last_[member] >= 0) s.add_dep(last_[member]);
     plan_.steps.push_back(std::move(s));
     return last_[member] = static_cast<int>(plan_.steps.size()) - 1;
   }
@@ -147,8 +147,10 @@ CollPlan make_plan(const Collective& c, const Topology& topo) {
     CollPlan plan = b.take();
     for (int i = 0; i < W; ++i)
       for (int m = 0; m < p; ++m) {
-        CollStep s{m, {x[i][m]}};
-        if (i > 0) s.deps.push_back(g[i - 1][m]);
+        CollStep s;
+        s.member = m;
+        s.add_dep(x[i][m]);
+        if (i > 0) s.add_dep(g[i - 1][m]);
         plan.steps.push_back(std::move(s));
         g[i][m] = static_cast<int>(plan.steps.size()) - 1;
       }

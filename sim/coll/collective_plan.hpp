@@ -20,6 +20,7 @@
 //   pipelined     saa: W rounds; round i sends the AlltoAll chunk to outer
 //                 peer +i on one chain while the chunk of round i is sent to
 //                 the inner peers on a second chain.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,7 +32,9 @@ namespace parmsim {
 
 struct CollStep {
   int member = 0;
-  std::vector<int> deps;
+  std::array<int, 2> deps{-1, -1};  // at most two: the member's chain and, for SAA, the other chain
+  void add_dep(int d) { deps[deps[0] < 0 ? 0 : 1] = d; }
+  int num_deps() const { return (deps[0] >= 0) + (deps[1] >= 0); }
 };
 
 struct CollXfer {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <deque>
+#include <span>
 
 #include "sim/coll/collective_plan.hpp"
 #include "sim/compute/gpu_profile.hpp"
@@ -13,14 +14,28 @@
 namespace parmsim {
 namespace {
 
+// Compressed adjacency: the items of key k are list[start[k] .. start[k+1]).
+struct Csr {
+  std::vector<int> start, list;
+  void build(std::size_t keys, const std::vector<std::pair<int, int>>& pairs) {
+    start.assign(keys + 1, 0);
+    for (const auto& [k, v] : pairs) ++start[k + 1];
+    for (std::size_t k = 0; k < keys; ++k) start[k + 1] += start[k];
+    list.resize(pairs.size());
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (const auto& [k, v] : pairs) list[fill[k]++] = v;
+  }
+  std::span<const int> of(int k) const { return {list.data() + start[k], list.data() + start[k + 1]}; }
+};
+
 struct CollState {
   CollPlan plan;
-  std::vector<std::vector<int>> step_xfers;  // xfers touching each step
-  std::vector<std::vector<int>> step_succ;   // steps depending on each step
+  Csr step_xfers;    // xfers touching each step
+  Csr step_succ;     // steps depending on each step
+  Csr member_steps;  // steps of each member
   std::vector<int> step_deps_left, step_xfers_left;
   std::vector<char> step_ready;
   std::vector<char> xfer_started;
-  std::vector<std::vector<int>> member_steps;
   std::vector<int> member_steps_left;
   std::vector<char> entered;
   std::vector<std::uint64_t> member_sent;
@@ -39,31 +54,36 @@ class Engine {
       CollState& s = coll_[c];
       s.plan = make_plan(g.collective(c), topo);
       const std::size_t S = s.plan.steps.size(), X = s.plan.xfers.size(), M = g.collective(c).group.size();
-      s.step_xfers.assign(S, {});
-      s.step_succ.assign(S, {});
       s.step_deps_left.assign(S, 0);
       s.step_xfers_left.assign(S, 0);
       s.step_ready.assign(S, 0);
       s.xfer_started.assign(X, 0);
-      s.member_steps.assign(M, {});
       s.member_steps_left.assign(M, 0);
       s.entered.assign(M, 0);
       s.member_sent.assign(M, 0);
+      std::vector<std::pair<int, int>> succ, msteps, sx;
+      succ.reserve(2 * S);
+      msteps.reserve(S);
+      sx.reserve(2 * X);
       for (std::size_t i = 0; i < S; ++i) {
         const CollStep& st = s.plan.steps[i];
-        s.step_deps_left[i] = static_cast<int>(st.deps.size());
-        for (int d : st.deps) s.step_succ[d].push_back(static_cast<int>(i));
-        s.member_steps[st.member].push_back(static_cast<int>(i));
+        s.step_deps_left[i] = st.num_deps();
+        for (int d : st.deps)
+          if (d >= 0) succ.emplace_back(d, static_cast<int>(i));
+        msteps.emplace_back(st.member, static_cast<int>(i));
         ++s.member_steps_left[st.member];
       }
       for (std::size_t x = 0; x < X; ++x) {
         const CollXfer& xf = s.plan.xfers[x];
-        s.step_xfers[xf.send_step].push_back(static_cast<int>(x));
-        s.step_xfers[xf.recv_step].push_back(static_cast<int>(x));
+        sx.emplace_back(xf.send_step, static_cast<int>(x));
+        sx.emplace_back(xf.recv_step, static_cast<int>(x));
         s.step_xfers_left[xf.send_step]++;
         s.step_xfers_left[xf.recv_step]++;
         s.member_sent[xf.src] += xf.bytes;
       }
+      s.step_succ.build(S, succ);
+      s.member_steps.build(M, msteps);
+      s.step_xfers.build(S, sx);
     }
     member_index_.resize(g.tasks().size(), -1);
     for (int c = 0; c < C; ++c) {
@@ -134,7 +154,7 @@ class Engine {
       task_done(id);
       return;
     }
-    for (int st : s.member_steps[m])
+    for (int st : s.member_steps.of(m))
       if (s.step_deps_left[st] == 0) step_ready(t.collective, st);
   }
 
@@ -145,7 +165,7 @@ class Engine {
       step_done(c, st);
       return;
     }
-    for (int x : s.step_xfers[st]) {
+    for (int x : s.step_xfers.of(st)) {
       const CollXfer& xf = s.plan.xfers[x];
       if (s.xfer_started[x] || !s.step_ready[xf.send_step] || !s.step_ready[xf.recv_step]) continue;
       s.xfer_started[x] = 1;
@@ -168,7 +188,7 @@ class Engine {
 
   void step_done(int c, int st) {
     CollState& s = coll_[c];
-    for (int nx : s.step_succ[st])
+    for (int nx : s.step_succ.of(st))
       if (--s.step_deps_left[nx] == 0 && s.entered[s.plan.steps[nx].member]) step_ready(c, nx);
     const int m = s.plan.steps[st].member;
     if (--s.member_steps_left[m] == 0) task_done(g_.parts(c)[m]);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "sim/core/error.hpp"
 
@@ -130,15 +131,22 @@ TaskGraph TaskGraphBuilder::build() && {
   TaskGraph& g = g_;
   const int R = g.num_ranks_;
   const int N = static_cast<int>(g.tasks_.size());
-  // Buffers.
-  std::set<std::pair<int, std::string>> bufs;
+  // Buffers: (rank, name) pairs sorted once, looked up by binary search (no string copies).
+  std::vector<std::pair<int, std::string_view>> bufs;
+  bufs.reserve(g.buffers_.size());
   for (const Buffer& b : g.buffers_) {
     if (b.rank < 0 || b.rank >= R)
       throw ParmError(fmt::format("task graph: buffer '{}' is on rank {}, which does not exist (ranks 0..{})", b.name,
                                   b.rank, R - 1));
-    if (!bufs.insert({b.rank, b.name}).second)
-      throw ParmError(fmt::format("task graph: buffer '{}' declared twice on rank {}", b.name, b.rank));
+    bufs.emplace_back(b.rank, b.name);
   }
+  std::sort(bufs.begin(), bufs.end());
+  for (std::size_t i = 1; i < bufs.size(); ++i)
+    if (bufs[i] == bufs[i - 1])
+      throw ParmError(fmt::format("task graph: buffer '{}' declared twice on rank {}", bufs[i].second, bufs[i].first));
+  auto has_buf = [&bufs](int rank, const std::string& name) {
+    return std::binary_search(bufs.begin(), bufs.end(), std::pair<int, std::string_view>(rank, name));
+  };
   // Collectives.
   for (const Collective& c : g.collectives_) {
     if (c.group.empty()) throw ParmError(fmt::format("task graph: collective '{}' has an empty group", c.name));
@@ -168,10 +176,13 @@ TaskGraph TaskGraphBuilder::build() && {
   }
   g.parts_.assign(g.collectives_.size(), {});
   std::vector<std::map<int, int>> part_of(g.collectives_.size());
-  std::map<std::string, int> names;
+  std::vector<std::string_view> names;
+  names.reserve(g.tasks_.size());
+  for (const Task& t : g.tasks_) names.emplace_back(t.name);
+  std::sort(names.begin(), names.end());
+  for (std::size_t i = 1; i < names.size(); ++i)
+    if (names[i] == names[i - 1]) throw ParmError(fmt::format("task graph: task name '{}' used twice", names[i]));
   for (const Task& t : g.tasks_) {
-    if (!names.emplace(t.name, t.id).second)
-      throw ParmError(fmt::format("task graph: task name '{}' used twice", t.name));
     if (t.rank < 0 || t.rank >= R)
       throw ParmError(fmt::format("task graph: task '{}' is on rank {}, which does not exist (ranks 0..{})", t.name,
                                   t.rank, R - 1));
@@ -183,7 +194,7 @@ TaskGraph TaskGraphBuilder::build() && {
         throw ParmError(fmt::format("task graph: task '{}' depends on task id {}, which does not exist", t.name, d));
     for (const auto* list : {&t.inputs, &t.outputs})
       for (const std::string& b : *list)
-        if (!bufs.count({t.rank, b}))
+        if (!has_buf(t.rank, b))
           throw ParmError(fmt::format("task graph: task '{}' uses buffer '{}', which is not declared on rank {}",
                                       t.name, b, t.rank));
     if (t.kind == TaskKind::collective) {

@@ -16,4 +16,15 @@ namespace parmsim {
 // Returns rates in bytes/s, one per flow.
 std::vector<double> max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows);
 
+// The same, reusing the scratch space of earlier calls (the flow model solves
+// thousands of times per run). `rate` is resized to the number of flows.
+struct MaxMinScratch {
+  std::vector<std::uint32_t> start, on, fill, count;
+  std::vector<double> cap;
+  std::vector<int> active;
+  std::vector<char> fixed;
+};
+void max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows,
+                   MaxMinScratch& scratch, std::vector<double>& rate);
+
 }  // namespace parmsim

@@ -169,10 +169,10 @@ class FlowModel final : public NetworkModel {
     if (active_.empty()) return;
     // Keep flows in start order so the solver sees the same input every run.
     std::sort(active_.begin(), active_.end(), [](const Flow& a, const Flow& b) { return a.seq < b.seq; });
-    std::vector<std::span<const int>> paths;
-    paths.reserve(active_.size());
-    for (const Flow& f : active_) paths.emplace_back(arena_.data() + f.off, f.len);
-    const std::vector<double> rates = max_min_rates(capacity_, paths);
+    paths_.clear();
+    for (const Flow& f : active_) paths_.emplace_back(arena_.data() + f.off, f.len);
+    max_min_rates(capacity_, paths_, scratch_, rates_);
+    const std::vector<double>& rates = rates_;
     for (std::size_t i = 0; i < active_.size(); ++i) {
       Flow& f = active_[i];
       // A share of zero can only come from rounding on an exhausted link.
@@ -184,6 +184,9 @@ class FlowModel final : public NetworkModel {
 
   std::vector<double> capacity_;
   std::vector<int> arena_;  // route links of every flow, appended at start
+  std::vector<std::span<const int>> paths_;  // solver input and scratch, reused
+  MaxMinScratch scratch_;
+  std::vector<double> rates_;
   EventQueue<Flow> pending_;
   std::vector<Flow> active_, done_buf_;
   Time now_;
