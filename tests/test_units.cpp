@@ -34,3 +34,13 @@ TEST_CASE("values without units or with bad ones are rejected with a reason", "[
   CHECK_THAT(why, Catch::Contains("unknown unit 'parsecs'"));
   CHECK_FALSE(u::parse_size("", &why));
 }
+
+TEST_CASE("byte counts print in the largest binary unit", "[units]") {
+  CHECK(u::format_bytes(512) == "512B");
+  CHECK(u::format_bytes(4096) == "4KiB");
+  CHECK(u::format_bytes(64ULL << 20) == "64MiB");
+  CHECK(u::format_bytes(3ULL << 30) == "3GiB");
+  // 69888 MiB = 68.25 GiB; 1.5 MiB + 1 B is not a whole MiB.
+  CHECK(u::format_bytes(69888ULL << 20) == "68.25GiB");
+  CHECK(u::format_bytes((3ULL << 19) + 1) == "1.5MiB");
+}

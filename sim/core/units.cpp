@@ -122,10 +122,15 @@ std::optional<double> parse_flops(const std::string& s, std::string* why) {
 }
 
 std::string format_bytes(std::uint64_t b) {
-  if (b >= (1ULL << 30) && b % (1ULL << 30) == 0) return fmt::format("{}GiB", b >> 30);
-  if (b >= (1ULL << 20) && b % (1ULL << 20) == 0) return fmt::format("{}MiB", b >> 20);
-  if (b >= (1ULL << 30)) return fmt::format("{:.2f}GiB", static_cast<double>(b) / (1ULL << 30));
-  if (b >= (1ULL << 20)) return fmt::format("{:.1f}MiB", static_cast<double>(b) / (1ULL << 20));
+  // Exact binary units when they fit, else two or one decimals of the largest unit.
+  if (b >= (1ULL << 30)) {
+    if (b % (1ULL << 30) == 0) return fmt::format("{}GiB", b >> 30);
+    return fmt::format("{:.2f}GiB", static_cast<double>(b) / (1ULL << 30));
+  }
+  if (b >= (1ULL << 20)) {
+    if (b % (1ULL << 20) == 0) return fmt::format("{}MiB", b >> 20);
+    return fmt::format("{:.1f}MiB", static_cast<double>(b) / (1ULL << 20));
+  }
   if (b >= (1ULL << 10) && b % (1ULL << 10) == 0) return fmt::format("{}KiB", b >> 10);
   return fmt::format("{}B", b);
 }
