@@ -192,6 +192,7 @@ void add_subcommands(CLI::App& app) {
   add_sweep(app);
   add_model(app);
   add_exec(app);
+  add_calibrate(app);
 }
 
 }  // namespace parmsim::cli

@@ -23,5 +23,6 @@ void add_layer(CLI::App& app);
 void add_sweep(CLI::App& app);
 void add_model(CLI::App& app);
 void add_exec(CLI::App& app);
+void add_calibrate(CLI::App& app);
 
 }  // namespace parmsim::cli

@@ -77,6 +77,7 @@ if "$bin" verify --tolerance 1e-12 > "$tmp/v2.txt" 2>&1; then fails=$((fails + 1
 if "$bin" execute --backend cpu --schedule s2 --trace "$tmp/exec.csv" > /dev/null &&
    head -1 "$tmp/exec.csv" | grep -q '^task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops$' &&
    [ "$(wc -l < "$tmp/exec.csv")" -gt 100 ]; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL execute"; fi
+check calibrate-nccl "$bin" calibrate --import-nccl-tests tests/data/nccl-tests/all_reduce_perf.8gpu.txt tests/data/nccl-tests/alltoall_perf.16gpu-2node.txt
 check execute-cuda "$bin" execute --backend cuda --trace "$tmp/never.csv"
 
 # --json is valid JSON with the documented keys.

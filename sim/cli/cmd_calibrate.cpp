@@ -1,0 +1,65 @@
+// parmsim calibrate --import-nccl-tests
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "sim/calib/nccl_tests.hpp"
+#include "sim/cli/common.hpp"
+#include "sim/core/error.hpp"
+#include "sim/io/output.hpp"
+
+namespace parmsim::cli {
+
+void add_calibrate(CLI::App& app) {
+  auto* c = app.add_subcommand(
+      "calibrate",
+      "fit alpha-beta collective costs from measurements and write a calibration file; for now from nccl-tests "
+      "text output (--import-nccl-tests)");
+  struct Args {
+    std::vector<std::string> files;
+    std::string op, out;
+  };
+  auto a = std::make_shared<Args>();
+  c->add_option("--import-nccl-tests", a->files, "nccl-tests text outputs (all_reduce_perf, alltoall_perf, ...)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  c->add_option("--op", a->op, "the collective, when neither the file nor its name says");
+  c->add_option("-o,--output", a->out, "calibration YAML to write");
+  c->callback([a] {
+    std::string yaml =
+        "# parmsim calibration: alpha-beta fits of measured collectives.\n"
+        "# time(size) = alpha + size / bandwidth, with size in nccl-tests' convention.\n"
+        "# held_out_*: fitted on every other size, error on the others (mean and worst relative).\n"
+        "collectives:\n";
+    fmt::print("{:<14} {:>5} {:>5} {:>6} {:>12} {:>14} {:>12} {:>14} {:>12}\n", "op", "ranks", "hosts", "link",
+               "alpha_us", "bandwidth_GBps", "held_out", "held_out>=1MiB", "worst>=1MiB");
+    for (const std::string& f : a->files) {
+      const calib::NcclTable t = calib::read_nccl_tests_text(f, a->op);
+      const calib::AlphaBeta ab = calib::fit_alpha_beta(t.points);
+      const calib::HeldOut h = calib::fit_held_out(t.points);
+      // The target is stated for messages of 1 MiB and above: the same split, restricted.
+      double mape_big = 0, worst_big = 0;
+      int n_big = 0;
+      for (const calib::Point& p : h.test)
+        if (p.x >= 1048576.0) {
+          const double e = std::abs(h.fit.at(p.x) - p.t) / p.t;
+          mape_big += e, worst_big = std::max(worst_big, e), ++n_big;
+        }
+      if (n_big) mape_big /= n_big;
+      const std::string link = t.hosts > 1 ? "inter" : "intra";
+      fmt::print("{:<14} {:>5} {:>5} {:>6} {:>12.3f} {:>14.2f} {:>11.2f}% {:>13.2f}% {:>11.2f}%\n", t.op, t.ranks,
+                 t.hosts, link, ab.alpha * 1e6, 1.0 / ab.beta / 1e9, 100 * h.mape, 100 * mape_big, 100 * worst_big);
+      yaml += fmt::format(
+          "  - {{op: {}, ranks: {}, hosts: {}, link: {}, alpha: {:.6f}us, bandwidth: {:.6f}GBps, points: {}, "
+          "held_out_mape: {:.6f}, held_out_mape_1MiB: {:.6f}, held_out_worst_1MiB: {:.6f}, source: \"{}\"}}\n",
+          t.op, t.ranks, t.hosts, link, ab.alpha * 1e6, 1.0 / ab.beta / 1e9, t.points.size(), h.mape, mape_big,
+          worst_big, f);
+    }
+    if (!a->out.empty()) {
+      write_atomically(a->out, [&](std::ostream& os) { os << yaml; });
+      fmt::print("wrote {}\n", a->out);
+    }
+  });
+}
+
+}  // namespace parmsim::cli
