@@ -98,3 +98,69 @@ TEST_CASE("malformed nccl-tests output is an error naming the line", "[calib][nc
   std::filesystem::remove_all(dir);
   CHECK_THROWS_WITH(read_nccl_tests_text("/nonexistent/x.txt"), Catch::Contains("cannot open"));
 }
+
+#include "sim/calib/calibration.hpp"
+#include "sim/compute/gpu_profile.hpp"
+#include "sim/engine/simulator.hpp"
+#include "sim/graph/graph_io.hpp"
+#include "sim/moe/layer_sim.hpp"
+#include "sim/topo/topology_io.hpp"
+
+namespace {
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path =
+      std::filesystem::temp_directory_path().string() + "/parmsim_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+}  // namespace
+
+TEST_CASE("a calibrated collective takes its measured time in the simulator", "[calib]") {
+  using namespace parmsim;
+  const std::string cal_path = write_temp("cal.yaml", R"(collectives:
+  - {op: allreduce, ranks: 8, link: intra, alpha: 15us, bandwidth: 240GBps}
+)");
+  const Calibration cal = load_calibration(cal_path);
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml");
+  TaskGraphBuilder b(8);
+  b.add_stream_all("comm");
+  Collective c;
+  c.name = "ar";
+  c.op = CollOp::allreduce;
+  c.bytes = 240'000'000;  // 240 MB at 240 GB/s = 1 ms
+  for (int r = 0; r < 8; ++r) c.group.push_back(r);
+  b.add_collective_tasks(c, "comm", "ar");
+  const TaskGraph g = std::move(b).build();
+  for (const char* net : {"flow", "analytical"}) {
+    SimOptions o{net, &cal};
+    CHECK(simulate(g, t, o).makespan == Time::us(1015));  // 15 us + 1 ms, whatever the network model
+    o.calibration = nullptr;
+    CHECK(simulate(g, t, o).makespan != Time::us(1015));  // without it: the modelled ring
+  }
+  // An AllGather has no entry: still modelled.
+  CHECK(cal.find(CollOp::allgather, 8, false) == nullptr);
+  // Bad files are named.
+  CHECK_THROWS_WITH(load_calibration(write_temp("bad.yaml", "collectives:\n  - {op: allreduce, ranks: 8, link: "
+                                                            "sideways, alpha: 1us, bandwidth: 1GBps}\n")),
+                    Catch::Contains("bad.yaml:2:") && Catch::Contains("intra or inter"));
+  std::filesystem::remove(cal_path);
+}
+
+TEST_CASE("with a calibration, the closed form still equals the simulation under analytical", "[calib][moe]") {
+  using namespace parmsim;
+  // 4 DGX H100 nodes, mp = 8: EP AlltoAlls over 4 ranks across nodes, ESP collectives over 8 in a node.
+  const Calibration cal = load_calibration(write_temp("cal2.yaml", R"(collectives:
+  - {op: alltoall, ranks: 4, link: inter, alpha: 30us, bandwidth: 20GBps}
+  - {op: allgather, ranks: 8, link: intra, alpha: 12us, bandwidth: 300GBps}
+  - {op: reducescatter, ranks: 8, link: intra, alpha: 12us, bandwidth: 280GBps}
+)"));
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml", {"nodes=4"});
+  moe::LayerSpec s;
+  s.mp = 8;
+  const moe::LayerRun with{t, s, "analytical", &cal}, without{t, s, "analytical", nullptr};
+  const moe::ScheduleResult r = moe::run_schedule(with, moe::preset("s1"));
+  CHECK(std::abs(r.forward.to_seconds() - r.model_forward_s) < 1e-9);
+  CHECK(std::abs(r.backward.to_seconds() - r.model_backward_s) < 1e-9);
+  // The measured AlltoAll is slower than the modelled one here: the layer gets slower.
+  CHECK(r.total() > moe::run_schedule(without, moe::preset("s1")).total());
+}

@@ -50,7 +50,7 @@ std::string with_suffix(const std::string& path, const std::string& suffix) {
 void add_layer(CLI::App& app) {
   auto* c = app.add_subcommand("layer", "predict one MoE layer (forward + backward) under baseline, S1 and S2");
   struct Args {
-    std::string topo, topo_set, set, layer_file, schedule = "all", network = "flow", trace;
+    std::string topo, topo_set, set, layer_file, schedule = "all", network = "flow", trace, calibration;
     bool search = false, json = false;
   };
   auto a = std::make_shared<Args>();
@@ -63,6 +63,10 @@ void add_layer(CLI::App& app) {
                 "fuse_combine,chunks,a2a_algo; e.g. B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4");
   c->add_option("--schedule", a->schedule, "baseline | s1 | s2 | auto | all")->capture_default_str();
   c->add_option("--network,-n", a->network, "analytical | flow")->capture_default_str();
+  c->add_option("--calibration", a->calibration,
+                "calibration YAML (parmsim calibrate): measured collectives replace the modelled ones, in the "
+                "simulator and in the alpha-beta model")
+      ->check(CLI::ExistingFile);
   c->add_option("--trace", a->trace,
                 "write traces (Chrome JSON, or CSV when FILE ends in .csv) to FILE with .<schedule>.forward / "
                 ".backward inserted before the extension");
@@ -94,7 +98,9 @@ void add_layer(CLI::App& app) {
     const moe::Dims dims = moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
     const GpuProfile& gpu = gpu_profile(topo.gpu_model());
     gpu.peak(spec.dtype);  // rejects an unsupported dtype up front
-    const moe::AlphaBeta ab = moe::alpha_beta_from_topology(topo);
+    const auto cal = load_calibration_arg(a->calibration);
+    moe::AlphaBeta ab = moe::alpha_beta_from_topology(topo);
+    ab.calibration = cal.get();
     const std::string chosen = moe::auto_choice(spec, dims, ab, gpu);
     make_network(a->network, topo);
 
@@ -106,7 +112,7 @@ void add_layer(CLI::App& app) {
       names = {a->schedule};
       if (a->schedule != "baseline") names.insert(names.begin(), "baseline");
     }
-    const moe::LayerRun run{topo, spec, a->network};
+    const moe::LayerRun run{topo, spec, a->network, cal.get()};
     std::vector<moe::ScheduleResult> results;
     for (const std::string& n : names) {
       moe::ScheduleOptions o = moe::preset(n);

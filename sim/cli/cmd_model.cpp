@@ -15,7 +15,7 @@ void add_model(CLI::App& app) {
   auto* c = app.add_subcommand("model", "predict a whole training iteration of an MoE transformer (BERT-MoE, GPT-2-MoE) "
                                         "under baseline, S1 and S2");
   struct Args {
-    std::string spec, network;
+    std::string spec, network, calibration;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -24,11 +24,14 @@ void add_model(CLI::App& app) {
       ->check(CLI::ExistingFile);
   c->add_option("-n,--network", a->network, "override the spec's network model (analytical | flow)");
   c->add_flag("--json", a->json, "print JSON");
+  c->add_option("--calibration", a->calibration, "calibration YAML: measured collectives replace the modelled ones")
+      ->check(CLI::ExistingFile);
   c->callback([a] {
     moe::ModelSpec m = moe::load_model_spec(a->spec);
     if (!a->network.empty()) m.network = a->network;
     const Topology topo = load_topology(m.topology_file, m.topology_overrides);
-    const auto res = moe::run_model(m, topo);
+    const auto cal = load_calibration_arg(a->calibration);
+    const auto res = moe::run_model(m, topo, cal.get());
     const double base = res.front().total().to_seconds();
     if (a->json) {
       nlohmann::json j = {{"model", m.name}, {"topology", topo.name()}, {"network", m.network}};

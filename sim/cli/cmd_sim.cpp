@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/cli/common.hpp"
+#include "sim/calib/calibration.hpp"
 #include "sim/coll/collective_plan.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
@@ -28,9 +29,13 @@ std::string network_help() {
 struct TopoArgs {
   std::string file;
   std::string set;
+  std::string calibration;
   void add(CLI::App* c) {
     c->add_option("--topology,-t", file, "topology YAML file (see topologies/)")->required()->check(CLI::ExistingFile);
     c->add_option("--topo-set", set, "override topology keys, e.g. nodes=16,fabric.oversubscription=2");
+    c->add_option("--calibration", calibration,
+                  "calibration YAML (parmsim calibrate): measured collectives replace the modelled ones")
+        ->check(CLI::ExistingFile);
   }
   Topology load() const { return load_topology(file, split_assignments(set)); }
 };
@@ -60,6 +65,7 @@ void add_collective(CLI::App& app) {
   c->add_flag("--json", a->json, "print a JSON list of {bytes, time_us, algbw_GBps, busbw_GBps}");
   c->callback([a] {
     const Topology topo = a->topo.load();
+    const auto cal = load_calibration_arg(a->topo.calibration);
     Collective proto;
     if (!parse_coll_op(a->op, &proto.op) || proto.op == CollOp::alltoallv)
       throw ParmError(fmt::format("--op: expected alltoall, allgather, reducescatter, allreduce, sendrecv or saa, got "
@@ -92,6 +98,7 @@ void add_collective(CLI::App& app) {
       const TaskGraph g = std::move(b).build();
       SimOptions so;
       so.network = a->network;
+      so.calibration = cal.get();
       const SimResult r = simulate(g, topo, so);
       const double s = r.makespan.to_seconds();
       const double algbw = static_cast<double>(bytes) / s / 1e9;
@@ -124,8 +131,10 @@ void add_simulate(CLI::App& app) {
   c->callback([a] {
     const Topology topo = a->topo.load();
     const TaskGraph g = load_task_graph(a->graph);
+    const auto cal = load_calibration_arg(a->topo.calibration);
     SimOptions so;
     so.network = a->network;
+    so.calibration = cal.get();
     const SimResult r = simulate(g, topo, so);
     if (!a->trace.empty()) write_atomically(a->trace, [&](std::ostream& os) { write_chrome_trace(os, g, r); });
     if (!a->csv.empty()) write_atomically(a->csv, [&](std::ostream& os) { write_trace_csv(os, g, r); });

@@ -15,7 +15,7 @@ void add_sweep(CLI::App& app) {
                                "run a sweep spec (a grid of MoE layers on topologies) and write one CSV row per "
                                "(configuration, schedule); shard with `mpirun -np N parmsim sweep ...`");
   struct Args {
-    std::string spec, out;
+    std::string spec, out, calibration;
     int jobs = 0;
     bool resume = false, quiet = false, list = false;
   };
@@ -25,9 +25,11 @@ void add_sweep(CLI::App& app) {
   c->add_option("-j,--jobs", a->jobs, "threads (default: all cores)");
   c->add_flag("--resume", a->resume, "keep the complete rows of an interrupted run (OUTPUT.partial) and run the rest");
   c->add_flag("-q,--quiet", a->quiet, "no progress output");
+  c->add_option("--calibration", a->calibration, "calibration YAML: measured collectives replace the modelled ones")
+      ->check(CLI::ExistingFile);
   c->add_flag("--count", a->list, "only expand the spec and print how many configurations it holds");
   c->callback([a] {
-    const sweep::Spec spec = sweep::load_spec(a->spec);
+    const sweep::Spec spec = sweep::load_spec(a->spec, a->calibration);
     if (a->list) {
       fmt::print("{}: {} configurations x {} schedules on {} topology variant(s); {} invalid skipped\n", spec.name,
                  spec.configs.size(), spec.schedules.size(), spec.topologies.size(), spec.skipped);

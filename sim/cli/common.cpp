@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/calib/calibration.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
 
@@ -66,6 +67,11 @@ std::vector<int> parse_ranks(const std::string& s, int limit) {
     }
   }
   return out;
+}
+
+std::shared_ptr<const Calibration> load_calibration_arg(const std::string& file) {
+  if (file.empty()) return nullptr;
+  return std::make_shared<const Calibration>(load_calibration(file));
 }
 
 std::vector<std::string> split_assignments(const std::string& s) {

@@ -2,9 +2,15 @@
 // Helpers shared by the subcommands.
 #include <CLI/CLI.hpp>
 
+#include <memory>
+
 #include <cstdint>
 #include <string>
 #include <vector>
+
+namespace parmsim {
+struct Calibration;
+}
 
 namespace parmsim::cli {
 
@@ -12,6 +18,8 @@ namespace parmsim::cli {
 std::vector<std::uint64_t> parse_sizes(const std::string& s);
 // "all", "0-7", "0,2,4-6"; every id below `limit`.
 std::vector<int> parse_ranks(const std::string& s, int limit);
+// --calibration FILE: loaded once per command; null when not given.
+std::shared_ptr<const Calibration> load_calibration_arg(const std::string& file);
 // "a=1,b=2" -> {"a=1", "b=2"}.
 std::vector<std::string> split_assignments(const std::string& s);
 

@@ -5,6 +5,7 @@
 #include <deque>
 #include <span>
 
+#include "sim/calib/calibration.hpp"
 #include "sim/coll/collective_plan.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
@@ -39,6 +40,8 @@ struct CollState {
   std::vector<int> member_steps_left;
   std::vector<char> entered;
   std::vector<std::uint64_t> member_sent;
+  const CalibratedCollective* calibrated = nullptr;  // timed as a whole when set
+  int entered_count = 0;
 };
 
 class Engine {
@@ -53,6 +56,12 @@ class Engine {
     for (int c = 0; c < C; ++c) {
       CollState& s = coll_[c];
       s.plan = make_plan(g.collective(c), topo);
+      if (opt.calibration) {
+        const Collective& col = g.collective(c);
+        bool inter = false;
+        for (int r : col.group) inter = inter || !topo.same_node(r, col.group[0]);
+        s.calibrated = opt.calibration->find(col.op, static_cast<int>(col.group.size()), inter);
+      }
       const std::size_t S = s.plan.steps.size(), X = s.plan.xfers.size(), M = g.collective(c).group.size();
       s.step_deps_left.assign(S, 0);
       s.step_xfers_left.assign(S, 0);
@@ -150,6 +159,18 @@ class Engine {
     const int m = member_index_[id];
     res_.trace[id].bytes = s.member_sent[m];
     s.entered[m] = 1;
+    if (s.calibrated) {
+      // Measured as a whole: it starts when the last member arrives and ends for all together.
+      if (++s.entered_count == static_cast<int>(s.entered.size())) {
+        const Collective& col = g_.collective(t.collective);
+        for (const CollXfer& xf : s.plan.xfers)
+          (topo_.same_node(col.group[xf.src], col.group[xf.dst]) ? res_.intra_node_bytes : res_.inter_node_bytes) +=
+              xf.bytes;
+        const Time end = now_ + s.calibrated->time(col.bytes);
+        for (int part : g_.parts(t.collective)) events_.push(end, part);
+      }
+      return;
+    }
     if (s.member_steps_left[m] == 0) {
       task_done(id);
       return;

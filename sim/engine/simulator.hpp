@@ -23,8 +23,13 @@ struct TraceRow {
   std::uint64_t flops = 0;
 };
 
+struct Calibration;
+
 struct SimOptions {
   std::string network = "flow";
+  // Measured collective costs that replace the modelled algorithm where an
+  // entry matches (sim/calib/calibration.hpp); null: everything is modelled.
+  const Calibration* calibration = nullptr;
 };
 
 struct SimResult {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 
+#include "sim/calib/calibration.hpp"
 #include "sim/coll/collective_plan.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
@@ -875,9 +876,20 @@ struct Costs {
     if (p < 2) return 0;
     return (p - 1) * a(inter) + n * (p - 1) / p * b(inter);
   }
-  double a2a(double n) const { return ring(n, d.n_ep, ep_inter); }
-  double ag(double n) const { return ring(n, d.G, false); }
-  double ar(double n) const { return 2 * ring(n, d.G, false); }
+  // A measured cost when the calibration has this (op, group size, link), else `form`.
+  double measured(CollOp op, int p, bool inter, double n, double form) const {
+    if (ab.calibration && p >= 2)
+      if (const CalibratedCollective* e = ab.calibration->find(op, p, inter))
+        return e->time(static_cast<std::uint64_t>(n)).to_seconds();
+    return form;
+  }
+  double a2a(double n) const { return measured(CollOp::alltoall, d.n_ep, ep_inter, n, ring(n, d.n_ep, ep_inter)); }
+  double ag(double n) const { return measured(CollOp::allgather, d.G, false, n, ring(n, d.G, false)); }
+  double rs(double n) const { return measured(CollOp::reducescatter, d.G, false, n, ring(n, d.G, false)); }
+  double ar(double n) const { return measured(CollOp::allreduce, d.G, false, n, 2 * ring(n, d.G, false)); }
+  double ar_ep(double n) const {
+    return measured(CollOp::allreduce, d.n_ep, ep_inter, n, 2 * ring(n, d.n_ep, ep_inter));
+  }
   // The fused collective: W rounds. Round i's AlltoAll chunk (none in round 0,
   // which is the rank's own) goes out on one chain; its AllGather to the G-1
   // node peers starts when the chunk is in and the previous gather is done.
@@ -911,13 +923,13 @@ double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims&
         for (const auto& k : kernels(op, s, d)) t += compute_time(gpu, k.op, k.flops, k.bytes, s.dtype).to_seconds();
         break;
       case OpKind2::a2a: t += c.a2a(n); break;
-      case OpKind2::ag:
-      case OpKind2::rs: t += c.ag(n); break;
-      case OpKind2::ar: t += op.group == GroupKind::ep ? 2 * c.a2a(n) : c.ar(n); break;
+      case OpKind2::ag: t += c.ag(n); break;
+      case OpKind2::rs: t += c.rs(n); break;
+      case OpKind2::ar: t += op.group == GroupKind::ep ? c.ar_ep(n) : c.ar(n); break;
       case OpKind2::saa: t += c.saa(n); break;
       case OpKind2::rs_then: {
         const int ch = op.chunks;
-        const double t1 = c.ag(n / ch);
+        const double t1 = c.rs(n / ch);
         const double t2 = op.then == OpKind2::saa ? c.saa(n / ch / d.G) : c.a2a(n / ch / d.G);
         t += t1 + (ch - 1) * std::max(t1, t2) + t2;
         break;

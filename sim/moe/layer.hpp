@@ -20,6 +20,7 @@
 namespace parmsim {
 class YamlReader;
 struct GpuProfile;
+struct Calibration;
 }
 
 namespace parmsim::moe {
@@ -121,6 +122,8 @@ TaskGraph build_training_graph(const std::vector<MoeOp>& fwd, const std::vector<
 struct AlphaBeta {
   double alpha_intra = 0, beta_intra = 0;  // seconds, seconds per byte
   double alpha_inter = 0, beta_inter = 0;  // beta_inter already times GPUs per NIC
+  // Measured collectives replace these forms where an entry matches (op, group size, link).
+  const Calibration* calibration = nullptr;
 };
 AlphaBeta alpha_beta_from_topology(const Topology& t);
 

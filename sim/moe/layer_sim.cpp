@@ -25,13 +25,15 @@ ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimRe
   TaskGraph bg = build_backward_graph(fops, bops, run.spec, d, o);
   SimOptions so;
   so.network = run.network;
+  so.calibration = run.calibration;
   SimResult fr = simulate(fg, run.topo, so);
   SimResult br = simulate(bg, run.topo, so);
   ScheduleResult res;
   res.options = o;
   res.forward = fr.makespan;
   res.backward = br.makespan;
-  const AlphaBeta ab = alpha_beta_from_topology(run.topo);
+  AlphaBeta ab = alpha_beta_from_topology(run.topo);
+  ab.calibration = run.calibration;
   res.model_forward_s = model_time(fops, run.spec, d, o, ab, gpu);
   res.model_backward_s = model_time(bops, run.spec, d, o, ab, gpu);
   res.intra_node_bytes = fr.intra_node_bytes + br.intra_node_bytes;

@@ -26,6 +26,7 @@ struct LayerRun {
   const Topology& topo;
   LayerSpec spec;
   std::string network = "flow";
+  const Calibration* calibration = nullptr;  // measured collectives, for the simulator and the model
 };
 
 // Simulates forward and backward graphs of one schedule. When `trace` is

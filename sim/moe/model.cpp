@@ -52,10 +52,10 @@ MoeOp allreduce(GroupKind g, std::int64_t elems, const char* label) {
 }
 
 Time simulate_ops(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const Topology& topo,
-                  const std::string& network) {
+                  const std::string& network, const Calibration* cal) {
   if (ops.empty()) return Time::zero();
   const TaskGraph g = build_graph(ops, s, d, preset("s1"));
-  return simulate(g, topo, SimOptions{network}).makespan;
+  return simulate(g, topo, SimOptions{network, cal}).makespan;
 }
 
 }  // namespace
@@ -106,7 +106,7 @@ Time IterationResult::moe_time() const {
   return Time::zero();
 }
 
-std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo) {
+std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo, const Calibration* cal) {
   LayerSpec s = m.layer;
   if (m.experts_per_gpu > 0) s.E = m.experts_per_gpu * topo.num_gpus();
   const Dims d = make_dims(s, topo.num_gpus(), topo.gpus_per_node());
@@ -162,18 +162,18 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo)
                                      static_cast<std::uint64_t>(moe_layers) * M * static_cast<std::uint64_t>(s.E) +
                                      V * M / G + L * M;
 
-  const Time attn_f = simulate_ops(attention(false), s, d, topo, m.network);
-  const Time attn_b = simulate_ops(attention(true), s, d, topo, m.network);
-  const Time ffn_f = simulate_ops(dense_ffn(false), s, d, topo, m.network);
-  const Time ffn_b = simulate_ops(dense_ffn(true), s, d, topo, m.network);
-  const Time eh_f = simulate_ops(embed_head(false), s, d, topo, m.network);
-  const Time eh_b = simulate_ops(embed_head(true), s, d, topo, m.network);
+  const Time attn_f = simulate_ops(attention(false), s, d, topo, m.network, cal);
+  const Time attn_b = simulate_ops(attention(true), s, d, topo, m.network, cal);
+  const Time ffn_f = simulate_ops(dense_ffn(false), s, d, topo, m.network, cal);
+  const Time ffn_b = simulate_ops(dense_ffn(true), s, d, topo, m.network, cal);
+  const Time eh_f = simulate_ops(embed_head(false), s, d, topo, m.network, cal);
+  const Time eh_b = simulate_ops(embed_head(true), s, d, topo, m.network, cal);
   const Time dp = d.n_ep > 1 ? simulate_ops({allreduce(GroupKind::ep, static_cast<std::int64_t>(dense_params),
                                                        "dp_grad_allreduce")},
-                                            s, d, topo, m.network)
+                                            s, d, topo, m.network, cal)
                              : Time::zero();
   std::vector<IterationResult> out;
-  const LayerRun run{topo, s, m.network};
+  const LayerRun run{topo, s, m.network, cal};
   for (const char* name : {"baseline", "s1", "s2"}) {
     const ScheduleResult r = run_schedule(run, preset(name));
     IterationResult it;

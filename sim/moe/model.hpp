@@ -39,6 +39,6 @@ struct IterationResult {
 };
 
 // One result per schedule (baseline, s1, s2), on the given topology.
-std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo);
+std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo, const Calibration* cal = nullptr);
 
 }  // namespace parmsim::moe

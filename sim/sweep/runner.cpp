@@ -45,10 +45,11 @@ std::string key_columns(const Spec& spec, const Config& c) {
 std::string run_config(const Spec& spec, const Config& c) {
   const Topology& topo = *spec.topologies[c.topology].topo;
   const moe::Dims d = moe::make_dims(c.layer, topo.num_gpus(), topo.gpus_per_node());
-  const moe::AlphaBeta ab = moe::alpha_beta_from_topology(topo);
+  moe::AlphaBeta ab = moe::alpha_beta_from_topology(topo);
+  ab.calibration = spec.calibration.get();
   const GpuProfile& gpu = gpu_profile(topo.gpu_model());
   const std::string chosen = moe::auto_choice(c.layer, d, ab, gpu);
-  const moe::LayerRun run{topo, c.layer, spec.network};
+  const moe::LayerRun run{topo, c.layer, spec.network, spec.calibration.get()};
   std::vector<moe::ScheduleResult> res;
   for (const std::string& n : spec.schedules) res.push_back(moe::run_schedule(run, moe::preset(n)));
   const double base = res.front().total().to_seconds();
@@ -140,6 +141,7 @@ void write_run_json(const Spec& spec, const RunOptions& opt, const RunSummary& s
                       {"name", spec.name},
                       {"input_hash", fmt::format("fnv1a64:{:016x}", spec.input_hash)},
                       {"network", spec.network},
+                      {"calibration", spec.calibration_file},
                       {"schedules", spec.schedules},
                       {"configurations", spec.configs.size()},
                       {"skipped_invalid", spec.skipped},

@@ -83,16 +83,21 @@ std::uint64_t fnv1a(const std::string& data, std::uint64_t h) {
   return h;
 }
 
-Spec load_spec(const std::string& file) {
+Spec load_spec(const std::string& file, const std::string& calibration_file) {
   const YamlReader r = YamlReader::load_file(file);
   r.check_keys(kSweep);
   Spec s;
   s.file = file;
+  if (!calibration_file.empty()) {
+    s.calibration = std::make_shared<const Calibration>(load_calibration(calibration_file));
+    s.calibration_file = calibration_file;
+  }
   s.name = r.at("name").as_string();
   s.description = r.get_string("description", "");
   s.network = r.get_string("network", "flow");
   if (s.network != "flow" && s.network != "analytical") r.at("network").fail("analytical or flow");
   s.input_hash = fnv1a(read_file(file));
+  if (!calibration_file.empty()) s.input_hash = fnv1a(read_file(calibration_file), s.input_hash);
   s.schedules = {"baseline"};
   if (auto sc = r.opt("schedules")) {
     sc->expect_seq();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/calib/calibration.hpp"
 #include "sim/moe/layer.hpp"
 #include "sim/topo/topology.hpp"
 
@@ -33,13 +34,15 @@ struct Spec {
   std::vector<TopologyVariant> topologies;
   std::vector<Config> configs;
   std::size_t skipped = 0;    // invalid combinations left out (skip_invalid: true)
-  std::uint64_t input_hash = 0;  // FNV-1a over the spec and every topology file
+  std::uint64_t input_hash = 0;  // FNV-1a over the spec, every topology file and the calibration
+  std::shared_ptr<const Calibration> calibration;  // measured collectives, or null
+  std::string calibration_file;
 };
 
 // Loads, validates and expands a spec. Every configuration is checked
 // against its topology (make_dims); an impossible one is an error naming it,
 // or is skipped and counted when the spec says skip_invalid: true.
-Spec load_spec(const std::string& file);
+Spec load_spec(const std::string& file, const std::string& calibration_file = "");
 
 std::uint64_t fnv1a(const std::string& data, std::uint64_t h = 1469598103934665603ULL);
 

@@ -78,6 +78,14 @@ if "$bin" execute --backend cpu --schedule s2 --trace "$tmp/exec.csv" > /dev/nul
    head -1 "$tmp/exec.csv" | grep -q '^task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops$' &&
    [ "$(wc -l < "$tmp/exec.csv")" -gt 100 ]; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL execute"; fi
 check calibrate-nccl "$bin" calibrate --import-nccl-tests tests/data/nccl-tests/all_reduce_perf.8gpu.txt tests/data/nccl-tests/alltoall_perf.16gpu-2node.txt
+# calibrate writes a file the simulator reads back: an 8-GPU AllReduce then takes alpha + size / bandwidth.
+if "$bin" calibrate --import-nccl-tests tests/data/nccl-tests/all_reduce_perf.8gpu.txt -o "$tmp/cal.yaml" > /dev/null &&
+   "$bin" collective -t topologies/dgx-h100.yaml --op allreduce -b 1GiB --calibration "$tmp/cal.yaml" --json > "$tmp/cal.json" &&
+   python3 -c "
+import json; r = json.load(open('$tmp/cal.json'))[0]
+t = 15.006e-6 + 2**30 / 239.81e9   # the fit: ~15 us, ~240 GB/s
+assert abs(r['time_us'] * 1e-6 - t) / t < 0.002, r
+"; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL calibrate round trip"; fi
 check execute-cuda "$bin" execute --backend cuda --trace "$tmp/never.csv"
 
 # --json is valid JSON with the documented keys.
