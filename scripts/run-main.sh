@@ -24,6 +24,11 @@ $bin layer -t topologies/parm-32gpu.yaml --set B=4,L=512,M=1024,H=4096,E=32,k=2,
   --schedule s2 --trace "$out/layer.trace.csv"
 $bin simulate -t topologies/dgx-h100.yaml -g experiments/graphs/overlap-demo.yaml \
   --trace "$out/overlap-demo.trace.json" --csv "$out/overlap-demo.trace.csv" > /dev/null
+echo "== calibration loop on the CPU executor: calibrate, execute a held-out layer, compare"
+$bin calibrate --backend cpu -o "$out/cpu-calibration.yaml" > /dev/null
+$bin execute --backend cpu --schedule s1 --set B=2,M=64,H=128 --trace "$out/cpu-exec.csv"
+$bin compare --measured "$out/cpu-exec.csv" -t topologies/cpu-host.yaml --calibration "$out/cpu-calibration.yaml" \
+  -o "$out/compare-cpu.csv"
 echo "== figures"
 /usr/bin/python3 plots/make_figures.py --results "$out" --out "$out/figures"
 echo "== summary: speedup over the baseline per testbed (simulated)"

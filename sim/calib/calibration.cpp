@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include "sim/calib/fit.hpp"
 #include "sim/core/error.hpp"
+
+#include <algorithm>
+#include <cmath>
 #include "sim/io/yaml_reader.hpp"
 
 namespace parmsim {
@@ -10,7 +14,17 @@ namespace {
 
 const Section kCal{"calibration",
                    "A calibration file (parmsim calibrate -o FILE; read with --calibration FILE).",
-                   {{"collectives", "list", "[]", "calibration.collectives[]"}}};
+                   {{"source", "string", "-", "what was measured"},
+                    {"collectives", "list", "[]", "calibration.collectives[]"},
+                    {"kernels", "list", "[]", "calibration.kernels[]"}}};
+const Section kKern{"calibration.kernels[]",
+                    "Measured times of one kernel kind: x is FLOPs for gemm, bytes moved otherwise.",
+                    {{"name", "string", "required", "task kind: the task name before '#', e.g. expert_fc1"},
+                     {"op", "string", "required", "gemm (x = FLOPs) or a memory-bound kind (x = bytes)"},
+                     {"dtype", "string", "fp32", ""},
+                     {"points_us", "list", "required", "[[x, microseconds], ...], two or more distinct x"},
+                     {"held_out_mape", "number", "-", "error of the alpha-beta line on held-out points"},
+                     {"source", "string", "-", ""}}};
 const Section kColl{"calibration.collectives[]",
                     "One measured collective: time(size) = alpha + size / bandwidth.",
                     {{"op", "string", "required", "allreduce | allgather | reducescatter | alltoall | sendrecv"},
@@ -24,9 +38,28 @@ const Section kColl{"calibration.collectives[]",
                      {"held_out_mape_1MiB", "number", "-", "the same, sizes >= 1 MiB"},
                      {"held_out_worst_1MiB", "number", "-", "worst held-out error, sizes >= 1 MiB"},
                      {"source", "string", "-", "where the measurements came from"}}};
-SectionRegistrar r1(kCal), r2(kColl);
+SectionRegistrar r1(kCal), r2(kColl), r3(kKern);
 
 }  // namespace
+
+Time KernelTable::time(double x) const {
+  const auto& p = points;
+  if (x >= p.front().first && x <= p.back().first) {
+    auto hi = std::lower_bound(p.begin(), p.end(), x, [](const auto& a, double v) { return a.first < v; });
+    if (hi->first == x || hi == p.begin()) return duration_for_rate(hi->second, 1.0);
+    const auto lo = hi - 1;
+    const double f = (std::log(x) - std::log(lo->first)) / (std::log(hi->first) - std::log(lo->first));
+    const double t = std::exp(std::log(lo->second) + f * (std::log(hi->second) - std::log(lo->second)));
+    return duration_for_rate(t, 1.0);
+  }
+  return duration_for_rate(std::max(0.0, alpha + beta * x), 1.0);
+}
+
+const KernelTable* Calibration::kernel(std::string_view name, DType dtype) const {
+  for (const auto& k : kernels)
+    if (k.name == name && k.dtype == dtype) return &k;
+  return nullptr;
+}
 
 const CalibratedCollective* Calibration::find(CollOp op, int ranks, bool inter) const {
   for (const auto& c : collectives)
@@ -45,8 +78,8 @@ Calibration load_calibration(const std::string& file) {
       const YamlReader e = (*cs)[i];
       e.check_keys(kColl);
       CalibratedCollective c;
-      if (!parse_coll_op(e.at("op").as_string(), &c.op) || c.op == CollOp::saa || c.op == CollOp::alltoallv)
-        e.at("op").fail("allreduce, allgather, reducescatter, alltoall or sendrecv");
+      if (!parse_coll_op(e.at("op").as_string(), &c.op) || c.op == CollOp::alltoallv)
+        e.at("op").fail("allreduce, allgather, reducescatter, alltoall, sendrecv or saa");
       c.ranks = static_cast<int>(e.at("ranks").as_int(2, 1 << 20));
       const std::string link = e.at("link").as_string();
       if (link != "intra" && link != "inter") e.at("link").fail("intra or inter");
@@ -58,6 +91,44 @@ Calibration load_calibration(const std::string& file) {
         e.fail(fmt::format("one entry per (op, ranks, link); {} over {} ranks ({}) appears twice", to_string(c.op),
                            c.ranks, link));
       cal.collectives.push_back(c);
+    }
+  }
+  if (auto ks = r.opt("kernels")) {
+    ks->expect_seq();
+    for (std::size_t i = 0; i < ks->size(); ++i) {
+      const YamlReader e = (*ks)[i];
+      e.check_keys(kKern);
+      KernelTable k;
+      k.name = e.at("name").as_string();
+      if (!parse_op_kind(e.at("op").as_string(), &k.op)) e.at("op").fail("a compute op kind such as gemm or order");
+      if (e.has("dtype")) {
+        try {
+          k.dtype = parse_dtype(e.at("dtype").as_string());
+        } catch (const ParmError&) {
+          e.at("dtype").fail("fp32, fp16 or bf16");
+        }
+      }
+      const YamlReader pts = e.at("points_us");
+      pts.expect_seq();
+      std::vector<calib::Point> fit;
+      for (std::size_t j = 0; j < pts.size(); ++j) {
+        const YamlReader pt = pts[j];
+        pt.expect_seq();
+        if (pt.size() != 2) pt.fail("a pair [x, microseconds]");
+        const double x = pt[0].as_double(), us = pt[1].as_double();
+        if (!(x > 0) || !(us > 0)) pt.fail("a positive size and a positive time");
+        k.points.emplace_back(x, us * 1e-6);
+        fit.push_back({x, us * 1e-6});
+      }
+      std::sort(k.points.begin(), k.points.end());
+      try {
+        const calib::AlphaBeta ab = calib::fit_alpha_beta(fit);
+        k.alpha = ab.alpha, k.beta = ab.beta;
+      } catch (const ParmError& err) {
+        pts.fail(err.what());
+      }
+      if (cal.kernel(k.name, k.dtype)) e.fail("one table per (name, dtype)");
+      cal.kernels.push_back(std::move(k));
     }
   }
   return cal;

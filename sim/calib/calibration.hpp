@@ -8,6 +8,7 @@
 // closed-form model uses the same entry. Collectives without an entry are
 // modelled as before.
 #include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -26,10 +27,26 @@ struct CalibratedCollective {
   Time time(std::uint64_t bytes) const { return alpha + duration_for(bytes, bandwidth); }
 };
 
+// Measured kernel times of one kind of task (the task name before '#', e.g.
+// "expert_fc1" or "bwd_order"), against FLOPs (gemm) or bytes moved (the
+// memory-bound kinds). Within the measured range the time is
+// interpolated linearly in log(x)-log(t) between the two nearest points;
+// outside it, the alpha-beta line fitted to all points is used.
+struct KernelTable {
+  std::string name;
+  OpKind op = OpKind::gemm;
+  DType dtype = DType::fp32;
+  std::vector<std::pair<double, double>> points;  // (x, seconds), sorted by x
+  double alpha = 0, beta = 0;                     // the fitted line, seconds and seconds per unit
+  Time time(double x) const;
+};
+
 struct Calibration {
   std::string file;
   std::vector<CalibratedCollective> collectives;
+  std::vector<KernelTable> kernels;
   const CalibratedCollective* find(CollOp op, int ranks, bool inter) const;
+  const KernelTable* kernel(std::string_view name, DType dtype) const;
 };
 
 Calibration load_calibration(const std::string& file);

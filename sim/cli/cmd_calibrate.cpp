@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "backend/calibrate.hpp"
 #include "sim/calib/nccl_tests.hpp"
 #include "sim/cli/common.hpp"
 #include "sim/core/error.hpp"
@@ -13,19 +14,41 @@ namespace parmsim::cli {
 void add_calibrate(CLI::App& app) {
   auto* c = app.add_subcommand(
       "calibrate",
-      "fit alpha-beta collective costs from measurements and write a calibration file; for now from nccl-tests "
-      "text output (--import-nccl-tests)");
+      "measure kernels and collectives on an executor (--backend cpu), or import nccl-tests text output "
+      "(--import-nccl-tests), fit them, and write a calibration file for --calibration");
   struct Args {
     std::vector<std::string> files;
-    std::string op, out;
+    std::string op, out, backend = "cpu";
+    int gpus = 8, node_gpus = 0;
+    bool quick = false;
   };
   auto a = std::make_shared<Args>();
   c->add_option("--import-nccl-tests", a->files, "nccl-tests text outputs (all_reduce_perf, alltoall_perf, ...)")
-      ->required()
       ->check(CLI::ExistingFile);
+  c->add_option("--backend", a->backend, "executor to measure when not importing: cpu (cuda: not built yet)")
+      ->capture_default_str();
+  c->add_option("--gpus", a->gpus, "ranks for --backend cpu")->capture_default_str();
+  c->add_option("--node-gpus", a->node_gpus, "ranks per node for --backend cpu (default: all)");
+  c->add_flag("--quick", a->quick, "a smaller grid of layers (for tests)");
   c->add_option("--op", a->op, "the collective, when neither the file nor its name says");
   c->add_option("-o,--output", a->out, "calibration YAML to write");
   c->callback([a] {
+    if (a->files.empty()) {
+      if (a->backend != "cpu")
+        throw ParmError(fmt::format("calibrate: backend '{}' is not available here; use --backend cpu", a->backend));
+      const exec::Cluster cl{a->gpus, a->node_gpus > 0 ? a->node_gpus : a->gpus};
+      fmt::print(stderr, "calibrate: executing a grid of layers (baseline, S1, S2) on {} CPU ranks...\n", cl.gpus);
+      const exec::Samples s = exec::calibrate_cpu(cl, a->quick);
+      std::string table;
+      const std::string y = exec::calibration_yaml(
+          s, fmt::format("CPU executor, {} ranks, {} per node", cl.gpus, cl.gpus_per_node), &table);
+      fmt::print("{}", table);
+      if (!a->out.empty()) {
+        write_atomically(a->out, [&](std::ostream& os) { os << y; });
+        fmt::print("wrote {}\n", a->out);
+      }
+      return;
+    }
     std::string yaml =
         "# parmsim calibration: alpha-beta fits of measured collectives.\n"
         "# time(size) = alpha + size / bandwidth, with size in nccl-tests' convention.\n"

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "backend/verify.hpp"
 #include "sim/cli/common.hpp"
@@ -114,6 +115,15 @@ void add_exec(CLI::App& app) {
     if (scheds.size() != 1) throw ParmError("execute: give one --schedule (baseline, s1 or s2)");
     const exec::Execution ex = exec::execute_schedule(s, ea->layer.cluster(), scheds[0], ea->layer.seed);
     write_atomically(ea->trace, [&](std::ostream& os) { write_trace_csv(os, ex.graph, ex.trace); });
+    // What `parmsim compare` needs to rebuild the same graph.
+    const nlohmann::json side = {{"layer", ea->layer.set},
+                                 {"schedule", ea->layer.schedule},
+                                 {"gpus", ea->layer.gpus},
+                                 {"node_gpus", ea->layer.cluster().gpus_per_node},
+                                 {"seed", ea->layer.seed},
+                                 {"backend", ea->backend},
+                                 {"tasks", ex.graph.tasks().size()}};
+    write_atomically(ea->trace + ".json", [&](std::ostream& os) { os << side.dump(1) << "\n"; });
     fmt::print("executed {} ({} tasks on {} ranks) in {:.3f} ms on the CPU; trace: {}\n", scheds[0].name,
                ex.graph.tasks().size(), ex.graph.num_ranks(), ex.trace.makespan.to_us() / 1e3, ea->trace);
   });

@@ -202,6 +202,7 @@ void add_subcommands(CLI::App& app) {
   add_model(app);
   add_exec(app);
   add_calibrate(app);
+  add_compare(app);
 }
 
 }  // namespace parmsim::cli

@@ -32,5 +32,6 @@ void add_sweep(CLI::App& app);
 void add_model(CLI::App& app);
 void add_exec(CLI::App& app);
 void add_calibrate(CLI::App& app);
+void add_compare(CLI::App& app);
 
 }  // namespace parmsim::cli

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "sim/calib/calibration.hpp"
 #include "sim/core/error.hpp"
 
 namespace parmsim {
@@ -24,6 +25,9 @@ const std::vector<GpuProfile>& gpu_profiles() {
        38.7e12, 154.8e12, 154.8e12, 768e9, Time::ns(5000), 0.8, 2e9, 0.85, 2e6},
       {"b200", "NVIDIA B200 (HGX/NVL72) datasheet: 80 TFLOP/s FP32, 2250 TFLOP/s FP16/BF16 dense, 8 TB/s HBM3e",
        80e12, 2250e12, 2250e12, 8e12, Time::ns(4000), 0.75, 16e9, 0.85, 16e6},
+      {"cpu", "A CPU core running parmsim's reference kernels (rough: 2 GFLOP/s, 5 GB/s); calibrate it "
+              "(parmsim calibrate --backend cpu) before trusting it",
+       2e9, 2e9, 2e9, 5e9, Time::ns(1000), 1.0, 1e3, 1.0, 1e3},
   };
   return p;
 }
@@ -42,7 +46,13 @@ const GpuProfile& gpu_profile(const std::string& name) {
   throw ParmError(fmt::format("unknown GPU profile '{}'; known profiles: {}", name, known));
 }
 
-Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype) {
+std::string_view task_kind(std::string_view task_name) { return task_name.substr(0, task_name.find('#')); }
+
+Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
+                  const Calibration* cal, std::string_view kind) {
+  if (cal && !kind.empty())
+    if (const KernelTable* k = cal->kernel(kind, dtype))
+      return k->time(static_cast<double>(k->op == OpKind::gemm ? flops : bytes));
   Time t = gpu.launch;
   Time mem = Time::zero();
   if (bytes > 0) {

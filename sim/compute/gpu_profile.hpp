@@ -8,6 +8,7 @@
 // kernels run far below peak, large ones approach eff_max.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sim/core/time.hpp"
@@ -34,7 +35,12 @@ struct GpuProfile {
 const GpuProfile& gpu_profile(const std::string& name);  // throws ParmError listing the known ones
 const std::vector<GpuProfile>& gpu_profiles();
 
-// Duration of one compute task on a GPU of this profile.
-Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype);
+// Duration of one compute task on a GPU of this profile. With a calibration
+// that has a table for this kind of task (`kind`: the task name before '#')
+// and dtype, the measured table decides instead.
+struct Calibration;
+Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
+                  const Calibration* cal = nullptr, std::string_view kind = {});
+std::string_view task_kind(std::string_view task_name);  // "expert_fc1#12@3" -> "expert_fc1"
 
 }  // namespace parmsim

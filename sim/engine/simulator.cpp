@@ -47,7 +47,8 @@ struct CollState {
 class Engine {
  public:
   Engine(const TaskGraph& g, const Topology& topo, const SimOptions& opt)
-      : g_(g), topo_(topo), gpu_(gpu_profile(topo.gpu_model())), net_(make_network(opt.network, topo)) {
+      : g_(g), topo_(topo), gpu_(gpu_profile(topo.gpu_model())), net_(make_network(opt.network, topo)),
+        cal_(opt.calibration) {
     if (g.num_ranks() > topo.num_gpus())
       throw ParmError(fmt::format("the task graph has {} ranks but topology '{}' has only {} GPUs", g.num_ranks(),
                                   topo.name(), topo.num_gpus()));
@@ -152,7 +153,7 @@ class Engine {
     if (t.kind == TaskKind::compute) {
       res_.trace[id].bytes = t.bytes;
       res_.trace[id].flops = t.flops;
-      events_.push(now_ + compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype), id);
+      events_.push(now_ + compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype, cal_, task_kind(t.name)), id);
       return;
     }
     CollState& s = coll_[t.collective];
@@ -250,6 +251,7 @@ class Engine {
   const Topology& topo_;
   const GpuProfile& gpu_;
   std::unique_ptr<NetworkModel> net_;
+  const Calibration* cal_;
   std::vector<CollState> coll_;
   std::vector<int> member_index_, preds_left_;
   std::vector<char> started_, done_;

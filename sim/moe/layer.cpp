@@ -920,7 +920,11 @@ double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims&
       case OpKind2::experts:
       case OpKind2::kernel:
       case OpKind2::slot_slice:
-        for (const auto& k : kernels(op, s, d)) t += compute_time(gpu, k.op, k.flops, k.bytes, s.dtype).to_seconds();
+        for (const auto& k : kernels(op, s, d)) {
+          std::string kind;  // only needed to look up a calibration table
+          if (ab.calibration) kind = op.backward ? std::string("bwd_") + k.name : std::string(k.name);
+          t += compute_time(gpu, k.op, k.flops, k.bytes, s.dtype, ab.calibration, kind).to_seconds();
+        }
         break;
       case OpKind2::a2a: t += c.a2a(n); break;
       case OpKind2::ag: t += c.ag(n); break;
