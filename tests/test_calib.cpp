@@ -164,3 +164,22 @@ TEST_CASE("with a calibration, the closed form still equals the simulation under
   // The measured AlltoAll is slower than the modelled one here: the layer gets slower.
   CHECK(r.total() > moe::run_schedule(without, moe::preset("s1")).total());
 }
+
+TEST_CASE("nccl-tests -J JSON output is read like the text table", "[calib][nccl]") {
+  const NcclTable j = read_nccl_tests(sample("alltoall_perf.16gpu-2node.json"));
+  const NcclTable t = read_nccl_tests(sample("alltoall_perf.16gpu-2node.txt"));
+  CHECK(j.op == "alltoall");  // from args[0]
+  CHECK(j.ranks == 16);
+  CHECK(j.hosts == 2);
+  REQUIRE(j.points.size() == t.points.size());
+  for (std::size_t i = 0; i < j.points.size(); ++i) {
+    CHECK(j.points[i].x == t.points[i].x);
+    CHECK(j.points[i].t == Approx(t.points[i].t).epsilon(1e-3));  // the text rounds to 0.01 us
+  }
+  const std::string bad = write_temp("bad.json", "{\n  \"results\": [\n    {\"size\": 1024,, }\n  ]\n}\n");
+  CHECK_THROWS_WITH(read_nccl_tests(bad, "alltoall"), Catch::Contains("bad.json:3: malformed JSON"));
+  const std::string no_time = write_temp("nt.json", R"({"results": [{"size": 1024, "out_of_place": {"alg_bw": 1}}]})");
+  CHECK_THROWS_WITH(read_nccl_tests(no_time, "alltoall"), Catch::Contains("results[0]: expected a positive \"time\""));
+  std::filesystem::remove(bad);
+  std::filesystem::remove(no_time);
+}

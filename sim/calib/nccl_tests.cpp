@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -65,9 +68,13 @@ NcclTable read_nccl_tests_text(const std::string& file, const std::string& op) {
       if (t.op.empty() && line.find("Collective test starting") != std::string::npos) t.op = op_from(line);
       continue;
     }
-    // size count type redop root  time algbw busbw #wrong  time algbw busbw #wrong
+    // size count type redop root  time algbw busbw #wrong  time algbw busbw #wrong [date time]
+    auto tk = tok;
+    if (tk.size() >= 13 && tk[tk.size() - 2].find('-') != std::string::npos &&
+        tk.back().find(':') != std::string::npos)
+      tk.resize(tk.size() - 2);  // the -T timestamp column
     double size = 0, time_us = 0;
-    if (tok.size() < 11 || !number(tok[0], &size) || !number(tok[tok.size() - 8], &time_us) || size < 0 ||
+    if (tk.size() < 11 || !number(tk[0], &size) || !number(tk[tk.size() - 8], &time_us) || size < 0 ||
         time_us <= 0)
       throw ParmError(fmt::format("{}:{}: expected an nccl-tests data line (size count type redop root time algbw "
                                   "busbw #wrong time algbw busbw #wrong), got '{}'",
@@ -83,6 +90,69 @@ NcclTable read_nccl_tests_text(const std::string& file, const std::string& op) {
   if (t.points.empty()) throw ParmError(fmt::format("{}: no data lines", file));
   t.hosts = static_cast<int>(hosts.size());
   return t;
+}
+
+NcclTable read_nccl_tests_json(const std::string& file, const std::string& op) {
+  std::ifstream in(file);
+  if (!in) throw ParmError(fmt::format("{}: cannot open file", file));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    const std::size_t at = std::min<std::size_t>(e.byte, text.size());
+    const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+    throw ParmError(fmt::format("{}:{}: malformed JSON: {}", file, line, e.what()));
+  }
+  NcclTable t;
+  t.file = file;
+  t.op = op;
+  if (t.op.empty() && j.contains("args") && j["args"].is_array() && !j["args"].empty() && j["args"][0].is_string())
+    t.op = op_from(j["args"][0].get<std::string>());
+  if (t.op.empty()) t.op = op_from(file);
+  if (t.op.empty())
+    throw ParmError(fmt::format("{}: cannot tell which collective this is (args[0] names no nccl-tests program); "
+                                "give --op",
+                                file));
+  std::set<std::string> hosts;
+  if (j.contains("config") && j["config"].is_object() && j["config"].contains("devices"))
+    for (const auto& d : j["config"]["devices"]) {
+      ++t.ranks;
+      if (d.contains("hostname") && d["hostname"].is_string()) hosts.insert(d["hostname"].get<std::string>());
+    }
+  t.hosts = static_cast<int>(hosts.size());
+  if (!j.contains("results") || !j["results"].is_array())
+    throw ParmError(fmt::format("{}: no \"results\" list (is this nccl-tests -J output?)", file));
+  std::size_t i = 0;
+  for (const auto& r : j["results"]) {
+    const auto where = fmt::format("{}: results[{}]", file, i++);
+    if (!r.is_object() || !r.contains("size") || !r["size"].is_number())
+      throw ParmError(fmt::format("{}: expected an object with a numeric \"size\"", where));
+    const nlohmann::json* body = nullptr;
+    for (const char* k : {"out_of_place", "in_place"})
+      if (r.contains(k) && r[k].is_object()) {
+        body = &r[k];
+        break;
+      }
+    if (!body) throw ParmError(fmt::format("{}: neither out_of_place nor in_place holds a result", where));
+    const char* key = body->contains("time") ? "time" : "cpu_time";
+    if (!body->contains(key) || !(*body)[key].is_number() || (*body)[key].get<double>() <= 0)
+      throw ParmError(fmt::format("{}: expected a positive \"time\" in microseconds", where));
+    t.points.push_back({r["size"].get<double>(), (*body)[key].get<double>() * 1e-6});
+  }
+  if (t.points.empty()) throw ParmError(fmt::format("{}: no results", file));
+  return t;
+}
+
+NcclTable read_nccl_tests(const std::string& file, const std::string& op) {
+  std::ifstream in(file);
+  if (!in) throw ParmError(fmt::format("{}: cannot open file", file));
+  char c = 0;
+  while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  }
+  return c == '{' ? read_nccl_tests_json(file, op) : read_nccl_tests_text(file, op);
 }
 
 }  // namespace parmsim::calib

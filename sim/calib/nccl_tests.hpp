@@ -21,4 +21,12 @@ struct NcclTable {
 // malformed data line, and when no data line or no op is found.
 NcclTable read_nccl_tests_text(const std::string& file, const std::string& op = "");
 
+// The JSON that nccl-tests writes with -J: "args" (the program first),
+// "config" with "devices" (rank, hostname, ...), and "results" entries with
+// "size" and "out_of_place" {"time" (us)} ("in_place" when out-of-place is null).
+NcclTable read_nccl_tests_json(const std::string& file, const std::string& op = "");
+
+// Either format, by content: JSON when the file starts with '{'.
+NcclTable read_nccl_tests(const std::string& file, const std::string& op = "");
+
 }  // namespace parmsim::calib

@@ -23,7 +23,8 @@ void add_calibrate(CLI::App& app) {
     bool quick = false;
   };
   auto a = std::make_shared<Args>();
-  c->add_option("--import-nccl-tests", a->files, "nccl-tests text outputs (all_reduce_perf, alltoall_perf, ...)")
+  c->add_option("--import-nccl-tests", a->files,
+                "nccl-tests outputs, text or -J JSON (all_reduce_perf, alltoall_perf, ...)")
       ->check(CLI::ExistingFile);
   c->add_option("--backend", a->backend, "executor to measure when not importing: cpu (cuda: not built yet)")
       ->capture_default_str();
@@ -57,7 +58,7 @@ void add_calibrate(CLI::App& app) {
     fmt::print("{:<14} {:>5} {:>5} {:>6} {:>12} {:>14} {:>12} {:>14} {:>12}\n", "op", "ranks", "hosts", "link",
                "alpha_us", "bandwidth_GBps", "held_out", "held_out>=1MiB", "worst>=1MiB");
     for (const std::string& f : a->files) {
-      const calib::NcclTable t = calib::read_nccl_tests_text(f, a->op);
+      const calib::NcclTable t = calib::read_nccl_tests(f, a->op);
       const calib::AlphaBeta ab = calib::fit_alpha_beta(t.points);
       const calib::HeldOut h = calib::fit_held_out(t.points);
       // The target is stated for messages of 1 MiB and above: the same split, restricted.
