@@ -37,6 +37,7 @@ const Section kColl{"calibration.collectives[]",
                      {"held_out_mape", "number", "-", "error on held-out sizes"},
                      {"held_out_mape_1MiB", "number", "-", "the same, sizes >= 1 MiB"},
                      {"held_out_worst_1MiB", "number", "-", "worst held-out error, sizes >= 1 MiB"},
+                     {"topology", "string", "-", "the cluster measured"},
                      {"source", "string", "-", "where the measurements came from"}}};
 SectionRegistrar r1(kCal), r2(kColl), r3(kKern);
 

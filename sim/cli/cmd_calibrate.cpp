@@ -18,7 +18,7 @@ void add_calibrate(CLI::App& app) {
       "(--import-nccl-tests), fit them, and write a calibration file for --calibration");
   struct Args {
     std::vector<std::string> files;
-    std::string op, out, backend = "cpu";
+    std::string op, out, backend = "cpu", topology;
     int gpus = 8, node_gpus = 0;
     bool quick = false;
   };
@@ -32,6 +32,7 @@ void add_calibrate(CLI::App& app) {
   c->add_option("--node-gpus", a->node_gpus, "ranks per node for --backend cpu (default: all)");
   c->add_flag("--quick", a->quick, "a smaller grid of layers (for tests)");
   c->add_option("--op", a->op, "the collective, when neither the file nor its name says");
+  c->add_option("--topology", a->topology, "name of the cluster the measurements come from (recorded in the file)");
   c->add_option("-o,--output", a->out, "calibration YAML to write");
   c->callback([a] {
     if (a->files.empty()) {
@@ -75,9 +76,10 @@ void add_calibrate(CLI::App& app) {
                  t.hosts, link, ab.alpha * 1e6, 1.0 / ab.beta / 1e9, 100 * h.mape, 100 * mape_big, 100 * worst_big);
       yaml += fmt::format(
           "  - {{op: {}, ranks: {}, hosts: {}, link: {}, alpha: {:.6f}us, bandwidth: {:.6f}GBps, points: {}, "
-          "held_out_mape: {:.6f}, held_out_mape_1MiB: {:.6f}, held_out_worst_1MiB: {:.6f}, source: \"{}\"}}\n",
+          "held_out_mape: {:.6f}, held_out_mape_1MiB: {:.6f}, held_out_worst_1MiB: {:.6f}, topology: \"{}\", "
+          "source: \"{}\"}}\n",
           t.op, t.ranks, t.hosts, link, ab.alpha * 1e6, 1.0 / ab.beta / 1e9, t.points.size(), h.mape, mape_big,
-          worst_big, f);
+          worst_big, a->topology, f);
     }
     if (!a->out.empty()) {
       write_atomically(a->out, [&](std::ostream& os) { os << yaml; });
