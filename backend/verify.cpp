@@ -70,6 +70,12 @@ moe::Dims dims_for(const moe::LayerSpec& s, const Cluster& c) { return moe::make
 
 }  // namespace
 
+moe::LayerSpec small_layer() {
+  moe::LayerSpec s;
+  s.B = 2, s.L = 8, s.M = 16, s.H = 32, s.E = 8, s.k = 2, s.f = 2.0, s.mp = 2;
+  return s;
+}
+
 double VerifyResult::worst() const {
   double w = 0;
   for (const auto& e : errors) w = std::max(w, e.max_rel_error);

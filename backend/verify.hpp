@@ -24,6 +24,10 @@ struct VerifyResult {
   double worst() const;
 };
 
+// The small layer `verify`, `execute` and `compare` start from before --set:
+// B=2, L=8, M=16, H=32, E=8, k=2, f=2, mp=2.
+moe::LayerSpec small_layer();
+
 struct Cluster {
   int gpus = 8, gpus_per_node = 8;
 };

@@ -59,8 +59,7 @@ void add_compare(CLI::App& app) {
       throw ParmError(fmt::format("{}.json: {}", a->measured, e.what()));
     }
     // Rebuild the executed graph.
-    moe::LayerSpec s;
-    s.B = 2, s.L = 8, s.M = 16, s.H = 32, s.E = 8, s.k = 2, s.f = 2.0, s.mp = 2;
+    moe::LayerSpec s = exec::small_layer();
     moe::ScheduleOptions custom = moe::preset("s1");
     moe::apply_assignments(&s, &custom, split_assignments(side.value("layer", std::string())), a->measured + ".json");
     const std::string sched = side.value("schedule", std::string("s2"));

@@ -28,8 +28,7 @@ struct LayerArgs {
     c->add_option("--seed", seed, "random inputs and weights")->capture_default_str();
   }
   moe::LayerSpec spec(moe::ScheduleOptions* custom, bool* has_custom) const {
-    moe::LayerSpec s;
-    s.B = 2, s.L = 8, s.M = 16, s.H = 32, s.E = 8, s.k = 2, s.f = 2.0, s.mp = 2;
+    moe::LayerSpec s = exec::small_layer();
     const auto kv = split_assignments(set);
     moe::apply_assignments(&s, custom, kv, "--set");
     *has_custom = false;
