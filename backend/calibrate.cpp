@@ -37,8 +37,10 @@ void add_trace(const TaskGraph& g, const SimResult& trace, int gpus_per_node, Sa
 
 Samples calibrate_cpu(const Cluster& c, bool quick) {
   Samples s;
-  const std::vector<std::int64_t> Ms = quick ? std::vector<std::int64_t>{16, 48} : std::vector<std::int64_t>{16, 32, 64, 96};
-  const std::vector<std::int64_t> Hs = quick ? std::vector<std::int64_t>{32, 96} : std::vector<std::int64_t>{32, 64, 128, 192};
+  const std::vector<std::int64_t> Ms =
+      quick ? std::vector<std::int64_t>{16, 48} : std::vector<std::int64_t>{16, 32, 64, 96};
+  const std::vector<std::int64_t> Hs =
+      quick ? std::vector<std::int64_t>{32, 96} : std::vector<std::int64_t>{32, 64, 128, 192};
   const std::vector<std::int64_t> Bs = quick ? std::vector<std::int64_t>{1, 4} : std::vector<std::int64_t>{1, 2, 4};
   std::uint64_t seed = 1;
   for (std::int64_t M : Ms)
@@ -98,10 +100,10 @@ std::string calibration_yaml(const Samples& s, const std::string& source, std::s
     calib::AlphaBeta ab = calib::fit_alpha_beta(med);
     if (ab.beta <= 0 || ab.alpha < 0) continue;  // noise swamped the sizes: no usable line
     const double mape = med.size() >= 4 ? calib::fit_held_out(med).mape : 0;
-    y += fmt::format("  - {{op: {}, ranks: {}, link: {}, alpha: {:.6f}us, bandwidth: {:.6f}GBps, points: {}, "
-                     "held_out_mape: {:.4f}}}\n",
-                     to_string(op), ranks, inter ? "inter" : "intra", ab.alpha * 1e6, 1 / ab.beta / 1e9, med.size(),
-                     mape);
+    y += fmt::format(
+        "  - {{op: {}, ranks: {}, link: {}, alpha: {:.6f}us, bandwidth: {:.6f}GBps, points: {}, "
+        "held_out_mape: {:.4f}}}\n",
+        to_string(op), ranks, inter ? "inter" : "intra", ab.alpha * 1e6, 1 / ab.beta / 1e9, med.size(), mape);
     *table += fmt::format("{:<14} {:>5} {:>6} {:>8} {:>12.3f} {:>14.3f} {:>9.1f}%\n", to_string(op), ranks,
                           inter ? "inter" : "intra", pts.size(), ab.alpha * 1e6, 1 / ab.beta / 1e9, 100 * mape);
   }

@@ -66,7 +66,9 @@ void load(Memory& mem, const moe::LayerSpec& s, const moe::Dims& d, const Data& 
   }
 }
 
-moe::Dims dims_for(const moe::LayerSpec& s, const Cluster& c) { return moe::make_dims(s, c.gpus, c.gpus_per_node); }
+moe::Dims dims_for(const moe::LayerSpec& s, const Cluster& c) {
+  return moe::make_dims(s, c.gpus, c.gpus_per_node);
+}
 
 }  // namespace
 
@@ -128,23 +130,28 @@ VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const mo
     }
     v.errors.push_back({name, maxw > 0 ? maxd / maxw : maxd});
   };
-  compare("output", [&](int r, I i) { return R.out[(r / G) * d.S * M + i]; }, "out", d.S * M);
-  compare("input_grad", [&](int r, I i) { return R.dx[(r / G) * d.S * M + i]; }, "dx", d.S * M);
-  compare("gate_weight_grad", [&](int r, I i) { return R.dWg[(r / G) * M * E + i]; }, "dWg", M * E);
-  compare("fc1_weight_grad",
-          [&](int r, I i) {
-            const I el = i / (M * h), rem = i % (M * h), row = rem / h, j = rem % h;
-            const I e = (r / G) * El + el;
-            return R.dW1[(e * M + row) * H + (r % G) * h + j];
-          },
-          "dW1", El * M * h);
-  compare("fc2_weight_grad",
-          [&](int r, I i) {
-            const I el = i / (h * M), rem = i % (h * M), j = rem / M, col = rem % M;
-            const I e = (r / G) * El + el;
-            return R.dW2[(e * H + (r % G) * h + j) * M + col];
-          },
-          "dW2", El * h * M);
+  compare(
+      "output", [&](int r, I i) { return R.out[(r / G) * d.S * M + i]; }, "out", d.S * M);
+  compare(
+      "input_grad", [&](int r, I i) { return R.dx[(r / G) * d.S * M + i]; }, "dx", d.S * M);
+  compare(
+      "gate_weight_grad", [&](int r, I i) { return R.dWg[(r / G) * M * E + i]; }, "dWg", M * E);
+  compare(
+      "fc1_weight_grad",
+      [&](int r, I i) {
+        const I el = i / (M * h), rem = i % (M * h), row = rem / h, j = rem % h;
+        const I e = (r / G) * El + el;
+        return R.dW1[(e * M + row) * H + (r % G) * h + j];
+      },
+      "dW1", El * M * h);
+  compare(
+      "fc2_weight_grad",
+      [&](int r, I i) {
+        const I el = i / (h * M), rem = i % (h * M), j = rem / M, col = rem % M;
+        const I e = (r / G) * El + el;
+        return R.dW2[(e * H + (r % G) * h + j) * M + col];
+      },
+      "dW2", El * h * M);
   return v;
 }
 

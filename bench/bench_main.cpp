@@ -7,8 +7,8 @@
 
 #include <random>
 
-#include "sim/core/event_queue.hpp"
 #include "sim/compute/gpu_profile.hpp"
+#include "sim/core/event_queue.hpp"
 #include "sim/engine/simulator.hpp"
 #include "sim/moe/layer_sim.hpp"
 #include "sim/topo/topology_io.hpp"

@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <random>
 
 #include "sim/calib/fit.hpp"
@@ -79,19 +78,22 @@ TEST_CASE("fits of the samples recover the figures they were made from", "[calib
 }
 
 TEST_CASE("malformed nccl-tests output is an error naming the line", "[calib][nccl]") {
-  const std::string dir = std::filesystem::temp_directory_path().string() + "/parmsim_calib_" + std::to_string(::getpid());
+  const std::string dir =
+      std::filesystem::temp_directory_path().string() + "/parmsim_calib_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/bad_all_reduce_perf.txt", unknown = dir + "/unknown.txt";
   {
     std::ofstream os(path);
     os << "# Collective test starting: all_reduce_perf\n"
-          "        1024           256     float     sum      -1    10.00    0.10    0.18      0    10.10    0.10    0.18      0\n"
+          "        1024           256     float     sum      -1    10.00    0.10    0.18      0    10.10    0.10    "
+          "0.18      0\n"
           "        2048           512     float     sum      -1    oops\n";
   }
   CHECK_THROWS_WITH(read_nccl_tests_text(path), Catch::Contains(path + ":3: expected an nccl-tests data line"));
   {
     std::ofstream os(unknown);
-    os << "        1024           256     float     sum      -1    10.00    0.10    0.18      0    10.10    0.10    0.18      0\n";
+    os << "        1024           256     float     sum      -1    10.00    0.10    0.18      0    10.10    0.10    "
+          "0.18      0\n";
   }
   CHECK_THROWS_WITH(read_nccl_tests_text(unknown), Catch::Contains("give --op"));
   CHECK(read_nccl_tests_text(unknown, "alltoall").op == "alltoall");
@@ -140,8 +142,9 @@ TEST_CASE("a calibrated collective takes its measured time in the simulator", "[
   // An AllGather has no entry: still modelled.
   CHECK(cal.find(CollOp::allgather, 8, false) == nullptr);
   // Bad files are named.
-  CHECK_THROWS_WITH(load_calibration(write_temp("bad.yaml", "collectives:\n  - {op: allreduce, ranks: 8, link: "
-                                                            "sideways, alpha: 1us, bandwidth: 1GBps}\n")),
+  CHECK_THROWS_WITH(load_calibration(write_temp("bad.yaml",
+                                                "collectives:\n  - {op: allreduce, ranks: 8, link: "
+                                                "sideways, alpha: 1us, bandwidth: 1GBps}\n")),
                     Catch::Contains("bad.yaml:2:") && Catch::Contains("intra or inter"));
   std::filesystem::remove(cal_path);
 }

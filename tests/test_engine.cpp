@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <functional>
 #include <sstream>
 
@@ -86,9 +85,8 @@ tasks:
   - {name: a1, rank: 1, collective: A}
 )",
                                             "dead.yaml");
-  CHECK_THROWS_WITH(simulate(g, topo("dgx-h100")),
-                    Catch::Contains("stuck") && Catch::Contains("'a0'") &&
-                        Catch::Contains("waiting for ranks 1 to join"));
+  CHECK_THROWS_WITH(simulate(g, topo("dgx-h100")), Catch::Contains("stuck") && Catch::Contains("'a0'") &&
+                                                       Catch::Contains("waiting for ranks 1 to join"));
 }
 
 TEST_CASE("the same run twice gives byte-identical traces", "[engine][determinism]") {

@@ -145,8 +145,8 @@ tasks:
                                             "dead.yaml");
   Memory m(g);
   CpuExecutor cpu({});
-  CHECK_THROWS_WITH(cpu.run(g, m), Catch::Contains("execution stuck") && Catch::Contains("'a0'") &&
-                                       Catch::Contains("'b1'"));
+  CHECK_THROWS_WITH(cpu.run(g, m),
+                    Catch::Contains("execution stuck") && Catch::Contains("'a0'") && Catch::Contains("'b1'"));
 }
 
 TEST_CASE("bad graphs for the executor are errors, not crashes", "[exec]") {

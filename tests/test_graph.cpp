@@ -31,16 +31,16 @@ tasks:
 }
 
 TEST_CASE("a cycle is reported with the tasks on it", "[graph]") {
-  CHECK_THROWS_WITH(parse_task_graph_text(R"(
+  CHECK_THROWS_WITH(
+      parse_task_graph_text(R"(
 ranks: 1
 tasks:
   - {name: a, rank: 0, op: copy, deps: [c]}
   - {name: b, rank: 0, op: copy}
   - {name: c, rank: 0, op: copy}
 )",
-                                          "cyc.yaml"),
-                    Catch::Contains("cyc.yaml: task graph: dependency cycle") &&
-                        Catch::Contains("'a' -> 'b' -> 'c' -> 'a'"));
+                            "cyc.yaml"),
+      Catch::Contains("cyc.yaml: task graph: dependency cycle") && Catch::Contains("'a' -> 'b' -> 'c' -> 'a'"));
 }
 
 TEST_CASE("dangling ids and bad groups are errors that name them", "[graph]") {
@@ -62,9 +62,9 @@ tasks:
 )",
                                           "r.yaml"),
                     Catch::Contains("r.yaml:3:") && Catch::Contains("group[1]"));
-  CHECK_THROWS_WITH(parse_task_graph_text("ranks: 1\ntasks:\n  - {name: a, rank: 0, op: copy, inputs: [nope]}\n",
-                                          "b.yaml"),
-                    Catch::Contains("buffer 'nope'"));
+  CHECK_THROWS_WITH(
+      parse_task_graph_text("ranks: 1\ntasks:\n  - {name: a, rank: 0, op: copy, inputs: [nope]}\n", "b.yaml"),
+      Catch::Contains("buffer 'nope'"));
   CHECK_THROWS_WITH(parse_task_graph_text("ranks: 1\ntasks:\n  - {name: a, rank: 0, op: copy, colour: 1}\n", "k.yaml"),
                     Catch::Contains("k.yaml:3:") && Catch::Contains("unknown key 'tasks[0].colour'"));
 }

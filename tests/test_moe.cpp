@@ -33,8 +33,8 @@ TEST_CASE("ranks map to MP, EP and ESP groups as in PARM.md", "[moe][groups]") {
   CHECK(g.n_ep == 8);
   CHECK(g.mp.size() == 8);
   CHECK(g.ep.size() == 4);
-  CHECK(g.mp[1] == std::vector<int>{4, 5, 6, 7});                          // G consecutive ranks
-  CHECK(g.ep[2] == std::vector<int>{2, 6, 10, 14, 18, 22, 26, 30});        // stride G
+  CHECK(g.mp[1] == std::vector<int>{4, 5, 6, 7});                    // G consecutive ranks
+  CHECK(g.ep[2] == std::vector<int>{2, 6, 10, 14, 18, 22, 26, 30});  // stride G
   for (int r = 0; r < 32; ++r) {
     CHECK(g.mp[g.mp_of[r]][r % 4] == r);
     CHECK(g.ep[g.ep_of[r]][r / 4] == r);
@@ -57,11 +57,11 @@ TEST_CASE("message sizes follow PARM.md's tables", "[moe][sizes]") {
   CHECK(of_kind(base, OpKind2::ar).at(0)->elems == 4194304);
 
   const auto s1 = forward_ops(s, d, preset("s1"));
-  CHECK(of_kind(s1, OpKind2::a2a).at(0)->elems == 1048576);              // dispatch D/G
-  CHECK(of_kind(s1, OpKind2::ag).at(0)->elems == 4194304);               // ESP-AllGather to D
-  CHECK(of_kind(s1, OpKind2::rs_then).at(0)->elems == 4194304);          // ESP-ReduceScatter of D, then AlltoAll of D/G
-  CHECK(of_kind(s1, OpKind2::ag).at(1)->elems == 2097152);               // MP-AllGather of O
-  CHECK(of_kind(s1, OpKind2::gate).at(0)->tokens == 512);                // gate on S/G
+  CHECK(of_kind(s1, OpKind2::a2a).at(0)->elems == 1048576);      // dispatch D/G
+  CHECK(of_kind(s1, OpKind2::ag).at(0)->elems == 4194304);       // ESP-AllGather to D
+  CHECK(of_kind(s1, OpKind2::rs_then).at(0)->elems == 4194304);  // ESP-ReduceScatter of D, then AlltoAll of D/G
+  CHECK(of_kind(s1, OpKind2::ag).at(1)->elems == 2097152);       // MP-AllGather of O
+  CHECK(of_kind(s1, OpKind2::gate).at(0)->tokens == 512);        // gate on S/G
   // Backward of S1: the MP-AllGather becomes a slice, MP-Split an AllGather of O.
   const auto s1b = backward_ops(s1, s, d, preset("s1"));
   CHECK(s1b.front().kind == OpKind2::mp_gather_free);
@@ -69,12 +69,12 @@ TEST_CASE("message sizes follow PARM.md's tables", "[moe][sizes]") {
   CHECK(s1b.back().elems == 2097152);
 
   const auto s2 = forward_ops(s, d, preset("s2"));
-  CHECK(of_kind(s2, OpKind2::saa).at(0)->elems == 1048576);              // SAA input D/G per rank
+  CHECK(of_kind(s2, OpKind2::saa).at(0)->elems == 1048576);  // SAA input D/G per rank
   CHECK(of_kind(s2, OpKind2::rs_then).at(0)->then == OpKind2::saa);
-  CHECK(of_kind(s2, OpKind2::iorder).at(0)->tokens == 2048);             // I-Order on all S tokens
+  CHECK(of_kind(s2, OpKind2::iorder).at(0)->tokens == 2048);  // I-Order on all S tokens
   const auto s2b = backward_ops(s2, s, d, preset("s2"));
-  CHECK(of_kind(s2b, OpKind2::saa).size() == 1);                          // combine adjoint: AlltoAll + ESP-AllGather
-  CHECK(of_kind(s2b, OpKind2::rs_then).size() == 1);                      // dispatch adjoint: RS -> AlltoAll
+  CHECK(of_kind(s2b, OpKind2::saa).size() == 1);      // combine adjoint: AlltoAll + ESP-AllGather
+  CHECK(of_kind(s2b, OpKind2::rs_then).size() == 1);  // dispatch adjoint: RS -> AlltoAll
 }
 
 TEST_CASE("simulated bytes: S1 sends G times fewer inter-node bytes than the baseline", "[moe][sizes]") {
@@ -233,5 +233,5 @@ TEST_CASE("every searched option combination builds and simulates", "[moe][searc
     best = std::min(best, r.total());
   }
   CHECK(search_space().size() == 30);  // 2 splits x 2 gathers x fusions x 3 chunk counts, less the invalid
-  CHECK(best <= s1);  // S1 is in the space
+  CHECK(best <= s1);                   // S1 is in the space
 }

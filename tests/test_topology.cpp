@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <map>
 
 #include "sim/core/error.hpp"
@@ -60,8 +59,7 @@ TEST_CASE("routing is deterministic and ECMP spreads an all-to-all evenly", "[to
       const Route r = t.route(s, d);
       REQUIRE(r.links == t2.route(s, d).links);
       for (int l : r.links)
-        if (t.link_name(l).rfind("leaf", 0) == 0 && t.link_name(l).find("spine") != std::string::npos)
-          uplink_load[l]++;
+        if (t.link_name(l).rfind("leaf", 0) == 0 && t.link_name(l).find("spine") != std::string::npos) uplink_load[l]++;
     }
   // GPUs 0..63 sit under leaves 0 and 1 (32 GPUs each). Each sends to 1024 - 32 = 992
   // GPUs under other leaves; (src + dst) mod 16 spreads them evenly: 32 * 992 / 16
@@ -101,14 +99,14 @@ node:
     s.replace(s.find("BW"), 2, bw);
     return s;
   };
-  CHECK_THROWS_WITH(parse_topology_text(with("450"), "t.yaml"),
-                    Catch::Contains("t.yaml:8:") && Catch::Contains("node.links[0].bandwidth") &&
-                        Catch::Contains("bare number"));
+  CHECK_THROWS_WITH(parse_topology_text(with("450"), "t.yaml"), Catch::Contains("t.yaml:8:") &&
+                                                                    Catch::Contains("node.links[0].bandwidth") &&
+                                                                    Catch::Contains("bare number"));
   CHECK_THROWS_WITH(parse_topology_text(with("0GBps"), "t.yaml"), Catch::Contains("positive bandwidth"));
   CHECK_THROWS_WITH(parse_topology_text(with("-1GBps"), "t.yaml"), Catch::Contains("negative"));
   CHECK_THROWS_WITH(parse_topology_text(base + "colour: red\n", "t.yaml"),
                     Catch::Contains("t.yaml:9:1: unknown key 'colour'"));
-  CHECK_THROWS_WITH(parse_topology_text("name: [unclosed\n", "bad.yaml"), Catch::Contains("bad.yaml:") &&
-                                                                               Catch::Contains("malformed YAML"));
+  CHECK_THROWS_WITH(parse_topology_text("name: [unclosed\n", "bad.yaml"),
+                    Catch::Contains("bad.yaml:") && Catch::Contains("malformed YAML"));
   CHECK_THROWS_WITH(load_topology("/nonexistent/topo.yaml"), Catch::Contains("/nonexistent/topo.yaml: cannot open"));
 }

@@ -33,8 +33,8 @@ Bufs views(const Collective& c, Memory& mem) {
     auto& d = mem.at(r, c.recv_buf);
     const std::uint64_t offset = c.member_send_offset.empty() ? c.send_offset : c.member_send_offset.at(mi);
     if (offset > s.size())
-      throw ParmError(fmt::format("collective '{}': send_offset {} beyond buffer '{}' ({} elements) on rank {}",
-                                  c.name, offset, c.send_buf, s.size(), r));
+      throw ParmError(fmt::format("collective '{}': send_offset {} beyond buffer '{}' ({} elements) on rank {}", c.name,
+                                  offset, c.send_buf, s.size(), r));
     const std::size_t row = c.row ? c.row : 1;
     const std::size_t c0 = c.col_count ? c.col_begin : 0, cw = c.col_count ? c.col_count : row;
     if (c0 + cw > row)
@@ -45,9 +45,10 @@ Bufs views(const Collective& c, Memory& mem) {
                                   c.send_buf, r));
     const std::size_t sn = c.send_count ? c.send_count : avail;
     if (sn % row || d.size() % row)
-      throw ParmError(fmt::format("collective '{}': buffers '{}' ({}) and '{}' ({}) on rank {} are not whole rows "
-                                  "of {} elements",
-                                  c.name, c.send_buf, sn, c.recv_buf, d.size(), r, row));
+      throw ParmError(
+          fmt::format("collective '{}': buffers '{}' ({}) and '{}' ({}) on rank {} are not whole rows "
+                      "of {} elements",
+                      c.name, c.send_buf, sn, c.recv_buf, d.size(), r, row));
     b.send.push_back({s.data() + offset, sn, row, c0, cw});
     b.recv.push_back({d.data(), d.size(), row, c0, cw});
   }
@@ -55,9 +56,10 @@ Bufs views(const Collective& c, Memory& mem) {
 }
 
 [[noreturn]] void bad_size(const Collective& c, std::size_t send, std::size_t recv, const std::string& want) {
-  throw ParmError(fmt::format("collective '{}' ({} over {} ranks): buffers '{}' ({} elements in use) and '{}' ({}) "
-                              "do not fit: {}",
-                              c.name, to_string(c.op), c.group.size(), c.send_buf, send, c.recv_buf, recv, want));
+  throw ParmError(
+      fmt::format("collective '{}' ({} over {} ranks): buffers '{}' ({} elements in use) and '{}' ({}) "
+                  "do not fit: {}",
+                  c.name, to_string(c.op), c.group.size(), c.send_buf, send, c.recv_buf, recv, want));
 }
 
 }  // namespace
@@ -68,8 +70,8 @@ void run_collective(const Collective& c, Memory& mem) {
   const std::size_t sn = b.send[0].size(), rn = b.recv[0].size();
   for (std::size_t m = 1; m < p; ++m)
     if (b.send[m].size() != sn || b.recv[m].size() != rn)
-      throw ParmError(fmt::format("collective '{}': buffer sizes differ between ranks {} and {}", c.name, c.group[0],
-                                  c.group[m]));
+      throw ParmError(
+          fmt::format("collective '{}': buffer sizes differ between ranks {} and {}", c.name, c.group[0], c.group[m]));
   std::vector<float> tmp;
   switch (c.op) {
     case CollOp::allreduce: {

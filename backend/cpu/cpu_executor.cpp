@@ -68,8 +68,8 @@ class Run {
 
  private:
   Time now() const {
-    return Time::ns(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_)
-                        .count());
+    return Time::ns(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
   }
 
   // Waits until pred() holds; detects that every live thread waits.
@@ -174,6 +174,8 @@ class Run {
 
 }  // namespace
 
-SimResult CpuExecutor::run(const TaskGraph& g, Memory& mem) { return Run(g, mem, kernels_).go(); }
+SimResult CpuExecutor::run(const TaskGraph& g, Memory& mem) {
+  return Run(g, mem, kernels_).go();
+}
 
 }  // namespace parmsim::exec

@@ -13,13 +13,17 @@ namespace {
 
 using I = std::int64_t;
 
-std::vector<float>& in(const Task& t, Memory& m, std::size_t i) { return m.at(t.rank, t.inputs.at(i)); }
-std::vector<float>& out(const Task& t, Memory& m, std::size_t i) { return m.at(t.rank, t.outputs.at(i)); }
+std::vector<float>& in(const Task& t, Memory& m, std::size_t i) {
+  return m.at(t.rank, t.inputs.at(i));
+}
+std::vector<float>& out(const Task& t, Memory& m, std::size_t i) {
+  return m.at(t.rank, t.outputs.at(i));
+}
 
 void need(const Task& t, const std::vector<float>& b, std::size_t elems, const std::string& name) {
   if (b.size() < elems)
-    throw ParmError(fmt::format("task '{}': buffer '{}' has {} elements, the kernel needs {}", t.name, name, b.size(),
-                                elems));
+    throw ParmError(
+        fmt::format("task '{}': buffer '{}' has {} elements, the kernel needs {}", t.name, name, b.size(), elems));
 }
 
 // Where slot `slot` of expert `e` for token `t` lives in a combine-side buffer.
@@ -226,8 +230,7 @@ void iorder(const Task& t, Memory& m) {
 
 void iorder_bwd(const Task& t, Memory& m) {
   const auto& a = t.iargs;
-  const I begin = a[0], count = a[1], M = a[2], E = a[3], k = a[4], C = a[5], layout = a[6],
-          per = std::max<I>(1, a[8]);
+  const I begin = a[0], count = a[1], M = a[2], E = a[3], k = a[4], C = a[5], layout = a[6], per = std::max<I>(1, a[8]);
   auto& dout = in(t, m, 0);
   auto& comb = in(t, m, 1);
   auto& route = in(t, m, 2);
@@ -293,9 +296,11 @@ void gate_bwd(const Task& t, Memory& m) {
 }  // namespace
 
 KernelTable moe_kernels() {
-  return {{"moe_gate", gate},           {"moe_order", order},         {"moe_order_bwd", order_bwd},
-          {"moe_slot_slice", slot_slice}, {"moe_experts", experts},     {"moe_experts_bwd", experts_bwd},
-          {"moe_iorder", iorder},       {"moe_iorder_bwd", iorder_bwd}, {"moe_gate_bwd", gate_bwd}};
+  return {{"moe_gate", gate},           {"moe_order", order},
+          {"moe_order_bwd", order_bwd}, {"moe_slot_slice", slot_slice},
+          {"moe_experts", experts},     {"moe_experts_bwd", experts_bwd},
+          {"moe_iorder", iorder},       {"moe_iorder_bwd", iorder_bwd},
+          {"moe_gate_bwd", gate_bwd}};
 }
 
 }  // namespace parmsim::exec

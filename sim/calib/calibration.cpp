@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
-#include "sim/calib/fit.hpp"
-#include "sim/core/error.hpp"
-
 #include <algorithm>
 #include <cmath>
+
+#include "sim/calib/fit.hpp"
+#include "sim/core/error.hpp"
 #include "sim/io/yaml_reader.hpp"
 
 namespace parmsim {

@@ -8,8 +8,8 @@
 // closed-form model uses the same entry. Collectives without an entry are
 // modelled as before.
 #include <optional>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sim/core/time.hpp"

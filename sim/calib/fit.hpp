@@ -26,8 +26,8 @@ AlphaBeta fit_alpha_beta(const std::vector<Point>& pts, bool relative = true);
 struct HeldOut {
   AlphaBeta fit;
   std::vector<Point> train, test;
-  double mape = 0;       // mean |pred - t| / t over the test points
-  double worst = 0;      // max of the same
+  double mape = 0;   // mean |pred - t| / t over the test points
+  double worst = 0;  // max of the same
 };
 // Fits on every other point (sorted by x, starting with the first) and
 // reports the error on the rest.

@@ -15,9 +15,11 @@ namespace parmsim::calib {
 namespace {
 
 std::string op_from(const std::string& s) {
-  static const std::vector<std::pair<std::string, std::string>> names = {
-      {"all_reduce", "allreduce"}, {"all_gather", "allgather"}, {"reduce_scatter", "reducescatter"},
-      {"alltoall", "alltoall"},    {"sendrecv", "sendrecv"}};
+  static const std::vector<std::pair<std::string, std::string>> names = {{"all_reduce", "allreduce"},
+                                                                         {"all_gather", "allgather"},
+                                                                         {"reduce_scatter", "reducescatter"},
+                                                                         {"alltoall", "alltoall"},
+                                                                         {"sendrecv", "sendrecv"}};
   for (const auto& [k, v] : names)
     if (s.find(k) != std::string::npos) return v;
   return "";
@@ -70,23 +72,23 @@ NcclTable read_nccl_tests_text(const std::string& file, const std::string& op) {
     }
     // size count type redop root  time algbw busbw #wrong  time algbw busbw #wrong [date time]
     auto tk = tok;
-    if (tk.size() >= 13 && tk[tk.size() - 2].find('-') != std::string::npos &&
-        tk.back().find(':') != std::string::npos)
+    if (tk.size() >= 13 && tk[tk.size() - 2].find('-') != std::string::npos && tk.back().find(':') != std::string::npos)
       tk.resize(tk.size() - 2);  // the -T timestamp column
     double size = 0, time_us = 0;
-    if (tk.size() < 11 || !number(tk[0], &size) || !number(tk[tk.size() - 8], &time_us) || size < 0 ||
-        time_us <= 0)
-      throw ParmError(fmt::format("{}:{}: expected an nccl-tests data line (size count type redop root time algbw "
-                                  "busbw #wrong time algbw busbw #wrong), got '{}'",
-                                  file, lineno, line));
+    if (tk.size() < 11 || !number(tk[0], &size) || !number(tk[tk.size() - 8], &time_us) || size < 0 || time_us <= 0)
+      throw ParmError(
+          fmt::format("{}:{}: expected an nccl-tests data line (size count type redop root time algbw "
+                      "busbw #wrong time algbw busbw #wrong), got '{}'",
+                      file, lineno, line));
     t.points.push_back({size, time_us * 1e-6});
   }
   if (t.op.empty()) t.op = op_from(file);
   if (t.op.empty())
-    throw ParmError(fmt::format("{}: cannot tell which collective this is (no 'Collective test starting' line and "
-                                "no all_reduce/all_gather/reduce_scatter/alltoall/sendrecv in the file name); give "
-                                "--op",
-                                file));
+    throw ParmError(
+        fmt::format("{}: cannot tell which collective this is (no 'Collective test starting' line and "
+                    "no all_reduce/all_gather/reduce_scatter/alltoall/sendrecv in the file name); give "
+                    "--op",
+                    file));
   if (t.points.empty()) throw ParmError(fmt::format("{}: no data lines", file));
   t.hosts = static_cast<int>(hosts.size());
   return t;
@@ -113,9 +115,10 @@ NcclTable read_nccl_tests_json(const std::string& file, const std::string& op) {
     t.op = op_from(j["args"][0].get<std::string>());
   if (t.op.empty()) t.op = op_from(file);
   if (t.op.empty())
-    throw ParmError(fmt::format("{}: cannot tell which collective this is (args[0] names no nccl-tests program); "
-                                "give --op",
-                                file));
+    throw ParmError(
+        fmt::format("{}: cannot tell which collective this is (args[0] names no nccl-tests program); "
+                    "give --op",
+                    file));
   std::set<std::string> hosts;
   if (j.contains("config") && j["config"].is_object() && j["config"].contains("devices"))
     for (const auto& d : j["config"]["devices"]) {

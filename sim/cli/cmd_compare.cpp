@@ -50,8 +50,8 @@ void add_compare(CLI::App& app) {
   c->callback([a] {
     std::ifstream sj(a->measured + ".json");
     if (!sj)
-      throw ParmError(fmt::format("{}: no {}.json beside it; traces from `parmsim execute` have one", a->measured,
-                                  a->measured));
+      throw ParmError(
+          fmt::format("{}: no {}.json beside it; traces from `parmsim execute` have one", a->measured, a->measured));
     nlohmann::json side;
     try {
       sj >> side;

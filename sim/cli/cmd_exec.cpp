@@ -34,8 +34,8 @@ struct LayerArgs {
     *has_custom = false;
     for (const auto& x : kv) {
       const std::string k = x.substr(0, x.find('='));
-      *has_custom = *has_custom || k == "split" || k == "gather" || k == "fuse_dispatch" || k == "fuse_combine" ||
-                    k == "chunks";
+      *has_custom =
+          *has_custom || k == "split" || k == "gather" || k == "fuse_dispatch" || k == "fuse_combine" || k == "chunks";
     }
     return s;
   }
@@ -50,8 +50,8 @@ struct LayerArgs {
       }
       return v;
     }
-    std::vector<std::string> names = schedule == "all" ? std::vector<std::string>{"baseline", "s1", "s2"}
-                                                       : std::vector<std::string>{schedule};
+    std::vector<std::string> names =
+        schedule == "all" ? std::vector<std::string>{"baseline", "s1", "s2"} : std::vector<std::string>{schedule};
     for (const auto& n : names) {
       moe::ScheduleOptions o = moe::preset(n);
       if (n != "baseline" && has_custom) o = custom, o.name = n + "*";
@@ -92,8 +92,9 @@ void add_exec(CLI::App& app) {
     if (!ok) throw ParmError(fmt::format("verify: an error exceeds the tolerance {:g}", *tol));
   });
 
-  auto* e = app.add_subcommand("execute", "run a layer's training graph (forward + backward) for real and write the "
-                                          "measured trace");
+  auto* e = app.add_subcommand("execute",
+                               "run a layer's training graph (forward + backward) for real and write the "
+                               "measured trace");
   struct EArgs {
     LayerArgs layer;
     std::string backend = "cpu", trace;
@@ -115,12 +116,9 @@ void add_exec(CLI::App& app) {
     const exec::Execution ex = exec::execute_schedule(s, ea->layer.cluster(), scheds[0], ea->layer.seed);
     write_atomically(ea->trace, [&](std::ostream& os) { write_trace_csv(os, ex.graph, ex.trace); });
     // What `parmsim compare` needs to rebuild the same graph.
-    const nlohmann::json side = {{"layer", ea->layer.set},
-                                 {"schedule", ea->layer.schedule},
-                                 {"gpus", ea->layer.gpus},
-                                 {"node_gpus", ea->layer.cluster().gpus_per_node},
-                                 {"seed", ea->layer.seed},
-                                 {"backend", ea->backend},
+    const nlohmann::json side = {{"layer", ea->layer.set},          {"schedule", ea->layer.schedule},
+                                 {"gpus", ea->layer.gpus},          {"node_gpus", ea->layer.cluster().gpus_per_node},
+                                 {"seed", ea->layer.seed},          {"backend", ea->backend},
                                  {"tasks", ex.graph.tasks().size()}};
     write_atomically(ea->trace + ".json", [&](std::ostream& os) { os << side.dump(1) << "\n"; });
     fmt::print("executed {} ({} tasks on {} ranks) in {:.3f} ms on the CPU; trace: {}\n", scheds[0].name,

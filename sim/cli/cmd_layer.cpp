@@ -92,8 +92,8 @@ void add_layer(CLI::App& app) {
     kv.insert(kv.end(), cli_kv.begin(), cli_kv.end());
     for (const auto& x : kv) {
       const std::string key = x.substr(0, x.find('='));
-      has_custom = has_custom || key == "split" || key == "gather" || key == "fuse_dispatch" ||
-                   key == "fuse_combine" || key == "chunks";
+      has_custom = has_custom || key == "split" || key == "gather" || key == "fuse_dispatch" || key == "fuse_combine" ||
+                   key == "chunks";
     }
     const moe::Dims dims = moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
     const GpuProfile& gpu = gpu_profile(topo.gpu_model());
@@ -105,8 +105,10 @@ void add_layer(CLI::App& app) {
     make_network(a->network, topo);
 
     std::vector<std::string> names;
-    if (a->schedule == "all") names = {"baseline", "s1", "s2"};
-    else if (a->schedule == "auto") names = {"baseline", chosen};
+    if (a->schedule == "all")
+      names = {"baseline", "s1", "s2"};
+    else if (a->schedule == "auto")
+      names = {"baseline", chosen};
     else {
       moe::preset(a->schedule);  // validates
       names = {a->schedule};
@@ -127,8 +129,10 @@ void add_layer(CLI::App& app) {
         const bool csv = a->trace.size() > 4 && a->trace.substr(a->trace.size() - 4) == ".csv";
         auto write = [&](const std::string& path, const TaskGraph& g, const SimResult& r) {
           write_atomically(path, [&](std::ostream& os) {
-            if (csv) write_trace_csv(os, g, r);
-            else write_chrome_trace(os, g, r);
+            if (csv)
+              write_trace_csv(os, g, r);
+            else
+              write_chrome_trace(os, g, r);
           });
         };
         write(with_suffix(a->trace, n + ".forward"), fg, fr);

@@ -12,8 +12,9 @@
 namespace parmsim::cli {
 
 void add_model(CLI::App& app) {
-  auto* c = app.add_subcommand("model", "predict a whole training iteration of an MoE transformer (BERT-MoE, GPT-2-MoE) "
-                                        "under baseline, S1 and S2");
+  auto* c = app.add_subcommand("model",
+                               "predict a whole training iteration of an MoE transformer (BERT-MoE, GPT-2-MoE) "
+                               "under baseline, S1 and S2");
   struct Args {
     std::string spec, network, calibration;
     bool json = false;

@@ -5,8 +5,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "sim/cli/common.hpp"
 #include "sim/calib/calibration.hpp"
+#include "sim/cli/common.hpp"
 #include "sim/coll/collective_plan.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
@@ -68,9 +68,10 @@ void add_collective(CLI::App& app) {
     const auto cal = load_calibration_arg(a->topo.calibration);
     Collective proto;
     if (!parse_coll_op(a->op, &proto.op) || proto.op == CollOp::alltoallv)
-      throw ParmError(fmt::format("--op: expected alltoall, allgather, reducescatter, allreduce, sendrecv or saa, got "
-                                  "'{}' (alltoallv needs a byte matrix: use `parmsim simulate` with a graph file)",
-                                  a->op));
+      throw ParmError(
+          fmt::format("--op: expected alltoall, allgather, reducescatter, allreduce, sendrecv or saa, got "
+                      "'{}' (alltoallv needs a byte matrix: use `parmsim simulate` with a graph file)",
+                      a->op));
     proto.group = parse_ranks(a->gpus, topo.num_gpus());
     proto.algo = a->algo;
     proto.window = a->window;
@@ -104,7 +105,8 @@ void add_collective(CLI::App& app) {
       const double algbw = static_cast<double>(bytes) / s / 1e9;
       const double busbw = algbw * busbw_factor(proto.op, p);
       if (a->json)
-        out.push_back({{"bytes", bytes}, {"time_us", r.makespan.to_us()}, {"algbw_GBps", algbw}, {"busbw_GBps", busbw}});
+        out.push_back(
+            {{"bytes", bytes}, {"time_us", r.makespan.to_us()}, {"algbw_GBps", algbw}, {"busbw_GBps", busbw}});
       else
         fmt::print("  {:>14} {:>14.3f} {:>12.2f} {:>12.2f}\n", bytes, r.makespan.to_us(), algbw, busbw);
     }

@@ -1,10 +1,8 @@
 #pragma once
 // Helpers shared by the subcommands.
 #include <CLI/CLI.hpp>
-
-#include <memory>
-
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 

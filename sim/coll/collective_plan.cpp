@@ -18,23 +18,31 @@ std::string default_algorithm(CollOp op) {
   switch (op) {
     case CollOp::allreduce:
     case CollOp::allgather:
-    case CollOp::reducescatter: return "ring";
-    case CollOp::saa: return "pipelined";
-    default: return "direct";
+    case CollOp::reducescatter:
+      return "ring";
+    case CollOp::saa:
+      return "pipelined";
+    default:
+      return "direct";
   }
 }
 
 double busbw_factor(CollOp op, int p) {
   switch (op) {
-    case CollOp::allreduce: return 2.0 * (p - 1) / p;
-    case CollOp::sendrecv: return 1.0;
-    default: return static_cast<double>(p - 1) / p;
+    case CollOp::allreduce:
+      return 2.0 * (p - 1) / p;
+    case CollOp::sendrecv:
+      return 1.0;
+    default:
+      return static_cast<double>(p - 1) / p;
   }
 }
 
 namespace {
 
-std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
+  return (a + b - 1) / b;
+}
 
 class Builder {
  public:
@@ -94,9 +102,10 @@ std::vector<std::vector<int>> by_node(const Collective& c, const Topology& topo)
   std::vector<std::vector<int>> out;
   for (auto& [node, v] : m) {
     if (!out.empty() && v.size() != out[0].size())
-      throw ParmError(fmt::format("collective '{}': hierarchical needs the same number of members on every node "
-                                  "(node {} has {}, another {})",
-                                  c.name, node, v.size(), out[0].size()));
+      throw ParmError(
+          fmt::format("collective '{}': hierarchical needs the same number of members on every node "
+                      "(node {} has {}, another {})",
+                      c.name, node, v.size(), out[0].size()));
     out.push_back(std::move(v));
   }
   return out;
@@ -167,17 +176,24 @@ CollPlan make_plan(const Collective& c, const Topology& topo) {
 
   if (algo == "ring") {
     switch (c.op) {
-      case CollOp::allreduce: b.ring(all, 2 * (p - 1), per); break;
+      case CollOp::allreduce:
+        b.ring(all, 2 * (p - 1), per);
+        break;
       case CollOp::allgather:
-      case CollOp::reducescatter: b.ring(all, p - 1, per); break;
-      default: unsupported(c, algo);
+      case CollOp::reducescatter:
+        b.ring(all, p - 1, per);
+        break;
+      default:
+        unsupported(c, algo);
     }
   } else if (algo == "direct" || algo == "pairwise") {
     const int window = algo == "pairwise" ? 1 : c.window;
     switch (c.op) {
       case CollOp::alltoall:
       case CollOp::allgather:
-      case CollOp::reducescatter: b.rounds(all, window, uniform); break;
+      case CollOp::reducescatter:
+        b.rounds(all, window, uniform);
+        break;
       case CollOp::alltoallv:
         b.rounds(all, window, [&c](int i, int j) { return c.matrix[i][j]; });
         break;
@@ -186,7 +202,8 @@ CollPlan make_plan(const Collective& c, const Topology& topo) {
         b.rounds(all, window, uniform);  // reduce-scatter
         b.rounds(all, window, uniform);  // all-gather
         break;
-      default: unsupported(c, algo);
+      default:
+        unsupported(c, algo);
     }
   } else if (algo == "hierarchical") {
     const auto nodes = by_node(c, topo);
@@ -222,7 +239,8 @@ CollPlan make_plan(const Collective& c, const Topology& topo) {
         for (int l = 0; l < G; ++l) b.rounds(rail(l), c.window, [inter](int, int) { return inter; });
         break;
       }
-      default: unsupported(c, algo);
+      default:
+        unsupported(c, algo);
     }
   } else {
     std::string names;

@@ -18,12 +18,12 @@ namespace parmsim {
 
 struct GpuProfile {
   std::string name;
-  std::string source;          // where the figures come from
-  double peak_fp32 = 0;        // FLOP/s (no TF32)
-  double peak_fp16 = 0;        // FLOP/s dense tensor core, fp32 accumulate
-  double peak_bf16 = 0;        // 0 = not supported
-  double hbm_bandwidth = 0;    // bytes/s
-  Time launch;                 // per-kernel overhead
+  std::string source;        // where the figures come from
+  double peak_fp32 = 0;      // FLOP/s (no TF32)
+  double peak_fp16 = 0;      // FLOP/s dense tensor core, fp32 accumulate
+  double peak_bf16 = 0;      // 0 = not supported
+  double hbm_bandwidth = 0;  // bytes/s
+  Time launch;               // per-kernel overhead
   double gemm_eff_max = 0.8;
   double gemm_half_flops = 2e9;  // FLOPs at which a GEMM reaches half of eff_max
   double mem_eff_max = 0.85;

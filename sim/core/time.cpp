@@ -1,7 +1,8 @@
 #include "sim/core/time.hpp"
 
-#include <cmath>
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace parmsim {
 
@@ -23,6 +24,8 @@ Time duration_for_rate(double amount, double per_second) {
   return Time::ps(static_cast<std::int64_t>(ps));
 }
 
-std::string format_time(Time t) { return fmt::format("{:.3f}us", t.to_us()); }
+std::string format_time(Time t) {
+  return fmt::format("{:.3f}us", t.to_us());
+}
 
 }  // namespace parmsim

@@ -1,8 +1,9 @@
 #include "sim/core/units.hpp"
 
+#include <fmt/format.h>
+
 #include <cctype>
 #include <cmath>
-#include <fmt/format.h>
 #include <utility>
 #include <vector>
 
@@ -77,18 +78,31 @@ std::optional<T> parse_with(const std::string& s, std::string* why, const char* 
   return static_cast<T>(r);
 }
 
-const std::vector<std::pair<std::string, double>> kBandwidth = {
-    {"Bps", 1},      {"B/s", 1},      {"KBps", 1e3},    {"KB/s", 1e3},     {"MBps", 1e6},  {"MB/s", 1e6},
-    {"GBps", 1e9},   {"GB/s", 1e9},   {"TBps", 1e12},   {"TB/s", 1e12},    {"bps", 0.125}, {"Kbps", 125},
-    {"Mbps", 1.25e5}, {"Gbps", 1.25e8}, {"Tbps", 1.25e11}, {"GiBps", 1073741824.0}, {"GiB/s", 1073741824.0}};
+const std::vector<std::pair<std::string, double>> kBandwidth = {{"Bps", 1},
+                                                                {"B/s", 1},
+                                                                {"KBps", 1e3},
+                                                                {"KB/s", 1e3},
+                                                                {"MBps", 1e6},
+                                                                {"MB/s", 1e6},
+                                                                {"GBps", 1e9},
+                                                                {"GB/s", 1e9},
+                                                                {"TBps", 1e12},
+                                                                {"TB/s", 1e12},
+                                                                {"bps", 0.125},
+                                                                {"Kbps", 125},
+                                                                {"Mbps", 1.25e5},
+                                                                {"Gbps", 1.25e8},
+                                                                {"Tbps", 1.25e11},
+                                                                {"GiBps", 1073741824.0},
+                                                                {"GiB/s", 1073741824.0}};
 const std::vector<std::pair<std::string, double>> kTime = {
     {"ps", 1}, {"ns", 1e3}, {"us", 1e6}, {"ms", 1e9}, {"s", 1e12}};
 const std::vector<std::pair<std::string, double>> kSize = {
-    {"B", 1},        {"KB", 1e3},         {"MB", 1e6},        {"GB", 1e9},
+    {"B", 1},        {"KB", 1e3},        {"MB", 1e6},           {"GB", 1e9},
     {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
-const std::vector<std::pair<std::string, double>> kFlops = {
-    {"FLOPs", 1},      {"FLOP/s", 1},      {"GFLOPs", 1e9},   {"GFLOP/s", 1e9},
-    {"TFLOPs", 1e12},  {"TFLOP/s", 1e12},  {"PFLOPs", 1e15}, {"PFLOP/s", 1e15}};
+const std::vector<std::pair<std::string, double>> kFlops = {{"FLOPs", 1},     {"FLOP/s", 1},    {"GFLOPs", 1e9},
+                                                            {"GFLOP/s", 1e9}, {"TFLOPs", 1e12}, {"TFLOP/s", 1e12},
+                                                            {"PFLOPs", 1e15}, {"PFLOP/s", 1e15}};
 
 }  // namespace
 

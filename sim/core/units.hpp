@@ -17,7 +17,7 @@ namespace parmsim::units {
 std::optional<std::uint64_t> parse_bandwidth(const std::string& s, std::string* why);  // bytes/s
 std::optional<Time> parse_time(const std::string& s, std::string* why);
 std::optional<std::uint64_t> parse_size(const std::string& s, std::string* why);  // bytes
-std::optional<double> parse_flops(const std::string& s, std::string* why);         // FLOP/s
+std::optional<double> parse_flops(const std::string& s, std::string* why);        // FLOP/s
 
 std::string format_bytes(std::uint64_t b);  // "64MiB" when exact, else bytes
 

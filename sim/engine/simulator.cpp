@@ -47,7 +47,10 @@ struct CollState {
 class Engine {
  public:
   Engine(const TaskGraph& g, const Topology& topo, const SimOptions& opt)
-      : g_(g), topo_(topo), gpu_(gpu_profile(topo.gpu_model())), net_(make_network(opt.network, topo)),
+      : g_(g),
+        topo_(topo),
+        gpu_(gpu_profile(topo.gpu_model())),
+        net_(make_network(opt.network, topo)),
         cal_(opt.calibration) {
     if (g.num_ranks() > topo.num_gpus())
       throw ParmError(fmt::format("the task graph has {} ranks but topology '{}' has only {} GPUs", g.num_ranks(),

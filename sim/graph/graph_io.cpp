@@ -24,31 +24,31 @@ const Section kBuf{"graph.buffers[]",
                     {"name", "string", "required", "unique on its rank"},
                     {"elems", "int", "required", "element count"},
                     {"dtype", "string", "fp32", "fp32 | fp16 | bf16"}}};
-const Section kColl{"graph.collectives[]",
-                    "A collective; every rank of `group` needs one task naming it.",
-                    {{"name", "string", "required", "unique"},
-                     {"op", "string", "required",
-                      "alltoall | alltoallv | allgather | reducescatter | allreduce | sendrecv | saa"},
-                     {"group", "list", "required", "ranks, in member order"},
-                     {"bytes", "size", "required*", "nccl-tests size (not for alltoallv)"},
-                     {"matrix", "list", "alltoallv", "per-member rows of sizes sent to each member"},
-                     {"algo", "string", "op default", "ring | direct | pairwise | hierarchical | pipelined"},
-                     {"window", "int", "0", "direct: peers in flight at once (0 = all)"},
-                     {"inner", "int", "saa", "saa: inner (AllGather) group size"}}};
-const Section kTask{"graph.tasks[]",
-                    "A compute task (`op`) or one rank's part of a collective (`collective`).",
-                    {{"name", "string", "required", "unique"},
-                     {"rank", "int", "required", ""},
-                     {"stream", "string", "first stream", ""},
-                     {"op", "string", "compute",
-                      "gemm | softmax | topk | order | iorder | activation | elementwise | copy | slice"},
-                     {"flops", "count", "0", "floating point operations"},
-                     {"bytes", "size", "0B", "memory bytes read and written"},
-                     {"dtype", "string", "fp32", ""},
-                     {"collective", "string", "collective", "name of the collective this task is a part of"},
-                     {"inputs", "list", "[]", "buffer names on this rank"},
-                     {"outputs", "list", "[]", "buffer names on this rank"},
-                     {"deps", "list", "[]", "names of tasks this one waits for"}}};
+const Section kColl{
+    "graph.collectives[]",
+    "A collective; every rank of `group` needs one task naming it.",
+    {{"name", "string", "required", "unique"},
+     {"op", "string", "required", "alltoall | alltoallv | allgather | reducescatter | allreduce | sendrecv | saa"},
+     {"group", "list", "required", "ranks, in member order"},
+     {"bytes", "size", "required*", "nccl-tests size (not for alltoallv)"},
+     {"matrix", "list", "alltoallv", "per-member rows of sizes sent to each member"},
+     {"algo", "string", "op default", "ring | direct | pairwise | hierarchical | pipelined"},
+     {"window", "int", "0", "direct: peers in flight at once (0 = all)"},
+     {"inner", "int", "saa", "saa: inner (AllGather) group size"}}};
+const Section kTask{
+    "graph.tasks[]",
+    "A compute task (`op`) or one rank's part of a collective (`collective`).",
+    {{"name", "string", "required", "unique"},
+     {"rank", "int", "required", ""},
+     {"stream", "string", "first stream", ""},
+     {"op", "string", "compute", "gemm | softmax | topk | order | iorder | activation | elementwise | copy | slice"},
+     {"flops", "count", "0", "floating point operations"},
+     {"bytes", "size", "0B", "memory bytes read and written"},
+     {"dtype", "string", "fp32", ""},
+     {"collective", "string", "collective", "name of the collective this task is a part of"},
+     {"inputs", "list", "[]", "buffer names on this rank"},
+     {"outputs", "list", "[]", "buffer names on this rank"},
+     {"deps", "list", "[]", "names of tasks this one waits for"}}};
 SectionRegistrar r1(kGraph), r2(kBuf), r3(kColl), r4(kTask);
 
 std::uint64_t as_count(const YamlReader& r) {
@@ -186,6 +186,8 @@ TaskGraph parse_task_graph_text(const std::string& text, const std::string& name
   return build(YamlReader::load_string(text, name));
 }
 
-TaskGraph load_task_graph(const std::string& file) { return build(YamlReader::load_file(file)); }
+TaskGraph load_task_graph(const std::string& file) {
+  return build(YamlReader::load_file(file));
+}
 
 }  // namespace parmsim

@@ -11,12 +11,17 @@
 
 namespace parmsim {
 
-int dtype_bytes(DType d) { return d == DType::fp32 ? 4 : 2; }
+int dtype_bytes(DType d) {
+  return d == DType::fp32 ? 4 : 2;
+}
 const char* to_string(DType d) {
   switch (d) {
-    case DType::fp32: return "fp32";
-    case DType::fp16: return "fp16";
-    case DType::bf16: return "bf16";
+    case DType::fp32:
+      return "fp32";
+    case DType::fp16:
+      return "fp16";
+    case DType::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -29,34 +34,50 @@ DType parse_dtype(const std::string& s) {
 
 const char* to_string(CollOp op) {
   switch (op) {
-    case CollOp::alltoall: return "alltoall";
-    case CollOp::alltoallv: return "alltoallv";
-    case CollOp::allgather: return "allgather";
-    case CollOp::reducescatter: return "reducescatter";
-    case CollOp::allreduce: return "allreduce";
-    case CollOp::sendrecv: return "sendrecv";
-    case CollOp::saa: return "saa";
+    case CollOp::alltoall:
+      return "alltoall";
+    case CollOp::alltoallv:
+      return "alltoallv";
+    case CollOp::allgather:
+      return "allgather";
+    case CollOp::reducescatter:
+      return "reducescatter";
+    case CollOp::allreduce:
+      return "allreduce";
+    case CollOp::sendrecv:
+      return "sendrecv";
+    case CollOp::saa:
+      return "saa";
   }
   return "?";
 }
 bool parse_coll_op(const std::string& s, CollOp* out) {
-  for (CollOp op : {CollOp::alltoall, CollOp::alltoallv, CollOp::allgather, CollOp::reducescatter,
-                    CollOp::allreduce, CollOp::sendrecv, CollOp::saa})
+  for (CollOp op : {CollOp::alltoall, CollOp::alltoallv, CollOp::allgather, CollOp::reducescatter, CollOp::allreduce,
+                    CollOp::sendrecv, CollOp::saa})
     if (s == to_string(op)) return *out = op, true;
   return false;
 }
 
 const char* to_string(OpKind k) {
   switch (k) {
-    case OpKind::gemm: return "gemm";
-    case OpKind::softmax: return "softmax";
-    case OpKind::topk: return "topk";
-    case OpKind::order: return "order";
-    case OpKind::iorder: return "iorder";
-    case OpKind::activation: return "activation";
-    case OpKind::elementwise: return "elementwise";
-    case OpKind::copy: return "copy";
-    case OpKind::slice: return "slice";
+    case OpKind::gemm:
+      return "gemm";
+    case OpKind::softmax:
+      return "softmax";
+    case OpKind::topk:
+      return "topk";
+    case OpKind::order:
+      return "order";
+    case OpKind::iorder:
+      return "iorder";
+    case OpKind::activation:
+      return "activation";
+    case OpKind::elementwise:
+      return "elementwise";
+    case OpKind::copy:
+      return "copy";
+    case OpKind::slice:
+      return "slice";
   }
   return "?";
 }
@@ -93,7 +114,9 @@ int TaskGraphBuilder::stream(int rank, const std::string& name) const {
   return it == s.end() ? -1 : static_cast<int>(it - s.begin());
 }
 
-void TaskGraphBuilder::add_buffer(Buffer b) { g_.buffers_.push_back(std::move(b)); }
+void TaskGraphBuilder::add_buffer(Buffer b) {
+  g_.buffers_.push_back(std::move(b));
+}
 
 int TaskGraphBuilder::add_collective(Collective c) {
   c.id = static_cast<int>(g_.collectives_.size());
@@ -107,7 +130,9 @@ int TaskGraphBuilder::add_task(Task t) {
   return g_.tasks_.back().id;
 }
 
-void TaskGraphBuilder::add_dep(int task, int on) { g_.tasks_.at(task).deps.push_back(on); }
+void TaskGraphBuilder::add_dep(int task, int on) {
+  g_.tasks_.at(task).deps.push_back(on);
+}
 
 std::vector<int> TaskGraphBuilder::add_collective_tasks(Collective c, const std::string& stream_name,
                                                         const std::string& task_prefix) {
@@ -170,8 +195,8 @@ TaskGraph TaskGraphBuilder::build() && {
     if (c.op == CollOp::sendrecv && p != 2)
       throw ParmError(fmt::format("task graph: sendrecv '{}' needs a group of 2 ranks (sender, receiver)", c.name));
     if (c.op == CollOp::saa && (c.inner <= 0 || p % static_cast<std::size_t>(c.inner) != 0))
-      throw ParmError(fmt::format("task graph: saa '{}' needs an inner group size dividing the group size {}",
-                                  c.name, p));
+      throw ParmError(
+          fmt::format("task graph: saa '{}' needs an inner group size dividing the group size {}", c.name, p));
     if (c.chunks < 1) throw ParmError(fmt::format("task graph: collective '{}' needs chunks >= 1", c.name));
   }
   g.parts_.assign(g.collectives_.size(), {});
@@ -199,13 +224,14 @@ TaskGraph TaskGraphBuilder::build() && {
                                       t.name, b, t.rank));
     if (t.kind == TaskKind::collective) {
       if (t.collective < 0 || t.collective >= static_cast<int>(g.collectives_.size()))
-        throw ParmError(fmt::format("task graph: task '{}' names collective id {}, which does not exist", t.name,
-                                    t.collective));
+        throw ParmError(
+            fmt::format("task graph: task '{}' names collective id {}, which does not exist", t.name, t.collective));
       const Collective& c = g.collectives_[t.collective];
       if (std::find(c.group.begin(), c.group.end(), t.rank) == c.group.end())
-        throw ParmError(fmt::format("task graph: task '{}' on rank {} is part of collective '{}', whose group does "
-                                    "not include rank {}",
-                                    t.name, t.rank, c.name, t.rank));
+        throw ParmError(
+            fmt::format("task graph: task '{}' on rank {} is part of collective '{}', whose group does "
+                        "not include rank {}",
+                        t.name, t.rank, c.name, t.rank));
       if (!part_of[t.collective].emplace(t.rank, t.id).second)
         throw ParmError(fmt::format("task graph: rank {} has two parts of collective '{}' ('{}' and '{}')", t.rank,
                                     c.name, g.tasks_[part_of[t.collective][t.rank]].name, t.name));

@@ -67,7 +67,7 @@ struct Collective {
   // chunk of a pipelined pair. Empty names: no data (timing only).
   std::string send_buf, recv_buf;
   std::uint64_t send_offset = 0, send_count = 0;  // send_count 0 = to the end of send_buf
-  std::vector<std::uint64_t> member_send_offset;   // per member; overrides send_offset when given
+  std::vector<std::uint64_t> member_send_offset;  // per member; overrides send_offset when given
   std::uint64_t row = 0, col_begin = 0, col_count = 0;
 };
 
@@ -91,7 +91,7 @@ struct Task {
   // For executors: the kernel to run (empty: timing only) and its integer arguments.
   std::string kernel;
   std::vector<std::int64_t> iargs;
-  std::vector<int> deps;                     // task ids
+  std::vector<int> deps;  // task ids
 };
 
 class TaskGraph {
@@ -130,7 +130,7 @@ class TaskGraphBuilder {
   explicit TaskGraphBuilder(int num_ranks);
   // Streams are per rank; add_stream on every rank gives the same names.
   int add_stream(int rank, const std::string& name);
-  int add_stream_all(const std::string& name);  // returns the index (same on all ranks)
+  int add_stream_all(const std::string& name);          // returns the index (same on all ranks)
   int stream(int rank, const std::string& name) const;  // -1 if none
   void add_buffer(Buffer b);
   int add_collective(Collective c);  // id assigned
@@ -143,8 +143,7 @@ class TaskGraphBuilder {
 
   // Convenience: one task per member of `c` on stream `stream_name`, each
   // depending on `deps[rank]` when given. Returns the task ids in member order.
-  std::vector<int> add_collective_tasks(Collective c, const std::string& stream_name,
-                                        const std::string& task_prefix);
+  std::vector<int> add_collective_tasks(Collective c, const std::string& stream_name, const std::string& task_prefix);
 
  private:
   TaskGraph g_;

@@ -63,10 +63,11 @@ void write_trace_csv(std::ostream& os, const TaskGraph& g, const SimResult& r) {
 void write_chrome_trace(std::ostream& os, const TaskGraph& g, const SimResult& r) {
   nlohmann::json ev = nlohmann::json::array();
   for (int rank = 0; rank < g.num_ranks(); ++rank) {
-    ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", fmt::format("rank {}", rank)}}}});
+    ev.push_back(
+        {{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", fmt::format("rank {}", rank)}}}});
     for (std::size_t s = 0; s < g.streams(rank).size(); ++s)
-      ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", s},
-                    {"args", {{"name", g.streams(rank)[s]}}}});
+      ev.push_back(
+          {{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", s}, {"args", {{"name", g.streams(rank)[s]}}}});
   }
   for (const TraceRow& row : r.trace) {
     const Task& t = g.task(row.task);

@@ -66,8 +66,8 @@ void YamlReader::fail(const std::string& expected) const {
     got = ", got a list";
   else if (node_.IsMap())
     got = ", got a mapping";
-  throw ParmError(fmt::format("{}: key '{}': expected {}{}", where(), path_.empty() ? "(top level)" : path_,
-                              expected, got));
+  throw ParmError(
+      fmt::format("{}: key '{}': expected {}{}", where(), path_.empty() ? "(top level)" : path_, expected, got));
 }
 
 void YamlReader::expect_map() const {
@@ -97,7 +97,9 @@ void YamlReader::check_keys(const Section& s) const {
                                   d.key, d.type, d.help));
 }
 
-bool YamlReader::has(const std::string& key) const { return node_.IsMap() && node_[key]; }
+bool YamlReader::has(const std::string& key) const {
+  return node_.IsMap() && node_[key];
+}
 
 YamlReader YamlReader::at(const std::string& key) const {
   expect_map();
@@ -112,7 +114,9 @@ std::optional<YamlReader> YamlReader::opt(const std::string& key) const {
   return at(key);
 }
 
-std::size_t YamlReader::size() const { return node_.size(); }
+std::size_t YamlReader::size() const {
+  return node_.size();
+}
 
 YamlReader YamlReader::operator[](std::size_t i) const {
   return YamlReader(node_[i], file_, fmt::format("{}[{}]", path_, i));
@@ -130,7 +134,9 @@ std::string YamlReader::scalar_or_fail(const std::string& expected) const {
   return node_.Scalar();
 }
 
-std::string YamlReader::as_string() const { return scalar_or_fail("a string"); }
+std::string YamlReader::as_string() const {
+  return scalar_or_fail("a string");
+}
 
 std::int64_t YamlReader::as_int() const {
   const std::string s = scalar_or_fail("an integer");
@@ -209,8 +215,7 @@ double YamlReader::get_double(const std::string& key, double def) const {
 
 void apply_override(YAML::Node root, const std::string& assignment, const std::string& what, bool allow_new) {
   const auto eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw ParmError(fmt::format("{}: '{}' is not key=value", what, assignment));
+  if (eq == std::string::npos || eq == 0) throw ParmError(fmt::format("{}: '{}' is not key=value", what, assignment));
   const std::string key = assignment.substr(0, eq);
   const std::string value = assignment.substr(eq + 1);
   std::vector<std::string> parts;
@@ -245,8 +250,7 @@ void apply_override(YAML::Node root, const std::string& assignment, const std::s
   }
   YAML::Node parent = chain.back();
   if (!parent.IsMap()) throw ParmError(fmt::format("{}: '{}' does not name a key of a mapping", what, key));
-  if (!allow_new && !parent[parts.back()])
-    throw ParmError(fmt::format("{}: unknown key '{}'", what, key));
+  if (!allow_new && !parent[parts.back()]) throw ParmError(fmt::format("{}: unknown key '{}'", what, key));
   parent[parts.back()] = value;
 }
 

@@ -16,7 +16,7 @@ namespace parmsim {
 
 struct KeyDoc {
   std::string key;
-  std::string type;  // "int", "bandwidth", "time", "size", "string", "list", "map", ...
+  std::string type;      // "int", "bandwidth", "time", "size", "string", "list", "map", ...
   std::string fallback;  // default, or "required"
   std::string help;
 };

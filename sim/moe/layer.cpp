@@ -94,15 +94,21 @@ bool parse_bool(const std::string& key, const std::string& v, const std::string&
 
 }  // namespace
 
-void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std::string& v,
-             const std::string& where) {
-  if (key == "B") s->B = parse_int(key, v, where, 1);
-  else if (key == "L") s->L = parse_int(key, v, where, 1);
-  else if (key == "M") s->M = parse_int(key, v, where, 1);
-  else if (key == "H") s->H = parse_int(key, v, where, 1);
-  else if (key == "E") s->E = parse_int(key, v, where, 1);
-  else if (key == "k") s->k = parse_int(key, v, where, 1);
-  else if (key == "mp") s->mp = static_cast<int>(parse_int(key, v, where, 1));
+void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std::string& v, const std::string& where) {
+  if (key == "B")
+    s->B = parse_int(key, v, where, 1);
+  else if (key == "L")
+    s->L = parse_int(key, v, where, 1);
+  else if (key == "M")
+    s->M = parse_int(key, v, where, 1);
+  else if (key == "H")
+    s->H = parse_int(key, v, where, 1);
+  else if (key == "E")
+    s->E = parse_int(key, v, where, 1);
+  else if (key == "k")
+    s->k = parse_int(key, v, where, 1);
+  else if (key == "mp")
+    s->mp = static_cast<int>(parse_int(key, v, where, 1));
   else if (key == "f") {
     try {
       std::size_t used = 0;
@@ -118,14 +124,20 @@ void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std
       throw ParmError(fmt::format("{}: key 'dtype': {}", where, e.what()));
     }
   } else if (o && key == "split") {
-    if (v == "before_gate") o->split = Split::before_gate;
-    else if (v == "after_order") o->split = Split::after_order;
-    else throw ParmError(fmt::format("{}: key 'split': expected before_gate or after_order, got '{}'", where, v));
+    if (v == "before_gate")
+      o->split = Split::before_gate;
+    else if (v == "after_order")
+      o->split = Split::after_order;
+    else
+      throw ParmError(fmt::format("{}: key 'split': expected before_gate or after_order, got '{}'", where, v));
     o->name = "custom";
   } else if (o && key == "gather") {
-    if (v == "after_iorder") o->gather = Gather::after_iorder;
-    else if (v == "before_iorder") o->gather = Gather::before_iorder;
-    else throw ParmError(fmt::format("{}: key 'gather': expected after_iorder or before_iorder, got '{}'", where, v));
+    if (v == "after_iorder")
+      o->gather = Gather::after_iorder;
+    else if (v == "before_iorder")
+      o->gather = Gather::before_iorder;
+    else
+      throw ParmError(fmt::format("{}: key 'gather': expected after_iorder or before_iorder, got '{}'", where, v));
     o->name = "custom";
   } else if (o && key == "fuse_dispatch") {
     o->fuse_dispatch = parse_bool(key, v, where);
@@ -141,17 +153,16 @@ void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std
       throw ParmError(fmt::format("{}: key 'a2a_algo': expected pairwise or direct, got '{}'", where, v));
     o->a2a_algo = v;
   } else {
-    throw ParmError(fmt::format("{}: unknown layer key '{}'; layer keys: B, L, M, H, E, k, f, mp, dtype{}", where, key,
-                                o ? "; schedule options: split, gather, fuse_dispatch, fuse_combine, chunks, a2a_algo"
-                                  : ""));
+    throw ParmError(
+        fmt::format("{}: unknown layer key '{}'; layer keys: B, L, M, H, E, k, f, mp, dtype{}", where, key,
+                    o ? "; schedule options: split, gather, fuse_dispatch, fuse_combine, chunks, a2a_algo" : ""));
   }
 }
 
 void apply_assignments(LayerSpec* s, ScheduleOptions* o, const std::vector<std::string>& kv, const std::string& where) {
   for (const std::string& a : kv) {
     const auto eq = a.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw ParmError(fmt::format("{}: '{}' is not key=value", where, a));
+    if (eq == std::string::npos || eq == 0) throw ParmError(fmt::format("{}: '{}' is not key=value", where, a));
     set_key(s, o, a.substr(0, eq), a.substr(eq + 1), where);
   }
 }
@@ -164,8 +175,7 @@ std::string spec_string(const LayerSpec& s) {
 // ---------------------------------------------------------------- groups, dims
 
 Groups make_groups(int P, int G) {
-  if (G <= 0 || P <= 0 || P % G != 0)
-    throw ParmError(fmt::format("mp={} must divide the number of GPUs P={}", G, P));
+  if (G <= 0 || P <= 0 || P % G != 0) throw ParmError(fmt::format("mp={} must divide the number of GPUs P={}", G, P));
   Groups g;
   g.P = P;
   g.G = G;
@@ -197,24 +207,24 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
   d.G = s.mp;
   if (s.mp < 1) throw ParmError("mp must be at least 1");
   if (gpus_per_node % s.mp != 0)
-    throw ParmError(fmt::format("mp={} must divide the GPUs of a node ({}): MP and ESP groups stay inside a node",
-                                s.mp, gpus_per_node));
+    throw ParmError(fmt::format("mp={} must divide the GPUs of a node ({}): MP and ESP groups stay inside a node", s.mp,
+                                gpus_per_node));
   if (P % s.mp != 0) throw ParmError(fmt::format("mp={} must divide the number of GPUs P={}", s.mp, P));
   d.n_ep = P / s.mp;
   if (s.E % d.n_ep != 0)
-    throw ParmError(fmt::format("E={} experts must be divisible by the expert-parallel size N_EP = P/mp = {}", s.E,
-                                d.n_ep));
+    throw ParmError(
+        fmt::format("E={} experts must be divisible by the expert-parallel size N_EP = P/mp = {}", s.E, d.n_ep));
   if (s.k > s.E) throw ParmError(fmt::format("top-k k={} exceeds the number of experts E={}", s.k, s.E));
   d.S = s.B * s.L;
   if (d.S % s.mp != 0)
-    throw ParmError(fmt::format("B*L = {} tokens must be divisible by mp={} (MP-Split keeps S/mp tokens per rank)",
-                                d.S, s.mp));
+    throw ParmError(
+        fmt::format("B*L = {} tokens must be divisible by mp={} (MP-Split keeps S/mp tokens per rank)", d.S, s.mp));
   d.E_local = s.E / d.n_ep;
   d.T_base = capacity(s.k, s.f, d.S, s.E);
   d.T_parm = capacity(s.k, s.f, d.S / s.mp, s.E);
   if (d.T_parm < 1 || d.T_base < 1)
-    throw ParmError(fmt::format("capacity of zero tokens per expert: k*f*B*L/(mp*E) = {}*{}*{}/({}*{}) < 1", s.k,
-                                s.f, d.S, s.mp, s.E));
+    throw ParmError(fmt::format("capacity of zero tokens per expert: k*f*B*L/(mp*E) = {}*{}*{}/({}*{}) < 1", s.k, s.f,
+                                d.S, s.mp, s.E));
   if (s.H % s.mp != 0) throw ParmError(fmt::format("H={} must be divisible by mp={} (expert sharding)", s.H, s.mp));
   d.dtype_bytes = dtype_bytes(s.dtype);
   return d;
@@ -325,8 +335,11 @@ std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& 
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
     const MoeOp& f = *it;
     switch (f.kind) {
-      case OpKind2::split: prim.push_back({ag(GroupKind::mp, f.elems, "bwd_mp_split_allgather")}); break;
-      case OpKind2::slot_slice: break;  // its adjoint is the AllGather above; Order's backward reads that layout
+      case OpKind2::split:
+        prim.push_back({ag(GroupKind::mp, f.elems, "bwd_mp_split_allgather")});
+        break;
+      case OpKind2::slot_slice:
+        break;  // its adjoint is the AllGather above; Order's backward reads that layout
       case OpKind2::gate: {
         MoeOp x = f;
         x.backward = true;
@@ -343,7 +356,9 @@ std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& 
         else
           prim.push_back({coll_op(OpKind2::rs, f.group, f.elems, "bwd_esp_allgather")});
         break;
-      case OpKind2::rs: prim.push_back({ag(f.group, f.elems, "bwd_esp_reducescatter")}); break;
+      case OpKind2::rs:
+        prim.push_back({ag(f.group, f.elems, "bwd_esp_reducescatter")});
+        break;
       case OpKind2::saa:  // dispatch: AllGather_esp(AlltoAll(x))
         prim.push_back({coll_op(OpKind2::rs, GroupKind::esp, G * f.elems, "bwd_dispatch_rs"), true});
         prim.push_back({coll_op(OpKind2::a2a, GroupKind::ep, f.elems, "bwd_dispatch_a2a"), true});
@@ -439,7 +454,6 @@ std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
   }
 }
 
-
 }  // namespace
 
 // ---------------------------------------------------------------- task graph
@@ -471,18 +485,29 @@ class GraphBuilder {
   void add(const MoeOp& op) {
     if (op.backward && !in_backward_) start_backward();
     switch (op.kind) {
-      case OpKind2::gate: return op.backward ? gate_bwd(op) : gate(op);
-      case OpKind2::order: return op.backward ? order_bwd(op) : order(op);
-      case OpKind2::slot_slice: return slot_slice(op);
-      case OpKind2::experts: return op.backward ? experts_bwd(op) : experts(op);
-      case OpKind2::iorder: return op.backward ? iorder_bwd(op) : iorder(op);
-      case OpKind2::kernel: return kernel_task(op);
+      case OpKind2::gate:
+        return op.backward ? gate_bwd(op) : gate(op);
+      case OpKind2::order:
+        return op.backward ? order_bwd(op) : order(op);
+      case OpKind2::slot_slice:
+        return slot_slice(op);
+      case OpKind2::experts:
+        return op.backward ? experts_bwd(op) : experts(op);
+      case OpKind2::iorder:
+        return op.backward ? iorder_bwd(op) : iorder(op);
+      case OpKind2::kernel:
+        return kernel_task(op);
       case OpKind2::split:
-      case OpKind2::mp_gather_free: return;  // views: no work, no task
-      case OpKind2::rs_then: return rs_then(op);
-      case OpKind2::a2a: return coll_step(CollOp::alltoall, GroupKind::ep, op, 1);
-      case OpKind2::saa: return coll_step(CollOp::saa, GroupKind::world, op, d_.G);
-      case OpKind2::rs: return coll_step(CollOp::reducescatter, op.group, op, 0);
+      case OpKind2::mp_gather_free:
+        return;  // views: no work, no task
+      case OpKind2::rs_then:
+        return rs_then(op);
+      case OpKind2::a2a:
+        return coll_step(CollOp::alltoall, GroupKind::ep, op, 1);
+      case OpKind2::saa:
+        return coll_step(CollOp::saa, GroupKind::world, op, d_.G);
+      case OpKind2::rs:
+        return coll_step(CollOp::reducescatter, op.group, op, 0);
       case OpKind2::ag:
         if (std::string(op.label) == "route_allgather") {
           collective(CollOp::allgather, GroupKind::mp, op.elems, "comm", op.label, "route", "route_all", 0, 1);
@@ -496,8 +521,7 @@ class GraphBuilder {
           collective(CollOp::allgather, GroupKind::mp, op.elems, "comm", op.label, "dxl", "dx", 0, s_.M);
           return;
         }
-        if (op.group == GroupKind::mp && !op.backward && std::string(op.label) == "mp_allgather" &&
-            cur_ == "outl") {
+        if (op.group == GroupKind::mp && !op.backward && std::string(op.label) == "mp_allgather" && cur_ == "outl") {
           buf("out", d_.S * s_.M);
           collective(CollOp::allgather, GroupKind::mp, op.elems, "comm", op.label, "outl", "out", 0, s_.M);
           cur_ = "out";
@@ -583,17 +607,15 @@ class GraphBuilder {
     buf("probs", count_ * s_.E);
     buf("route", count_ * s_.k * 3);
     route_ = "route";
-    compute(ks[0], false, "moe_gate", {"x", "Wg"}, {"probs", "route"}, [&](int r) {
-      return std::vector<std::int64_t>{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, C_};
-    });
+    compute(ks[0], false, "moe_gate", {"x", "Wg"}, {"probs", "route"},
+            [&](int r) { return std::vector<std::int64_t>{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, C_}; });
     timing_only({ks.begin() + 1, ks.end()}, false);
   }
 
   void order(const MoeOp& op) {
     buf("disp", s_.E * C_ * s_.M);
-    compute(kernels(op, s_, d_)[0], false, "moe_order", {"x", "route"}, {"disp"}, [&](int r) {
-      return std::vector<std::int64_t>{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, C_};
-    });
+    compute(kernels(op, s_, d_)[0], false, "moe_order", {"x", "route"}, {"disp"},
+            [&](int r) { return std::vector<std::int64_t>{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, C_}; });
     cur_ = "disp";
   }
 
@@ -631,8 +653,9 @@ class GraphBuilder {
     buf("dein", n);
     const auto ks = kernels(op, s_, d_);
     const std::int64_t C = C_;
-    compute(ks[0], true, "moe_experts_bwd", {cur_, ein_, "h1", "W1", "W2"}, {"dein", "dW1", "dW2"},
-            [&, X, C, h](int) { return std::vector<std::int64_t>{X, d_.E_local, C, s_.M, h}; });
+    compute(ks[0], true, "moe_experts_bwd", {cur_, ein_, "h1", "W1", "W2"}, {"dein", "dW1", "dW2"}, [&, X, C, h](int) {
+      return std::vector<std::int64_t>{X, d_.E_local, C, s_.M, h};
+    });
     timing_only({ks.begin() + 1, ks.end()}, true);
     cur_ = "dein";
   }
@@ -653,8 +676,7 @@ class GraphBuilder {
     const std::string out = icount_ == d_.S ? "out" : "outl";
     buf(out, icount_ * s_.M);
     comb_ = cur_;
-    compute(kernels(op, s_, d_)[0], false, "moe_iorder", {cur_, route_}, {out},
-            [&](int r) { return iorder_args(r); });
+    compute(kernels(op, s_, d_)[0], false, "moe_iorder", {cur_, route_}, {out}, [&](int r) { return iorder_args(r); });
     cur_ = out;
   }
 
@@ -677,7 +699,7 @@ class GraphBuilder {
     const int layout = size_[cur_] == s_.E * C_ * s_.M ? 0 : 2;
     compute(kernels(op, s_, d_)[0], true, "moe_order_bwd", {cur_, route_ == "route_all" ? "route" : route_}, {out},
             [&, layout](int r) {
-              return std::vector<std::int64_t>{tok_begin(r, count_), count_, s_.M, s_.E, s_.k,
+              return std::vector<std::int64_t>{tok_begin(r, count_),       count_, s_.M, s_.E, s_.k,
                                                slot_split_ ? full_C_ : C_, layout, d_.G, C_};
             });
     dx_ = out;
@@ -719,8 +741,8 @@ class GraphBuilder {
   void rs_then(const MoeOp& op) {
     const std::int64_t c = op.chunks;
     const std::int64_t in = size_[cur_];
-    const std::string rs_out = std::string(op.backward ? "g." : "") + op.label + ".rs", out_name =
-        std::string(op.backward ? "g." : "") + op.label + ".out";
+    const std::string rs_out = std::string(op.backward ? "g." : "") + op.label + ".rs",
+                      out_name = std::string(op.backward ? "g." : "") + op.label + ".out";
     const std::int64_t mid = in / d_.G;
     const std::int64_t out = op.then == OpKind2::saa ? mid * d_.G : mid;
     buf(rs_out, mid);
@@ -759,9 +781,12 @@ class GraphBuilder {
                   std::int64_t c0 = 0, std::int64_t cn = 0, const std::vector<int>& extra = {}) {
     if (dry_) return;
     std::vector<std::vector<int>> groups;
-    if (kind == GroupKind::ep) groups = g_.ep;
-    else if (kind == GroupKind::world) groups = {std::vector<int>()};
-    else groups = g_.mp;
+    if (kind == GroupKind::ep)
+      groups = g_.ep;
+    else if (kind == GroupKind::world)
+      groups = {std::vector<int>()};
+    else
+      groups = g_.mp;
     if (kind == GroupKind::world)
       for (int r = 0; r < d_.P; ++r) groups[0].push_back(r);
     const std::uint64_t bytes = static_cast<std::uint64_t>(elems) * static_cast<std::uint64_t>(d_.dtype_bytes);
@@ -926,11 +951,21 @@ double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims&
           t += compute_time(gpu, k.op, k.flops, k.bytes, s.dtype, ab.calibration, kind).to_seconds();
         }
         break;
-      case OpKind2::a2a: t += c.a2a(n); break;
-      case OpKind2::ag: t += c.ag(n); break;
-      case OpKind2::rs: t += c.rs(n); break;
-      case OpKind2::ar: t += op.group == GroupKind::ep ? c.ar_ep(n) : c.ar(n); break;
-      case OpKind2::saa: t += c.saa(n); break;
+      case OpKind2::a2a:
+        t += c.a2a(n);
+        break;
+      case OpKind2::ag:
+        t += c.ag(n);
+        break;
+      case OpKind2::rs:
+        t += c.rs(n);
+        break;
+      case OpKind2::ar:
+        t += op.group == GroupKind::ep ? c.ar_ep(n) : c.ar(n);
+        break;
+      case OpKind2::saa:
+        t += c.saa(n);
+        break;
       case OpKind2::rs_then: {
         const int ch = op.chunks;
         const double t1 = c.rs(n / ch);
@@ -938,7 +973,8 @@ double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims&
         t += t1 + (ch - 1) * std::max(t1, t2) + t2;
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   return t;

@@ -21,7 +21,7 @@ namespace parmsim {
 class YamlReader;
 struct GpuProfile;
 struct Calibration;
-}
+}  // namespace parmsim
 
 namespace parmsim::moe {
 
@@ -37,8 +37,8 @@ enum class Gather { after_iorder, before_iorder };
 
 // Builder options: every choice PARM.md marks as reconstructed.
 struct ScheduleOptions {
-  std::string name;         // "baseline", "s1", "s2" or "custom"
-  bool parm = true;         // false: DeepSpeed-MoE baseline (the other fields are ignored)
+  std::string name;  // "baseline", "s1", "s2" or "custom"
+  bool parm = true;  // false: DeepSpeed-MoE baseline (the other fields are ignored)
   Split split = Split::before_gate;
   Gather gather = Gather::after_iorder;
   bool fuse_dispatch = false;  // AlltoAll + ESP-AllGather -> SAA
@@ -76,15 +76,30 @@ Groups make_groups(int P, int G);
 // Throws ParmError for impossible combinations.
 struct Dims {
   int P = 0, G = 0, n_ep = 0;
-  std::int64_t S = 0;         // tokens per GPU entering the layer (B*L)
-  std::int64_t E_local = 0;   // experts per EP rank
-  std::int64_t T_base = 0;    // tokens per expert buffer, baseline (capacity on S tokens)
-  std::int64_t T_parm = 0;    // tokens per expert buffer, Parm (capacity on S/G tokens)
+  std::int64_t S = 0;        // tokens per GPU entering the layer (B*L)
+  std::int64_t E_local = 0;  // experts per EP rank
+  std::int64_t T_base = 0;   // tokens per expert buffer, baseline (capacity on S tokens)
+  std::int64_t T_parm = 0;   // tokens per expert buffer, Parm (capacity on S/G tokens)
   int dtype_bytes = 4;
 };
 Dims make_dims(const LayerSpec& s, int P, int gpus_per_node);
 
-enum class OpKind2 { gate, order, iorder, experts, split, mp_gather_free, a2a, ag, rs, ar, saa, rs_then, kernel, slot_slice };
+enum class OpKind2 {
+  gate,
+  order,
+  iorder,
+  experts,
+  split,
+  mp_gather_free,
+  a2a,
+  ag,
+  rs,
+  ar,
+  saa,
+  rs_then,
+  kernel,
+  slot_slice
+};
 enum class GroupKind { ep, esp, mp, world };
 
 // One step of a schedule, in elements (times dtype bytes for collectives).

@@ -115,7 +115,8 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   const std::uint64_t hl = static_cast<std::uint64_t>(m.heads) / G;  // heads per MP rank
   const std::uint64_t dh = M / static_cast<std::uint64_t>(m.heads);
 
-  // Attention block (pre-LN): LN, QKV (column-parallel), scores, softmax, context, projection (row-parallel), AllReduce.
+  // Attention block (pre-LN): LN, QKV (column-parallel), scores, softmax, context, projection (row-parallel),
+  // AllReduce.
   auto attention = [&](bool bwd) {
     const std::uint64_t w = bwd ? 2 : 1;
     std::vector<MoeOp> v = {
@@ -168,10 +169,11 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   const Time ffn_b = simulate_ops(dense_ffn(true), s, d, topo, m.network, cal);
   const Time eh_f = simulate_ops(embed_head(false), s, d, topo, m.network, cal);
   const Time eh_b = simulate_ops(embed_head(true), s, d, topo, m.network, cal);
-  const Time dp = d.n_ep > 1 ? simulate_ops({allreduce(GroupKind::ep, static_cast<std::int64_t>(dense_params),
-                                                       "dp_grad_allreduce")},
-                                            s, d, topo, m.network, cal)
-                             : Time::zero();
+  const Time dp =
+      d.n_ep > 1
+          ? simulate_ops({allreduce(GroupKind::ep, static_cast<std::int64_t>(dense_params), "dp_grad_allreduce")}, s, d,
+                         topo, m.network, cal)
+          : Time::zero();
   std::vector<IterationResult> out;
   const LayerRun run{topo, s, m.network, cal};
   for (const char* name : {"baseline", "s1", "s2"}) {

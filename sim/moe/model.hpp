@@ -19,7 +19,7 @@ struct ModelSpec {
   std::string network = "flow";
   int layers = 12, moe_every = 2, heads = 12;
   std::int64_t vocab = 30522;
-  LayerSpec layer;  // B, L (sequence), M (hidden), H (FFN), E, k, f, mp, dtype
+  LayerSpec layer;                   // B, L (sequence), M (hidden), H (FFN), E, k, f, mp, dtype
   std::int64_t experts_per_gpu = 0;  // when > 0, E = experts_per_gpu * GPUs
 };
 
@@ -27,7 +27,7 @@ ModelSpec load_model_spec(const std::string& file);
 
 struct Component {
   std::string name;
-  int count = 0;  // times per iteration
+  int count = 0;           // times per iteration
   Time forward, backward;  // one instance
 };
 

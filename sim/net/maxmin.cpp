@@ -4,8 +4,7 @@
 
 namespace parmsim {
 
-std::vector<double> max_min_rates(const std::vector<double>& capacity,
-                                  const std::vector<std::span<const int>>& flows) {
+std::vector<double> max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows) {
   MaxMinScratch scratch;
   std::vector<double> rate;
   max_min_rates(capacity, flows, scratch, rate);

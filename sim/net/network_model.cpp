@@ -105,8 +105,8 @@ class FlowModel final : public NetworkModel {
     // The data phase begins once the route's latency has passed.
     const auto off = static_cast<std::uint32_t>(arena_.size());
     arena_.insert(arena_.end(), r.links.begin(), r.links.end());
-    pending_.push(now + r.latency, Flow{id, off, static_cast<std::uint32_t>(r.links.size()),
-                                        static_cast<double>(bytes), 0.0, Time::max(), seq_++});
+    pending_.push(now + r.latency, Flow{id, off, static_cast<std::uint32_t>(r.links.size()), static_cast<double>(bytes),
+                                        0.0, Time::max(), seq_++});
   }
 
   std::optional<Time> next_completion() override {
@@ -157,9 +157,9 @@ class FlowModel final : public NetworkModel {
   struct Flow {
     std::uint64_t id;
     std::uint32_t off, len;  // route links: arena_[off, off + len)
-    double remaining;  // bytes
-    double rate;       // bytes/s
-    Time finish;       // when `remaining` reaches zero at `rate`, rounded up
+    double remaining;        // bytes
+    double rate;             // bytes/s
+    Time finish;             // when `remaining` reaches zero at `rate`, rounded up
     std::uint64_t seq;
   };
 
@@ -183,7 +183,7 @@ class FlowModel final : public NetworkModel {
   }
 
   std::vector<double> capacity_;
-  std::vector<int> arena_;  // route links of every flow, appended at start
+  std::vector<int> arena_;                   // route links of every flow, appended at start
   std::vector<std::span<const int>> paths_;  // solver input and scratch, reused
   MaxMinScratch scratch_;
   std::vector<double> rates_;

@@ -20,7 +20,9 @@ bool launched_by_mpirun() {
 }
 
 #ifdef PARMSIM_HAVE_MPI
-bool available() { return true; }
+bool available() {
+  return true;
+}
 
 void init(int* rank, int* size) {
   *rank = 0;
@@ -65,11 +67,19 @@ std::vector<std::string> gather_strings(const std::string& s) {
   return out;
 }
 #else
-bool available() { return false; }
-void init(int* rank, int* size) { *rank = 0, *size = 1; }
+bool available() {
+  return false;
+}
+void init(int* rank, int* size) {
+  *rank = 0, *size = 1;
+}
 void finalize() {}
-std::size_t broadcast_size(std::size_t v) { return v; }
-std::vector<std::string> gather_strings(const std::string& s) { return {s}; }
+std::size_t broadcast_size(std::size_t v) {
+  return v;
+}
+std::vector<std::string> gather_strings(const std::string& s) {
+  return {s};
+}
 #endif
 
 }  // namespace parmsim::sweep::mpi

@@ -12,7 +12,7 @@ namespace parmsim::sweep::mpi {
 bool launched_by_mpirun();
 void init(int* rank, int* size);  // no-op (rank 0 of 1) unless launched_by_mpirun()
 void finalize();
-std::size_t broadcast_size(std::size_t v);                  // rank 0's value to all
+std::size_t broadcast_size(std::size_t v);                      // rank 0's value to all
 std::vector<std::string> gather_strings(const std::string& s);  // all ranks' strings on rank 0
 bool available();
 

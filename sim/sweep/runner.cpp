@@ -58,11 +58,11 @@ std::string run_config(const Spec& spec, const Config& c) {
   std::string out;
   for (std::size_t i = 0; i < res.size(); ++i) {
     const auto& r = res[i];
-    out += fmt::format("{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{},{},{},{}\n", key, spec.schedules[i],
-                       us_exact(r.forward), us_exact(r.backward), us_exact(r.total()), r.model_total_s() * 1e6,
-                       base / r.total().to_seconds(), base_model / r.model_total_s(),
-                       spec.schedules[i] == chosen ? 1 : 0, us_exact(r.compute_rank0), us_exact(r.exposed_comm()),
-                       r.intra_node_bytes, r.inter_node_bytes);
+    out +=
+        fmt::format("{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{},{},{},{}\n", key, spec.schedules[i], us_exact(r.forward),
+                    us_exact(r.backward), us_exact(r.total()), r.model_total_s() * 1e6, base / r.total().to_seconds(),
+                    base_model / r.model_total_s(), spec.schedules[i] == chosen ? 1 : 0, us_exact(r.compute_rank0),
+                    us_exact(r.exposed_comm()), r.intra_node_bytes, r.inter_node_bytes);
   }
   return out;
 }
@@ -118,9 +118,10 @@ std::pair<std::size_t, std::size_t> scan_partial(const Spec& spec, const std::st
     const std::string line = text.substr(pos, nl - pos);
     const std::string key = key_columns(spec, spec.configs[configs]);
     if (line.compare(0, key.size(), key) != 0 || line.size() <= key.size() || line[key.size()] != ',')
-      throw ParmError(fmt::format("{}: row '{}' does not belong to configuration {} of {}: the spec changed; remove "
-                                  "the file or run without --resume",
-                                  path, line.substr(0, 60), configs, spec.file));
+      throw ParmError(
+          fmt::format("{}: row '{}' does not belong to configuration {} of {}: the spec changed; remove "
+                      "the file or run without --resume",
+                      path, line.substr(0, 60), configs, spec.file));
     pos = nl + 1;
     if (++rows_in_config == per) {
       ++configs;

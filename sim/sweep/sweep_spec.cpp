@@ -42,7 +42,8 @@ std::string read_file(const std::string& path) {
 }
 
 // Cartesian product of (key, values) lists, first key slowest.
-std::vector<std::vector<std::string>> product(const std::vector<std::pair<std::string, std::vector<std::string>>>& axes) {
+std::vector<std::vector<std::string>> product(
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& axes) {
   std::vector<std::vector<std::string>> out{{}};
   for (const auto& [key, values] : axes) {
     std::vector<std::vector<std::string>> next;
@@ -185,9 +186,10 @@ Spec load_spec(const std::string& file, const std::string& calibration_file) {
           ++s.skipped;
           continue;
         }
-        throw ParmError(fmt::format("{}: configuration {} on {} is impossible: {} (set skip_invalid: true to leave "
-                                    "such combinations out)",
-                                    file, desc, s.topologies[ti].label, e.what()));
+        throw ParmError(
+            fmt::format("{}: configuration {} on {} is impossible: {} (set skip_invalid: true to leave "
+                        "such combinations out)",
+                        file, desc, s.topologies[ti].label, e.what()));
       }
       Config c;
       c.index = static_cast<int>(s.configs.size());

@@ -15,7 +15,7 @@
 namespace parmsim::sweep {
 
 struct TopologyVariant {
-  std::string label;      // e.g. "parm-32gpu" or "h200-cluster[fabric.bandwidth=200Gbps]"
+  std::string label;  // e.g. "parm-32gpu" or "h200-cluster[fabric.bandwidth=200Gbps]"
   std::string file;
   std::vector<std::string> overrides;
   std::shared_ptr<const Topology> topo;
@@ -33,8 +33,8 @@ struct Spec {
   std::vector<std::string> schedules;  // always starts with "baseline"
   std::vector<TopologyVariant> topologies;
   std::vector<Config> configs;
-  std::size_t skipped = 0;    // invalid combinations left out (skip_invalid: true)
-  std::uint64_t input_hash = 0;  // FNV-1a over the spec, every topology file and the calibration
+  std::size_t skipped = 0;                         // invalid combinations left out (skip_invalid: true)
+  std::uint64_t input_hash = 0;                    // FNV-1a over the spec, every topology file and the calibration
   std::shared_ptr<const Calibration> calibration;  // measured collectives, or null
   std::string calibration_file;
 };

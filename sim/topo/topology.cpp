@@ -1,11 +1,11 @@
 #include "sim/topo/topology.hpp"
 
-#include <boost/graph/breadth_first_search.hpp>
-#include <boost/graph/filtered_graph.hpp>
-#include <boost/graph/reverse_graph.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <boost/graph/breadth_first_search.hpp>
+#include <boost/graph/filtered_graph.hpp>
+#include <boost/graph/reverse_graph.hpp>
 
 #include "sim/core/error.hpp"
 
@@ -13,12 +13,18 @@ namespace parmsim {
 
 const char* to_string(DeviceKind k) {
   switch (k) {
-    case DeviceKind::gpu: return "gpu";
-    case DeviceKind::nvswitch: return "nvswitch";
-    case DeviceKind::pcie_switch: return "pcie_switch";
-    case DeviceKind::host_bridge: return "host_bridge";
-    case DeviceKind::nic: return "nic";
-    case DeviceKind::network_switch: return "network_switch";
+    case DeviceKind::gpu:
+      return "gpu";
+    case DeviceKind::nvswitch:
+      return "nvswitch";
+    case DeviceKind::pcie_switch:
+      return "pcie_switch";
+    case DeviceKind::host_bridge:
+      return "host_bridge";
+    case DeviceKind::nic:
+      return "nic";
+    case DeviceKind::network_switch:
+      return "network_switch";
   }
   return "?";
 }

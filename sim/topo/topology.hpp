@@ -9,7 +9,6 @@
 // (in the order links were declared) is taken: deterministic ECMP, which for
 // fat-trees spreads an all-to-all evenly over the uplinks (d-mod-k style).
 #include <boost/graph/adjacency_list.hpp>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,8 +34,8 @@ struct Link {
 };
 
 struct Route {
-  std::vector<int> links;  // link ids from source to destination
-  Time latency;            // sum of link latencies
+  std::vector<int> links;        // link ids from source to destination
+  Time latency;                  // sum of link latencies
   std::uint64_t bottleneck = 0;  // min bandwidth along the route, bytes/s
 };
 
