@@ -35,6 +35,18 @@ std::size_t slot_at(I layout, I t, I e, I slot, I E, I C, I M, I per) {
   return static_cast<std::size_t>((((slot / C) * E + e) * C + slot % C) * M);
 }
 
+// Calls fn(i, j, e, slot, weight) for every kept choice (slot >= 0) of
+// tokens 0..count-1, in token order: the route layout in one place.
+template <class Fn>
+void for_each_kept(const std::vector<float>& route, I count, I k, Fn fn) {
+  for (I i = 0; i < count; ++i)
+    for (I j = 0; j < k; ++j) {
+      const float* r = &route[(i * k + j) * 3];
+      const I slot = static_cast<I>(r[1]);
+      if (slot >= 0) fn(i, j, static_cast<I>(r[0]), slot, r[2]);
+    }
+}
+
 // iargs: begin, count, M, E, k, C
 void gate(const Task& t, Memory& m) {
   const auto& a = t.iargs;
@@ -85,12 +97,8 @@ void order(const Task& t, Memory& m) {
   auto& disp = out(t, m, 0);
   need(t, disp, E * C * M, t.outputs[0]);
   std::fill(disp.begin(), disp.end(), 0.0f);
-  for (I i = 0; i < count; ++i)
-    for (I j = 0; j < k; ++j) {
-      const float* r = &route[(i * k + j) * 3];
-      const I e = static_cast<I>(r[0]), slot = static_cast<I>(r[1]);
-      if (slot >= 0) std::copy_n(&x[(begin + i) * M], M, &disp[(e * C + slot) * M]);
-    }
+  for_each_kept(route, count, k,
+                [&](I i, I, I e, I slot, float) { std::copy_n(&x[(begin + i) * M], M, &disp[(e * C + slot) * M]); });
 }
 
 void order_bwd(const Task& t, Memory& m) {
@@ -102,14 +110,10 @@ void order_bwd(const Task& t, Memory& m) {
   auto& dx = out(t, m, 0);
   need(t, dx, count * M, t.outputs[0]);
   std::fill(dx.begin(), dx.begin() + count * M, 0.0f);
-  for (I i = 0; i < count; ++i)
-    for (I j = 0; j < k; ++j) {
-      const float* r = &route[(i * k + j) * 3];
-      const I e = static_cast<I>(r[0]), slot = static_cast<I>(r[1]);
-      if (slot < 0) continue;
-      const std::size_t at = layout == 2 ? slot_at(2, i, e, slot, E, Tl, M, 1) : slot_at(0, i, e, slot, E, C, M, 1);
-      for (I c = 0; c < M; ++c) dx[i * M + c] += dd[at + c];
-    }
+  for_each_kept(route, count, k, [&](I i, I, I e, I slot, float) {
+    const std::size_t at = layout == 2 ? slot_at(2, i, e, slot, E, Tl, M, 1) : slot_at(0, i, e, slot, E, C, M, 1);
+    for (I c = 0; c < M; ++c) dx[i * M + c] += dd[at + c];
+  });
 }
 
 // iargs: E, C, Tl, M, member
@@ -217,15 +221,10 @@ void iorder(const Task& t, Memory& m) {
   need(t, o, count * M, t.outputs[0]);
   need(t, route, count * k * 3, t.inputs[1]);
   std::fill(o.begin(), o.begin() + count * M, 0.0f);
-  for (I i = 0; i < count; ++i)
-    for (I j = 0; j < k; ++j) {
-      const float* r = &route[(i * k + j) * 3];
-      const I e = static_cast<I>(r[0]), slot = static_cast<I>(r[1]);
-      if (slot < 0) continue;
-      const float w = r[2];
-      const float* src = &comb[slot_at(layout, i, e, slot, E, C, M, per)];
-      for (I c = 0; c < M; ++c) o[i * M + c] += w * src[c];
-    }
+  for_each_kept(route, count, k, [&](I i, I, I e, I slot, float w) {
+    const float* src = &comb[slot_at(layout, i, e, slot, E, C, M, per)];
+    for (I c = 0; c < M; ++c) o[i * M + c] += w * src[c];
+  });
 }
 
 void iorder_bwd(const Task& t, Memory& m) {
@@ -238,22 +237,17 @@ void iorder_bwd(const Task& t, Memory& m) {
   auto& dw = out(t, m, 1);
   need(t, dout, (begin + count) * M, t.inputs[0]);
   std::fill(dcomb.begin(), dcomb.end(), 0.0f);
-  for (I i = 0; i < count; ++i)
-    for (I j = 0; j < k; ++j) {
-      const float* r = &route[(i * k + j) * 3];
-      const I e = static_cast<I>(r[0]), slot = static_cast<I>(r[1]);
-      dw[i * k + j] = 0;
-      if (slot < 0) continue;
-      const float w = r[2];
-      const std::size_t at = slot_at(layout, i, e, slot, E, C, M, per);
-      const float* g = &dout[(begin + i) * M];
-      float s = 0;
-      for (I c = 0; c < M; ++c) {
-        dcomb[at + c] += w * g[c];
-        s += g[c] * comb[at + c];
-      }
-      dw[i * k + j] = s;
+  std::fill(dw.begin(), dw.begin() + count * k, 0.0f);  // dropped choices get no gradient
+  for_each_kept(route, count, k, [&](I i, I j, I e, I slot, float w) {
+    const std::size_t at = slot_at(layout, i, e, slot, E, C, M, per);
+    const float* g = &dout[(begin + i) * M];
+    float s = 0;
+    for (I c = 0; c < M; ++c) {
+      dcomb[at + c] += w * g[c];
+      s += g[c] * comb[at + c];
     }
+    dw[i * k + j] = s;
+  });
 }
 
 // iargs: begin, count, M, E, k, dw_offset. dx rows accumulate (Order's backward wrote them).

@@ -44,7 +44,7 @@ void add_compare(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   c->add_option("--topo-set", a->topo_set, "topology overrides");
-  c->add_option("--calibration", a->calibration, "calibration YAML (parmsim calibrate)")->check(CLI::ExistingFile);
+  add_calibration_option(c, a->calibration);
   c->add_option("-n,--network", a->network, "analytical | flow")->capture_default_str();
   c->add_option("-o,--output", a->out, "CSV: name, measured_us, predicted_us (for plots/make_figures.py)");
   c->callback([a] {

@@ -63,10 +63,7 @@ void add_layer(CLI::App& app) {
                 "fuse_combine,chunks,a2a_algo; e.g. B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4");
   c->add_option("--schedule", a->schedule, "baseline | s1 | s2 | auto | all")->capture_default_str();
   c->add_option("--network,-n", a->network, "analytical | flow")->capture_default_str();
-  c->add_option("--calibration", a->calibration,
-                "calibration YAML (parmsim calibrate): measured collectives replace the modelled ones, in the "
-                "simulator and in the alpha-beta model")
-      ->check(CLI::ExistingFile);
+  add_calibration_option(c, a->calibration);
   c->add_option("--trace", a->trace,
                 "write traces (Chrome JSON, or CSV when FILE ends in .csv) to FILE with .<schedule>.forward / "
                 ".backward inserted before the extension");

@@ -25,8 +25,7 @@ void add_model(CLI::App& app) {
       ->check(CLI::ExistingFile);
   c->add_option("-n,--network", a->network, "override the spec's network model (analytical | flow)");
   c->add_flag("--json", a->json, "print JSON");
-  c->add_option("--calibration", a->calibration, "calibration YAML: measured collectives replace the modelled ones")
-      ->check(CLI::ExistingFile);
+  add_calibration_option(c, a->calibration);
   c->callback([a] {
     moe::ModelSpec m = moe::load_model_spec(a->spec);
     if (!a->network.empty()) m.network = a->network;

@@ -33,9 +33,7 @@ struct TopoArgs {
   void add(CLI::App* c) {
     c->add_option("--topology,-t", file, "topology YAML file (see topologies/)")->required()->check(CLI::ExistingFile);
     c->add_option("--topo-set", set, "override topology keys, e.g. nodes=16,fabric.oversubscription=2");
-    c->add_option("--calibration", calibration,
-                  "calibration YAML (parmsim calibrate): measured collectives replace the modelled ones")
-        ->check(CLI::ExistingFile);
+    add_calibration_option(c, calibration);
   }
   Topology load() const { return load_topology(file, split_assignments(set)); }
 };

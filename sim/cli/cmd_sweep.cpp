@@ -26,8 +26,7 @@ void add_sweep(CLI::App& app) {
   c->add_option("-j,--jobs", a->jobs, "threads (default: all cores)");
   c->add_flag("--resume", a->resume, "keep the complete rows of an interrupted run (OUTPUT.partial) and run the rest");
   c->add_flag("-q,--quiet", a->quiet, "no progress output");
-  c->add_option("--calibration", a->calibration, "calibration YAML: measured collectives replace the modelled ones")
-      ->check(CLI::ExistingFile);
+  add_calibration_option(c, a->calibration);
   c->add_flag("--count", a->list, "only expand the spec and print how many configurations it holds");
   c->callback([a] {
     const sweep::Spec spec = sweep::load_spec(a->spec, a->calibration);

@@ -69,6 +69,13 @@ std::vector<int> parse_ranks(const std::string& s, int limit) {
   return out;
 }
 
+void add_calibration_option(CLI::App* c, std::string& file) {
+  c->add_option("--calibration", file,
+                "calibration YAML (parmsim calibrate): measured kernels and collectives replace the modelled ones, in "
+                "the simulator and in the alpha-beta model")
+      ->check(CLI::ExistingFile);
+}
+
 std::shared_ptr<const Calibration> load_calibration_arg(const std::string& file) {
   if (file.empty()) return nullptr;
   return std::make_shared<const Calibration>(load_calibration(file));

@@ -16,6 +16,8 @@ namespace parmsim::cli {
 std::vector<std::uint64_t> parse_sizes(const std::string& s);
 // "all", "0-7", "0,2,4-6"; every id below `limit`.
 std::vector<int> parse_ranks(const std::string& s, int limit);
+// Adds the --calibration FILE option (same text on every simulating command).
+void add_calibration_option(CLI::App* c, std::string& file);
 // --calibration FILE: loaded once per command; null when not given.
 std::shared_ptr<const Calibration> load_calibration_arg(const std::string& file);
 // "a=1,b=2" -> {"a=1", "b=2"}.
