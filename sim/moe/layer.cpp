@@ -555,7 +555,11 @@ class GraphBuilder {
       return;
     }
     size_[name] = elems;
-    for (int r = 0; r < d_.P; ++r) b_.add_buffer({r, name, static_cast<std::uint64_t>(elems), DType::fp32});
+    // Routing metadata (expert, slot, weight triples; gate probabilities and
+    // their gradients) stays fp32; activations and weights are of the layer's dtype.
+    const bool meta = name == "route" || name == "route_all" || name == "probs" || name == "dw";
+    const DType dt = meta ? DType::fp32 : s_.dtype;
+    for (int r = 0; r < d_.P; ++r) b_.add_buffer({r, name, static_cast<std::uint64_t>(elems), dt});
   }
 
   void start_backward() {
