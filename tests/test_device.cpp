@@ -8,6 +8,7 @@
 #include "backend/device/coll_plan.hpp"
 #include "backend/device/host_kernels.hpp"
 #include "backend/device/moe_tasks.hpp"
+#include "backend/device/timing.hpp"
 #include "backend/verify.hpp"
 #include "sim/core/error.hpp"
 
@@ -238,4 +239,30 @@ TEST_CASE("device kernels name the task when a buffer is wrong", "[device]") {
   t.iargs = {1, 4, 1, 2, 0};  // C = 4: the input needs 8 elements
   CHECK_THROWS_WITH(dev::run_task(t, ops, lookup, nullptr, nullptr),
                     Catch::Contains("task 'slice#0'") && Catch::Contains("'x' has 4 elements, the kernel needs 8"));
+}
+
+TEST_CASE("repeated runs are summarized by median and percentiles", "[device][timing]") {
+  using dev::percentile;
+  // Nearest rank over {1..10} us: p10 -> 1st value, p50 -> 5th, p90 -> 9th.
+  std::vector<Time> v;
+  for (int i = 10; i >= 1; --i) v.push_back(Time::us(i));
+  CHECK(percentile(v, 0.1) == Time::us(1));
+  CHECK(percentile(v, 0.5) == Time::us(5));
+  CHECK(percentile(v, 0.9) == Time::us(9));
+  CHECK(percentile({Time::us(3)}, 0.9) == Time::us(3));
+  // Two tasks, three runs: task 0 runs [0,2], [1,4], [0,3] us -> starts {0,1,0},
+  // durations {2,3,3}: median start 0, median duration 3, p10 2, p90 3.
+  SimResult r;
+  dev::summarize({{{Time::us(0), Time::us(2)}, {Time::us(2), Time::us(5)}},
+                  {{Time::us(1), Time::us(4)}, {Time::us(4), Time::us(5)}},
+                  {{Time::us(0), Time::us(3)}, {Time::us(3), Time::us(9)}}},
+                 &r);
+  CHECK(r.trace[0].start == Time::us(0));
+  CHECK(r.trace[0].end == Time::us(3));
+  CHECK(r.spread[0] == std::make_pair(Time::us(2), Time::us(3)));
+  // task 1: starts {2,4,3} -> 3; durations {3,1,6} -> median 3, p10 1, p90 6.
+  CHECK(r.trace[1].start == Time::us(3));
+  CHECK(r.trace[1].end == Time::us(6));
+  CHECK(r.spread[1] == std::make_pair(Time::us(1), Time::us(6)));
+  CHECK(r.makespan == Time::us(6));
 }

@@ -72,7 +72,10 @@ void add_compare(CLI::App& app) {
     std::ifstream in(a->measured);
     std::string line;
     std::getline(in, line);
-    if (line != "task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops")
+    // Repeated GPU runs add the duration percentiles as two more columns.
+    const std::string head = "task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops";
+    const std::size_t columns = line == head ? 11 : line == head + ",duration_p10_us,duration_p90_us" ? 13 : 0;
+    if (columns == 0)
       throw ParmError(fmt::format("{}:1: not a parmsim trace CSV header", a->measured));
     std::vector<double> measured(g.tasks().size(), -1), mstart(g.tasks().size(), 0), mend(g.tasks().size(), 0);
     double measured_end = 0;
@@ -82,7 +85,7 @@ void add_compare(CLI::App& app) {
       const auto fl = csv_fields(line);
       std::size_t id = 0;
       try {
-        if (fl.size() != 11) throw std::invalid_argument("x");
+        if (fl.size() != columns) throw std::invalid_argument("x");
         id = std::stoul(fl[0]);
         if (id >= measured.size() || fl[1] != g.task(static_cast<int>(id)).name) throw std::invalid_argument("x");
         measured[id] = std::stod(fl[8]);

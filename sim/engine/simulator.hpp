@@ -38,6 +38,10 @@ struct SimResult {
   std::uint64_t intra_node_bytes = 0, inter_node_bytes = 0;
   std::uint64_t transfers = 0;  // point-to-point transfers simulated
   std::uint64_t events = 0;     // engine events processed
+  // Measured runs only (executors that repeat a run): per task, the 10th and
+  // 90th percentile of its duration; rows' start/end are then medians. Empty
+  // for simulations and single runs.
+  std::vector<std::pair<Time, Time>> spread;
 };
 
 SimResult simulate(const TaskGraph& g, const Topology& topo, const SimOptions& opt = {});

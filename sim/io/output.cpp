@@ -50,13 +50,18 @@ static std::string kind_of(const TaskGraph& g, const Task& t) {
 }
 
 void write_trace_csv(std::ostream& os, const TaskGraph& g, const SimResult& r) {
-  os << "task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops\n";
+  const bool spread = !r.spread.empty();
+  os << "task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops"
+     << (spread ? ",duration_p10_us,duration_p90_us\n" : "\n");
   for (const TraceRow& row : r.trace) {
     const Task& t = g.task(row.task);
     const std::string op = t.kind == TaskKind::compute ? to_string(t.op) : g.collective(t.collective).name;
-    os << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", t.id, t.name, t.rank, g.streams(t.rank)[t.stream],
+    os << fmt::format("{},{},{},{},{},{},{},{},{},{},{}", t.id, t.name, t.rank, g.streams(t.rank)[t.stream],
                       kind_of(g, t), op, us_exact(row.start), us_exact(row.end), us_exact(row.end - row.start),
                       row.bytes, row.flops);
+    if (spread)
+      os << fmt::format(",{},{}", us_exact(r.spread.at(row.task).first), us_exact(r.spread.at(row.task).second));
+    os << "\n";
   }
 }
 

@@ -39,6 +39,32 @@ void finalize() {
   g_active = false;
 }
 
+bool active() {
+  return g_active;
+}
+
+void world(int* rank, int* size) {
+  *rank = 0, *size = 1;
+  if (!g_active) return;
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, size);
+}
+
+void broadcast_bytes(void* data, std::size_t n) {
+  if (g_active) MPI_Bcast(data, static_cast<int>(n), MPI_BYTE, 0, MPI_COMM_WORLD);
+}
+
+double allreduce_max(double v) {
+  if (!g_active) return v;
+  double out = v;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+void barrier() {
+  if (g_active) MPI_Barrier(MPI_COMM_WORLD);
+}
+
 std::size_t broadcast_size(std::size_t v) {
   if (!g_active) return v;
   unsigned long long x = v;
@@ -74,6 +100,17 @@ void init(int* rank, int* size) {
   *rank = 0, *size = 1;
 }
 void finalize() {}
+bool active() {
+  return false;
+}
+void world(int* rank, int* size) {
+  *rank = 0, *size = 1;
+}
+void broadcast_bytes(void*, std::size_t) {}
+double allreduce_max(double v) {
+  return v;
+}
+void barrier() {}
 std::size_t broadcast_size(std::size_t v) {
   return v;
 }

@@ -15,5 +15,10 @@ void finalize();
 std::size_t broadcast_size(std::size_t v);                      // rank 0's value to all
 std::vector<std::string> gather_strings(const std::string& s);  // all ranks' strings on rank 0
 bool available();
+bool active();                                    // init() started MPI
+void world(int* rank, int* size);                 // rank 0 of 1 when not active
+void broadcast_bytes(void* data, std::size_t n);  // rank 0's bytes to all
+double allreduce_max(double v);                   // the largest v over all ranks
+void barrier();
 
 }  // namespace parmsim::sweep::mpi
