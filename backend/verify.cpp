@@ -1,6 +1,7 @@
 #include "backend/verify.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "backend/cpu/cpu_executor.hpp"
@@ -32,6 +33,11 @@ struct Data {
   std::vector<float> x, dout, Wg, W1, W2;  // global tensors
 };
 
+void round_all(DType t, std::vector<float>& v) {
+  if (t != DType::fp32)
+    for (float& x : v) x = round_to(t, x);
+}
+
 Data make_data(const moe::LayerSpec& s, const moe::Dims& d, std::uint64_t seed) {
   Rng r{seed * 0x9E3779B97F4A7C15ULL + 1};
   Data D;
@@ -41,6 +47,7 @@ Data make_data(const moe::LayerSpec& s, const moe::Dims& d, std::uint64_t seed) 
   D.W1 = r.fill(static_cast<std::size_t>(s.E * s.M * s.H), 1.0 / std::sqrt(static_cast<double>(s.M)));
   D.W2 = r.fill(static_cast<std::size_t>(s.E * s.H * s.M), 1.0 / std::sqrt(static_cast<double>(s.H)));
   D.dout = r.fill(tokens * s.M, 1.0);
+  for (auto* v : {&D.x, &D.Wg, &D.W1, &D.W2, &D.dout}) round_all(s.dtype, *v);
   return D;
 }
 
@@ -72,6 +79,17 @@ moe::Dims dims_for(const moe::LayerSpec& s, const Cluster& c) {
 
 }  // namespace
 
+float round_to(DType d, float v) {
+  if (d == DType::bf16) {
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(v);
+    if ((bits & 0x7F800000u) == 0x7F800000u) return v;  // inf, NaN
+    const std::uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+    return std::bit_cast<float>(rounded);
+  }
+  if (d == DType::fp16) return static_cast<float>(static_cast<_Float16>(v));
+  return v;
+}
+
 moe::LayerSpec small_layer() {
   moe::LayerSpec s;
   s.B = 2, s.L = 8, s.M = 16, s.H = 32, s.E = 8, s.k = 2, s.f = 2.0, s.mp = 2;
@@ -84,8 +102,8 @@ double VerifyResult::worst() const {
   return w;
 }
 
-Execution execute_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
-                           std::uint64_t seed) {
+Execution execute_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o, std::uint64_t seed,
+                           Executor* executor) {
   const moe::Dims d = dims_for(s, c);
   const auto f = moe::forward_ops(s, d, o);
   const auto b = moe::backward_ops(f, s, d, o);
@@ -93,12 +111,12 @@ Execution execute_schedule(const moe::LayerSpec& s, const Cluster& c, const moe:
   Memory mem(ex.graph);
   load(mem, s, d, make_data(s, d, seed));
   CpuExecutor cpu(moe_kernels());
-  ex.trace = cpu.run(ex.graph, mem);
+  ex.trace = (executor ? *executor : static_cast<Executor&>(cpu)).run(ex.graph, mem);
   return ex;
 }
 
 VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
-                             std::uint64_t seed, const KernelTable* kernels) {
+                             std::uint64_t seed, const KernelTable* kernels, const RunOn* on) {
   const moe::Dims d = dims_for(s, c);
   const auto f = moe::forward_ops(s, d, o);
   const auto b = moe::backward_ops(f, s, d, o);
@@ -107,7 +125,8 @@ VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const mo
   const Data D = make_data(s, d, seed);
   load(mem, s, d, D);
   CpuExecutor cpu(kernels ? *kernels : moe_kernels());
-  cpu.run(g, mem);
+  (on && on->executor ? *on->executor : static_cast<Executor&>(cpu)).run(g, mem);
+  const auto owns = [on](int r) { return !on || !on->owns || on->owns(r); };
 
   // The schedule's capacity rule, reproduced by the reference.
   ref::MoeRefSpec rs{d.n_ep, d.S, s.M, s.H, s.E, s.k, d.S, d.T_base};
@@ -121,6 +140,7 @@ VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const mo
   auto compare = [&](const std::string& name, auto want_at, const std::string& buf, I n) {
     double maxw = 0, maxd = 0;
     for (int r = 0; r < d.P; ++r) {
+      if (!owns(r)) continue;
       const auto& got = mem.at(r, buf);
       for (I i = 0; i < n; ++i) {
         const double w = want_at(r, i);

@@ -3,6 +3,7 @@
 // random inputs and weights, and compares output, input gradient and every
 // weight gradient with the dense reference layer.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,19 @@ struct Cluster {
   int gpus = 8, gpus_per_node = 8;
 };
 
-// `kernels` replaces the CPU kernels (tests use it to prove a wrong kernel is caught).
+// Another executor to run on (the CUDA one), and which ranks' tensors this
+// process holds after the run (all when `owns` is empty).
+struct RunOn {
+  Executor* executor = nullptr;
+  std::function<bool(int)> owns;
+};
+
+// `kernels` replaces the CPU kernels (tests use it to prove a wrong kernel is
+// caught); `on` replaces the CPU executor. For fp16 and bf16 layers the
+// random inputs and weights are rounded to that type first, so the executor
+// and the reference see the same numbers.
 VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
-                             std::uint64_t seed, const KernelTable* kernels = nullptr);
+                             std::uint64_t seed, const KernelTable* kernels = nullptr, const RunOn* on = nullptr);
 
 // Executes the training graph (forward then backward) with random data and
 // returns the measured trace and the graph it belongs to.
@@ -42,7 +53,10 @@ struct Execution {
   TaskGraph graph;
   SimResult trace;
 };
-Execution execute_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
-                           std::uint64_t seed);
+Execution execute_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o, std::uint64_t seed,
+                           Executor* executor = nullptr);
+
+// The value nearest to v in `d` (fp32: v itself; ties to even).
+float round_to(DType d, float v);
 
 }  // namespace parmsim::exec

@@ -199,7 +199,7 @@ TEST_CASE("the device kernels (host emulation) match the dense reference", "[dev
     double f;
   };
   for (const Case& k : {Case{2, 8, 16, 32, 8, 2, 2, 8, 4, 2.0}, Case{2, 8, 16, 32, 8, 2, 4, 8, 4, 1.0},
-                        Case{1, 16, 8, 16, 4, 1, 2, 4, 2, 0.5}}) {
+                        Case{1, 16, 8, 16, 4, 1, 2, 4, 2, 0.5}, Case{2, 8, 16, 32, 4, 2, 1, 2, 2, 2.0}}) {
     moe::LayerSpec s;
     s.B = k.B, s.L = k.L, s.M = k.M, s.H = k.H, s.E = k.E, s.k = k.k, s.f = k.f, s.mp = k.mp;
     for (const char* name : {"baseline", "s1", "s2"}) {
@@ -265,4 +265,16 @@ TEST_CASE("repeated runs are summarized by median and percentiles", "[device][ti
   CHECK(r.trace[1].end == Time::us(6));
   CHECK(r.spread[1] == std::make_pair(Time::us(1), Time::us(6)));
   CHECK(r.makespan == Time::us(6));
+}
+
+TEST_CASE("inputs are rounded to the layer's type, ties to even", "[device][dtype]") {
+  // bf16 keeps 8 significant bits: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 -> 1 (even);
+  // 1 + 3 * 2^-9 is nearer 1 + 2^-7.
+  CHECK(round_to(DType::bf16, 1.0f + 0x1p-8f) == 1.0f);
+  CHECK(round_to(DType::bf16, 1.0f + 3 * 0x1p-9f) == 1.0f + 0x1p-7f);
+  CHECK(round_to(DType::bf16, -1.0f - 3 * 0x1p-9f) == -1.0f - 0x1p-7f);
+  // fp16 keeps 11 significant bits: 2049 is halfway between 2048 and 2050 -> 2048; 2051 -> 2052.
+  CHECK(round_to(DType::fp16, 2049.0f) == 2048.0f);
+  CHECK(round_to(DType::fp16, 2051.0f) == 2052.0f);
+  CHECK(round_to(DType::fp32, 1.0f + 0x1p-20f) == 1.0f + 0x1p-20f);
 }

@@ -3,11 +3,14 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
+#include "backend/cuda/cuda_executor.hpp"
 #include "backend/verify.hpp"
 #include "sim/cli/common.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/output.hpp"
+#include "sim/sweep/mpi_shim.hpp"
 
 namespace parmsim::cli {
 
@@ -23,7 +26,8 @@ struct LayerArgs {
                   "B=2,L=8,M=16,H=32,E=8,k=2,f=2,mp=2");
     c->add_option("--schedule", schedule, "baseline | s1 | s2 | all | search (every builder option)")
         ->capture_default_str();
-    c->add_option("--gpus", gpus, "ranks (one thread per rank and stream)")->capture_default_str();
+    c->add_option("--gpus", gpus, "ranks (cpu: a thread per rank and stream; cuda: ranks on one GPU, or mpirun -np)")
+        ->capture_default_str();
     c->add_option("--node-gpus", node_gpus, "GPUs per node (default: all ranks on one node)");
     c->add_option("--seed", seed, "random inputs and weights")->capture_default_str();
   }
@@ -61,6 +65,36 @@ struct LayerArgs {
   }
 };
 
+// --backend and the CUDA executor's options, shared by verify and execute.
+struct BackendArgs {
+  std::string backend = "cpu";
+  exec::CudaOptions cuda;
+  void add(CLI::App* c, bool timing) {
+    c->add_option("--backend", backend,
+                  "cpu | cuda (cuda: every rank on one GPU (loopback), or one process per GPU under mpirun -np N)")
+        ->capture_default_str();
+    c->add_option("--device", cuda.device, "GPU index (default: 0, or the local rank under mpirun)");
+    if (timing) {
+      c->add_option("--warmup", cuda.warmup, "cuda: runs before the measured ones")->capture_default_str();
+      c->add_option("--reps", cuda.reps, "cuda: measured runs (the trace holds medians and p10/p90)")
+          ->capture_default_str();
+    } else {
+      cuda.warmup = 0, cuda.reps = 1;
+    }
+  }
+  // The executor to use (null: the CPU one). Under mpirun the CUDA executor
+  // runs one rank per process over NCCL.
+  std::unique_ptr<exec::CudaExecutor> make(const std::string& cmd) {
+    if (backend == "cpu") return nullptr;
+    if (backend != "cuda") throw ParmError(fmt::format("{}: unknown backend '{}': cpu or cuda", cmd, backend));
+    if (!exec::cuda_built()) throw ParmError(fmt::format("{}: {}", cmd, exec::cuda_unavailable()));
+    cuda.loopback = !sweep::mpi::launched_by_mpirun();
+    if (const std::string why = exec::cuda_unavailable(); !why.empty())
+      throw ParmError(fmt::format("{} --backend cuda: {}", cmd, why));
+    return std::make_unique<exec::CudaExecutor>(cuda);
+  }
+};
+
 }  // namespace
 
 void add_exec(CLI::App& app) {
@@ -68,28 +102,48 @@ void add_exec(CLI::App& app) {
                                "run the schedules' task graphs on the CPU executor with random data and compare "
                                "output and gradients with a dense single-device MoE layer");
   auto va = std::make_shared<LayerArgs>();
-  auto tol = std::make_shared<double>(1e-5);
+  auto tol = std::make_shared<double>(-1);
+  auto vb = std::make_shared<BackendArgs>();
   va->add(v);
-  v->add_option("--tolerance", *tol, "largest max-relative error accepted")->capture_default_str();
-  v->callback([va, tol] {
+  vb->add(v, false);
+  v->add_option("--tolerance", *tol, "largest max-relative error accepted (default: 1e-5; 2e-2 for fp16/bf16)");
+  v->callback([va, vb, tol] {
     moe::ScheduleOptions custom = moe::preset("s1");
     bool has_custom = false;
     const moe::LayerSpec s = va->spec(&custom, &has_custom);
+    const double limit = *tol >= 0 ? *tol : s.dtype == DType::fp32 ? 1e-5 : 2e-2;
     const auto cl = va->cluster();
-    fmt::print("verify {} on {} ranks ({} per node), seed {}\n", moe::spec_string(s), cl.gpus, cl.gpus_per_node,
-               va->seed);
-    fmt::print("{:<40} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6}\n", "schedule", "dropped", "output",
-               "input_grad", "gate_grad", "fc1_grad", "fc2_grad", "");
+    auto gpu = vb->make("verify");
+    const bool lead = !gpu || gpu->world_rank() == 0;
+    exec::RunOn on;
+    if (gpu) {
+      on.executor = gpu.get();
+      on.owns = [g = gpu.get()](int r) { return g->owns(r); };
+    }
+    if (lead) {
+      fmt::print("verify {} on {} ranks ({} per node), seed {}, {}\n", moe::spec_string(s), cl.gpus, cl.gpus_per_node,
+                 va->seed,
+                 gpu ? fmt::format("cuda on {} ({})", gpu->device_name(),
+                                   gpu->world_size() > 1 ? fmt::format("{} processes, NCCL", gpu->world_size())
+                                                         : std::string("loopback"))
+                     : std::string("cpu"));
+      fmt::print("{:<40} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6}\n", "schedule", "dropped", "output",
+                 "input_grad", "gate_grad", "fc1_grad", "fc2_grad", "");
+    }
     bool ok = true;
     for (const auto& o : va->schedules(custom, has_custom)) {
-      const exec::VerifyResult r = exec::verify_schedule(s, cl, o, va->seed);
-      const bool pass = r.worst() <= *tol;
+      exec::VerifyResult r = exec::verify_schedule(s, cl, o, va->seed, nullptr, gpu ? &on : nullptr);
+      for (auto& e : r.errors) e.max_rel_error = sweep::mpi::allreduce_max(e.max_rel_error);
+      const bool pass = r.worst() <= limit;
       ok = ok && pass;
+      if (!lead) continue;
       fmt::print("{:<40} {:>10}", o.name.size() > 40 ? o.name.substr(0, 40) : o.name, r.dropped);
       for (const auto& e : r.errors) fmt::print(" {:>12.3e}", e.max_rel_error);
       fmt::print(" {:>6}\n", pass ? "ok" : "FAIL");
     }
-    if (!ok) throw ParmError(fmt::format("verify: an error exceeds the tolerance {:g}", *tol));
+    gpu.reset();
+    sweep::mpi::finalize();
+    if (!ok) throw ParmError(fmt::format("verify: an error exceeds the tolerance {:g}", limit));
   });
 
   auto* e = app.add_subcommand("execute",
@@ -97,32 +151,59 @@ void add_exec(CLI::App& app) {
                                "measured trace");
   struct EArgs {
     LayerArgs layer;
-    std::string backend = "cpu", trace;
+    BackendArgs be;
+    std::string trace;
   };
   auto ea = std::make_shared<EArgs>();
   ea->layer.schedule = "s2";
   ea->layer.add(e);
-  e->add_option("--backend", ea->backend, "cpu | cuda")->capture_default_str();
+  ea->be.add(e, true);
   e->add_option("--trace", ea->trace, "write the measured per-task trace CSV here")->required();
   e->callback([ea] {
-    if (ea->backend == "cuda")
-      throw ParmError("execute: the CUDA backend is not part of this build yet; use --backend cpu");
-    if (ea->backend != "cpu") throw ParmError(fmt::format("execute: unknown backend '{}': cpu or cuda", ea->backend));
     moe::ScheduleOptions custom = moe::preset("s1");
     bool has_custom = false;
     const moe::LayerSpec s = ea->layer.spec(&custom, &has_custom);
     const auto scheds = ea->layer.schedules(custom, has_custom);
     if (scheds.size() != 1) throw ParmError("execute: give one --schedule (baseline, s1 or s2)");
-    const exec::Execution ex = exec::execute_schedule(s, ea->layer.cluster(), scheds[0], ea->layer.seed);
+    auto gpu = ea->be.make("execute");
+    exec::Execution ex = exec::execute_schedule(s, ea->layer.cluster(), scheds[0], ea->layer.seed, gpu.get());
+    if (gpu && gpu->world_size() > 1) {
+      // Every process measured its own rank's tasks: rank 0 collects them.
+      std::string mine;
+      for (const Task& t : ex.graph.tasks())
+        if (gpu->owns(t.rank)) {
+          const auto& row = ex.trace.trace[t.id];
+          const auto& sp = ex.trace.spread[t.id];
+          mine += fmt::format("{} {} {} {} {}\n", t.id, row.start.count_ps(), row.end.count_ps(), sp.first.count_ps(),
+                              sp.second.count_ps());
+        }
+      const auto all = sweep::mpi::gather_strings(mine);
+      const bool lead = gpu->world_rank() == 0;
+      gpu.reset();
+      sweep::mpi::finalize();
+      if (!lead) return;
+      for (const std::string& part : all) {
+        std::istringstream in(part);
+        long long id, a, b, p10, p90;
+        while (in >> id >> a >> b >> p10 >> p90) {
+          ex.trace.trace[id].start = Time::ps(a), ex.trace.trace[id].end = Time::ps(b);
+          ex.trace.spread[id] = {Time::ps(p10), Time::ps(p90)};
+          ex.trace.makespan = std::max(ex.trace.makespan, Time::ps(b));
+        }
+      }
+    }
     write_atomically(ea->trace, [&](std::ostream& os) { write_trace_csv(os, ex.graph, ex.trace); });
     // What `parmsim compare` needs to rebuild the same graph.
     const nlohmann::json side = {{"layer", ea->layer.set},          {"schedule", ea->layer.schedule},
                                  {"gpus", ea->layer.gpus},          {"node_gpus", ea->layer.cluster().gpus_per_node},
-                                 {"seed", ea->layer.seed},          {"backend", ea->backend},
+                                 {"seed", ea->layer.seed},          {"backend", ea->be.backend},
                                  {"tasks", ex.graph.tasks().size()}};
     write_atomically(ea->trace + ".json", [&](std::ostream& os) { os << side.dump(1) << "\n"; });
-    fmt::print("executed {} ({} tasks on {} ranks) in {:.3f} ms on the CPU; trace: {}\n", scheds[0].name,
-               ex.graph.tasks().size(), ex.graph.num_ranks(), ex.trace.makespan.to_us() / 1e3, ea->trace);
+    fmt::print(
+        "executed {} ({} tasks on {} ranks) in {:.3f} ms{}; trace: {}\n", scheds[0].name, ex.graph.tasks().size(),
+        ex.graph.num_ranks(), ex.trace.makespan.to_us() / 1e3,
+        ea->be.backend == "cpu" ? " on the CPU" : fmt::format(" on the GPU (median of {} runs)", ea->be.cuda.reps),
+        ea->trace);
   });
 }
 

@@ -698,7 +698,11 @@ class GraphBuilder {
 
   void order_bwd(const MoeOp& op) {
     dx_started_ = true;
-    const std::string out = count_ == d_.S ? "dx" : "dxl";
+    // Parm with the split before the gate gathers every member's dx rows
+    // afterwards (bwd_mp_split_allgather), so it writes its own rows apart,
+    // even when the MP group has one member.
+    const bool gathered = o_.parm && o_.split == Split::before_gate;
+    const std::string out = count_ == d_.S && !gathered ? "dx" : "dxl";
     buf(out, count_ * s_.M);
     const int layout = size_[cur_] == s_.E * C_ * s_.M ? 0 : 2;
     compute(kernels(op, s_, d_)[0], true, "moe_order_bwd", {cur_, route_ == "route_all" ? "route" : route_}, {out},

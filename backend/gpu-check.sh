@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# backend/gpu-check.sh OUTDIR: the GPU checks of the CUDA backend, on a
+# machine with one or more NVIDIA GPUs (about 5 minutes on one H200):
+#   1. builds parmsim with CUDA (build-gpu/);
+#   2. runs the GPU correctness tests (ctest -L gpu: every schedule against the
+#      dense reference, fp32 and bf16, world size 1 and loopback 4 and 8);
+#   3. measures the kernels (parmsim-gpu-bench: Order/I-Order bandwidth on
+#      64 MiB buffers, expert GEMMs against bare cuBLAS);
+#   4. runs baseline, S1 and S2 on the paper-like layer (B=4, L=512, M=1024,
+#      H=4096, E=32, k=2, f=1.2, mp=4) in loopback with 4 and 8 ranks;
+# and writes the logs, the measured traces and summary.txt to OUTDIR.
+set -u
+out=${1:?usage: backend/gpu-check.sh OUTDIR}
+cd "$(dirname "$0")/.." || exit 2
+mkdir -p "$out"
+out=$(realpath "$out")
+status=0
+step() { echo "== $*" | tee -a "$out/summary.txt"; }
+: > "$out/summary.txt"
+
+step "build"
+jobs=$(nproc)
+if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DPARMSIM_REQUIRE_CUDA=ON -DPARMSIM_BENCH=OFF &&
+  cmake --build build-gpu -j "$jobs" --target parmsim parmsim-gpu-info parmsim-gpu-bench; } > "$out/build.log" 2>&1; then
+  tail -30 "$out/build.log"
+  echo "build failed: $out/build.log" | tee -a "$out/summary.txt"
+  exit 1
+fi
+bin=build-gpu/parmsim
+build-gpu/backend/parmsim-gpu-info | tee -a "$out/summary.txt" || { echo "no usable GPU" | tee -a "$out/summary.txt"; exit 2; }
+
+step "correctness (tests/cli/gpu.sh)"
+if bash tests/cli/gpu.sh "$bin" > "$out/gpu-tests.log" 2>&1; then
+  grep -E "^(s1|s2|baseline)|gpu:" "$out/gpu-tests.log" | tail -3 >> "$out/summary.txt"
+  echo "correctness: passed" | tee -a "$out/summary.txt"
+else
+  status=1
+  grep -E "FAIL|error|gpu:" "$out/gpu-tests.log" | head -20 | tee -a "$out/summary.txt"
+  echo "correctness: FAILED ($out/gpu-tests.log)" | tee -a "$out/summary.txt"
+fi
+
+step "kernel speed (parmsim-gpu-bench)"
+build-gpu/backend/parmsim-gpu-bench 2>&1 | tee "$out/bench.txt" >> "$out/summary.txt" || status=1
+
+step "paper-like layer, loopback (median of 10 runs after 2 warm-ups)"
+layer="B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4"
+printf '%-9s %-6s %6s %12s %10s %14s %14s\n' schedule dtype ranks layer_ms speedup compute_sum_ms comm_sum_ms \
+  >> "$out/summary.txt"
+for dtype in fp32 bf16; do
+  for ranks in 4 8; do
+    base=""
+    for s in baseline s1 s2; do
+      trace="$out/trace-$s-$ranks-$dtype.csv"
+      if ! "$bin" execute --backend cuda --gpus "$ranks" --node-gpus 4 --set "$layer,dtype=$dtype" --schedule "$s" \
+        --trace "$trace" >> "$out/execute.log" 2>&1; then
+        status=1
+        echo "execute $s $ranks $dtype: FAILED (see execute.log)" | tee -a "$out/summary.txt"
+        continue
+      fi
+      # makespan = largest end; sums of task durations by compute / collective.
+      read -r ms comp comm < <(awk -F, 'NR > 1 { if ($8 > m) m = $8; if ($5 == "compute") c += $9; else n += $9 }
+        END { printf "%.3f %.3f %.3f\n", m / 1e3, c / 1e3, n / 1e3 }' "$trace")
+      [ -z "$base" ] && base=$ms
+      printf '%-9s %-6s %6s %12s %10.2f %14s %14s\n' "$s" "$dtype" "$ranks" "$ms" \
+        "$(awk -v b="$base" -v m="$ms" 'BEGIN { print (m > 0 ? b / m : 0) }')" "$comp" "$comm" >> "$out/summary.txt"
+    done
+  done
+done
+echo "(loopback: all ranks share one GPU, so collectives are device-to-device copies and ranks' kernels" \
+  "contend for the same SMs; the layer times are not a multi-GPU prediction)" >> "$out/summary.txt"
+cat "$out/summary.txt"
+exit $status
