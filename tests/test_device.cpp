@@ -199,7 +199,9 @@ TEST_CASE("the device kernels (host emulation) match the dense reference", "[dev
     double f;
   };
   for (const Case& k : {Case{2, 8, 16, 32, 8, 2, 2, 8, 4, 2.0}, Case{2, 8, 16, 32, 8, 2, 4, 8, 4, 1.0},
-                        Case{1, 16, 8, 16, 4, 1, 2, 4, 2, 0.5}, Case{2, 8, 16, 32, 4, 2, 1, 2, 2, 2.0}}) {
+                        Case{1, 16, 8, 16, 4, 1, 2, 4, 2, 0.5}, Case{2, 8, 16, 32, 4, 2, 1, 2, 2, 2.0},
+                        // rows of 6 floats (24 bytes): Order copies element by element, not in 16-byte units
+                        Case{2, 8, 6, 12, 4, 2, 2, 4, 2, 2.0}}) {
     moe::LayerSpec s;
     s.B = k.B, s.L = k.L, s.M = k.M, s.H = k.H, s.E = k.E, s.k = k.k, s.f = k.f, s.mp = k.mp;
     for (const char* name : {"baseline", "s1", "s2"}) {

@@ -53,6 +53,7 @@ enum class Body {
   softmax_topk,
   assign_slots,
   order,
+  order_vec,  // Order with M in 16-byte units
   order_bwd,
   slot_slice,
   relu,
@@ -94,6 +95,8 @@ void with_body(Body b, const LaunchArgs& a, Fn&& fn) {
       return fn(AssignSlots<T>{std::get<AssignSlotsArgs>(a)});
     case Body::order:
       return fn(Order<T>{std::get<OrderArgs>(a)});
+    case Body::order_vec:
+      return fn(Order<Vec16>{std::get<OrderArgs>(a)});
     case Body::order_bwd:
       return fn(OrderBwd<T>{std::get<OrderBwdArgs>(a)});
     case Body::slot_slice:

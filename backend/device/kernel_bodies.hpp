@@ -105,6 +105,12 @@ struct AssignSlots : AssignSlotsArgs {
   }
 };
 
+// Order is a pure copy: when a row is a whole number of 16-byte units it is
+// instantiated with this type and moves rows in 16-byte pieces.
+struct alignas(16) Vec16 {
+  float v[4];
+};
+
 // ---- Order: scatter kept choices' rows into [E, C, M] (zeroed before); one
 // index per (choice, column).
 struct OrderArgs {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstring>
 #include <set>
 
@@ -95,8 +96,12 @@ void order(const Ctx& c) {
   const BufRef x = c.in(0, (begin + count) * M), route = c.in(1, count * k * 3, true);
   const BufRef disp = c.out(0, E * C * M);
   c.zero(disp, E * C * M);
-  c.ops.launch(Body::order, count * k * M,
-               OrderArgs{x.p, static_cast<const float*>(route.p), disp.p, begin, count, M, k, C});
+  const I row_bytes = M * elem_bytes(c.ops.act());
+  const bool aligned =
+      reinterpret_cast<std::uintptr_t>(x.p) % 16 == 0 && reinterpret_cast<std::uintptr_t>(disp.p) % 16 == 0;
+  const I units = row_bytes % 16 == 0 && aligned ? row_bytes / 16 : M;
+  c.ops.launch(units == M ? Body::order : Body::order_vec, count * k * units,
+               OrderArgs{x.p, static_cast<const float*>(route.p), disp.p, begin, count, units, k, C});
 }
 
 void order_bwd(const Ctx& c) {
