@@ -170,19 +170,20 @@ struct CudaExecutor::Impl {
   int rank = 0, size = 1, device = 0;
   std::string device_name;
   ncclComm_t world = nullptr;
-  std::map<std::vector<int>, ncclComm_t> comms;
+  std::map<std::vector<int>, ncclComm_t> comms;  // the communicators this process is in
+  std::set<std::vector<int>> split;              // every group split so far (the same on every process)
 
   // Per run.
   const TaskGraph* g = nullptr;
   Elem act = Elem::f32;
-  std::vector<std::map<std::string, DevBuf>> bufs;        // per graph rank (empty when not owned)
-  std::vector<std::vector<cudaStream_t>> streams, lane1;  // per rank, per graph stream
-  std::vector<std::vector<cublasHandle_t>> blas;          // per rank, per graph stream
-  std::vector<std::array<void*, 2>> scratch;              // per rank
-  std::vector<cudaEvent_t> start, end;                    // per task
-  std::vector<std::vector<cudaEvent_t>> phase_ev;         // per collective, per phase
-  std::vector<std::vector<dev::MemberPlan>> plans;        // per collective
-  std::vector<Elem> coll_elem;                            // per collective
+  std::vector<std::map<std::string, DevBuf>> bufs;         // per graph rank (empty when not owned)
+  std::vector<std::vector<cudaStream_t>> streams, lane1;   // per rank, per graph stream
+  std::vector<std::vector<cublasHandle_t>> blas;           // per rank, per graph stream
+  std::vector<std::vector<std::array<void*, 2>>> scratch;  // per rank, per graph stream
+  std::vector<cudaEvent_t> start, end;                     // per task
+  std::vector<std::vector<cudaEvent_t>> phase_ev;          // per collective, per phase
+  std::vector<std::vector<dev::MemberPlan>> plans;         // per collective
+  std::vector<Elem> coll_elem;                             // per collective
   std::vector<Unit> order;
   float* acc = nullptr;
   cudaStream_t ref_stream = nullptr;
@@ -261,7 +262,7 @@ struct CudaExecutor::Impl {
     }
     std::vector<std::vector<std::vector<int>>> families;
     for (const auto& l : lists) {
-      if (comms.count(l)) continue;
+      if (!split.insert(l).second) continue;
       bool placed = false;
       for (auto& f : families) {
         bool disjoint = true;
@@ -336,7 +337,7 @@ struct CudaExecutor::Impl {
       if (owns(b.rank))
         bufs[b.rank][b.name] = {alloc(b.elems * dev::elem_bytes(dev::elem_of(b.dtype))), dev::elem_of(b.dtype),
                                 b.elems};
-    streams.assign(R, {}), lane1.assign(R, {}), blas.assign(R, {}), scratch.assign(R, {nullptr, nullptr});
+    streams.assign(R, {}), lane1.assign(R, {}), blas.assign(R, {}), scratch.assign(R, {});
     std::vector<std::array<std::uint64_t, 2>> need(R, {0, 0});
     for (const Task& t : graph.tasks())
       if (t.kind == TaskKind::compute && !t.kernel.empty()) {
@@ -346,11 +347,12 @@ struct CudaExecutor::Impl {
       }
     for (int r = 0; r < R; ++r) {
       if (!owns(r)) continue;
-      // Stage buffers hold bytes: sized in elements of 1 byte as f32 count / 4.
-      bufs[r][dev::kStageSend] = {alloc(stage_s[r]), Elem::f32, stage_s[r] / 4};
-      bufs[r][dev::kStageRecv] = {alloc(stage_r[r]), Elem::f32, stage_r[r] / 4};
-      scratch[r] = {alloc(need[r][0]), alloc(need[r][1])};
+      // Stage buffers hold any element type: sized in bytes, declared as whole floats.
+      bufs[r][dev::kStageSend] = {alloc(stage_s[r] + 4), Elem::f32, (stage_s[r] + 3) / 4};
+      bufs[r][dev::kStageRecv] = {alloc(stage_r[r] + 4), Elem::f32, (stage_r[r] + 3) / 4};
       for (std::size_t s = 0; s < graph.streams(r).size(); ++s) {
+        // Scratch per stream: tasks of one rank on two streams may run at once.
+        scratch[r].push_back({alloc(need[r][0]), alloc(need[r][1])});
         cudaStream_t a = nullptr, b = nullptr;
         PARMSIM_CUDA(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
         PARMSIM_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
@@ -410,7 +412,8 @@ struct CudaExecutor::Impl {
     PARMSIM_CUDA(cudaEventRecord(start[t.id], s));
     if (!t.kernel.empty()) {
       CudaOps ops(act, s, blas[t.rank][t.stream]);
-      dev::run_task(t, ops, lookup(t.rank), scratch[t.rank][0], scratch[t.rank][1]);
+      const auto& sc = scratch[t.rank][t.stream];
+      dev::run_task(t, ops, lookup(t.rank), sc[0], sc[1]);
     }
     PARMSIM_CUDA(cudaEventRecord(end[t.id], s));
   }

@@ -26,7 +26,7 @@ void add_calibrate(CLI::App& app) {
   c->add_option("--import-nccl-tests", a->files,
                 "nccl-tests outputs, text or -J JSON (all_reduce_perf, alltoall_perf, ...)")
       ->check(CLI::ExistingFile);
-  c->add_option("--backend", a->backend, "executor to measure when not importing: cpu (cuda: not built yet)")
+  c->add_option("--backend", a->backend, "executor to measure when not importing: cpu (for GPUs, import nccl-tests results)")
       ->capture_default_str();
   c->add_option("--gpus", a->gpus, "ranks for --backend cpu")->capture_default_str();
   c->add_option("--node-gpus", a->node_gpus, "ranks per node for --backend cpu (default: all)");
