@@ -11,27 +11,14 @@
 #include "backend/device/timing.hpp"
 #include "backend/verify.hpp"
 #include "sim/core/error.hpp"
+#include "tests/graphs.hpp"
 
 using namespace parmsim;
 using namespace parmsim::exec;
 
 namespace {
 
-TaskGraph one_collective(Collective c, int p, std::uint64_t send_elems, std::uint64_t recv_elems) {
-  TaskGraphBuilder b(p);
-  b.add_stream_all("comm");
-  for (int r = 0; r < p; ++r) {
-    b.add_buffer({r, "s", send_elems, DType::fp32});
-    b.add_buffer({r, "r", recv_elems, DType::fp32});
-  }
-  c.name = "c";
-  c.send_buf = "s";
-  c.recv_buf = "r";
-  c.group.clear();
-  for (int r = 0; r < p; ++r) c.group.push_back(r);
-  b.add_collective_tasks(c, "comm", "c");
-  return std::move(b).build();
-}
+using test::one_collective;
 
 // Fills every buffer of every rank with distinct, non-integer values.
 void fill(const TaskGraph& g, Memory& m, std::uint64_t seed) {

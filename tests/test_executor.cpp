@@ -6,6 +6,7 @@
 #include "backend/verify.hpp"
 #include "sim/core/error.hpp"
 #include "sim/graph/graph_io.hpp"
+#include "tests/graphs.hpp"
 
 using namespace parmsim;
 using namespace parmsim::exec;
@@ -15,20 +16,8 @@ namespace {
 // A graph with one collective over `p` ranks and buffers "s" (send) and "r" (recv).
 struct OneColl {
   TaskGraph g;
-  explicit OneColl(Collective c, int p, std::uint64_t send_elems, std::uint64_t recv_elems) {
-    TaskGraphBuilder b(p);
-    b.add_stream_all("comm");
-    for (int r = 0; r < p; ++r) {
-      b.add_buffer({r, "s", send_elems, DType::fp32});
-      b.add_buffer({r, "r", recv_elems, DType::fp32});
-    }
-    c.name = "c";
-    c.send_buf = "s";
-    c.recv_buf = "r";
-    for (int r = 0; r < p; ++r) c.group.push_back(r);
-    b.add_collective_tasks(c, "comm", "c");
-    g = std::move(b).build();
-  }
+  explicit OneColl(Collective c, int p, std::uint64_t send_elems, std::uint64_t recv_elems)
+      : g(test::one_collective(std::move(c), p, send_elems, recv_elems)) {}
 };
 
 // Rank r's send buffer holds 10*r + i.

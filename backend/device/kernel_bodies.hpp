@@ -40,6 +40,18 @@ PARMSIM_HD inline I slot_at(I layout, I t, I e, I slot, I E, I C, I M, I per) {
   return (((slot / C) * E + e) * C + slot % C) * M;
 }
 
+// One routed choice: its expert, its slot (-1: dropped) and its gate weight,
+// from the route triple of choice `ci` (= token * k + j).
+struct Choice {
+  I e, slot;
+  float w;
+  PARMSIM_HD bool kept() const { return slot >= 0; }
+};
+PARMSIM_HD inline Choice choice(const float* route, I ci) {
+  const float* r = route + ci * 3;
+  return {static_cast<I>(r[0]), static_cast<I>(r[1]), r[2]};
+}
+
 // ---- gate: softmax over E logits and the top k, one index per token.
 struct SoftmaxTopkArgs {
   const float* logits;  // [count, E]
@@ -123,11 +135,9 @@ template <class T>
 struct Order : OrderArgs {
   PARMSIM_HD void operator()(I idx) const {
     const I ci = idx / M, col = idx % M;
-    const float* r = route + ci * 3;
-    const I slot = static_cast<I>(r[1]);
-    if (slot < 0) return;
-    const I e = static_cast<I>(r[0]);
-    static_cast<T*>(disp)[(e * C + slot) * M + col] = static_cast<const T*>(x)[(begin + ci / k) * M + col];
+    const Choice c = choice(route, ci);
+    if (!c.kept()) return;
+    static_cast<T*>(disp)[(c.e * C + c.slot) * M + col] = static_cast<const T*>(x)[(begin + ci / k) * M + col];
   }
 };
 
@@ -145,11 +155,8 @@ struct OrderBwd : OrderBwdArgs {
     const I i = idx / M, col = idx % M;
     float s = 0;
     for (I j = 0; j < k; ++j) {
-      const float* r = route + (i * k + j) * 3;
-      const I slot = static_cast<I>(r[1]);
-      if (slot < 0) continue;
-      const I at = slot_at(layout == 2 ? 2 : 0, i, static_cast<I>(r[0]), slot, E, C, M, 1);
-      s += ld(static_cast<const T*>(dd), at + col);
+      const Choice c = choice(route, i * k + j);
+      if (c.kept()) s += ld(static_cast<const T*>(dd), slot_at(layout == 2 ? 2 : 0, i, c.e, c.slot, E, C, M, 1) + col);
     }
     st(static_cast<T*>(dx), i * M + col, s);
   }
@@ -208,10 +215,8 @@ struct IOrder : IOrderArgs {
     const I i = idx / M, col = idx % M;
     float s = 0;
     for (I j = 0; j < k; ++j) {
-      const float* r = route + (i * k + j) * 3;
-      const I slot = static_cast<I>(r[1]);
-      if (slot < 0) continue;
-      s += r[2] * ld(static_cast<const T*>(comb), slot_at(layout, i, static_cast<I>(r[0]), slot, E, C, M, per) + col);
+      const Choice c = choice(route, i * k + j);
+      if (c.kept()) s += c.w * ld(static_cast<const T*>(comb), slot_at(layout, i, c.e, c.slot, E, C, M, per) + col);
     }
     st(static_cast<T*>(out), i * M + col, s);
   }
@@ -231,11 +236,10 @@ template <class T>
 struct IOrderBwdComb : IOrderBwdArgs {
   PARMSIM_HD void operator()(I idx) const {
     const I ci = idx / M, col = idx % M, i = ci / k;
-    const float* r = route + ci * 3;
-    const I slot = static_cast<I>(r[1]);
-    if (slot < 0) return;
-    const I at = slot_at(layout, i, static_cast<I>(r[0]), slot, E, C, M, per);
-    st(static_cast<T*>(dcomb), at + col, r[2] * ld(static_cast<const T*>(dout), (begin + i) * M + col));
+    const Choice c = choice(route, ci);
+    if (!c.kept()) return;
+    const I at = slot_at(layout, i, c.e, c.slot, E, C, M, per);
+    st(static_cast<T*>(dcomb), at + col, c.w * ld(static_cast<const T*>(dout), (begin + i) * M + col));
   }
 };
 // ... and the gate-weight gradient: one index per choice.
@@ -243,11 +247,10 @@ template <class T>
 struct IOrderBwdWeight : IOrderBwdArgs {
   PARMSIM_HD void operator()(I ci) const {
     const I i = ci / k;
-    const float* r = route + ci * 3;
-    const I slot = static_cast<I>(r[1]);
+    const Choice c = choice(route, ci);
     float s = 0;
-    if (slot >= 0) {
-      const I at = slot_at(layout, i, static_cast<I>(r[0]), slot, E, C, M, per);
+    if (c.kept()) {
+      const I at = slot_at(layout, i, c.e, c.slot, E, C, M, per);
       for (I col = 0; col < M; ++col)
         s += ld(static_cast<const T*>(dout), (begin + i) * M + col) * ld(static_cast<const T*>(comb), at + col);
     }
@@ -271,14 +274,14 @@ struct GateDl : GateDlArgs {
     const float* p = probs + i * E;
     float dot = 0;
     for (I j = 0; j < k; ++j) {
-      const float* r = route + (i * k + j) * 3;
-      if (r[1] >= 0) dot += p[static_cast<I>(r[0])] * dw[(dw_off + i) * k + j];
+      const Choice c = choice(route, i * k + j);
+      if (c.kept()) dot += p[c.e] * dw[(dw_off + i) * k + j];
     }
     for (I e = 0; e < E; ++e) {
       float dp = 0;
       for (I j = 0; j < k; ++j) {
-        const float* r = route + (i * k + j) * 3;
-        if (r[1] >= 0 && static_cast<I>(r[0]) == e) dp += dw[(dw_off + i) * k + j];
+        const Choice c = choice(route, i * k + j);
+        if (c.kept() && c.e == e) dp += dw[(dw_off + i) * k + j];
       }
       st(static_cast<T*>(dl), i * E + e, p[e] * (dp - dot));
     }
