@@ -9,30 +9,45 @@
 #   4. runs baseline, S1 and S2 on the paper-like layer (B=4, L=512, M=1024,
 #      H=4096, E=32, k=2, f=1.2, mp=4) in loopback with 4 and 8 ranks;
 # and writes the logs, the measured traces and summary.txt to OUTDIR.
+# BUILD=DIR uses an existing CUDA build instead of building build-gpu/.
+# Exit: 0 all passed; 1 a check failed; 2 no usable GPU (or no CUDA build).
 set -u
 out=${1:?usage: backend/gpu-check.sh OUTDIR}
-cd "$(dirname "$0")/.." || exit 2
 mkdir -p "$out"
 out=$(realpath "$out")
+[ -n "${BUILD:-}" ] && BUILD=$(realpath "$BUILD")
+cd "$(dirname "$0")/.." || exit 2
 status=0
 step() { echo "== $*" | tee -a "$out/summary.txt"; }
 : > "$out/summary.txt"
 
-step "build"
-jobs=$(nproc)
-if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DPARMSIM_REQUIRE_CUDA=ON -DPARMSIM_BENCH=OFF &&
-  cmake --build build-gpu -j "$jobs" --target parmsim parmsim-gpu-info parmsim-gpu-bench; } > "$out/build.log" 2>&1; then
-  tail -30 "$out/build.log"
-  echo "build failed: $out/build.log" | tee -a "$out/summary.txt"
-  exit 1
+if [ -n "${BUILD:-}" ]; then
+  bdir=$BUILD
+else
+  bdir=build-gpu
+  step "build"
+  bash scripts/setup.sh > "$out/setup.log" 2>&1 || echo "setup.sh failed (setup.log); building with what is there"
+  if ! { cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DPARMSIM_REQUIRE_CUDA=ON -DPARMSIM_BENCH=OFF &&
+    cmake --build "$bdir" -j "$(nproc)" --target parmsim parmsim-gpu-info parmsim-gpu-bench; } > "$out/build.log" 2>&1; then
+    tail -30 "$out/build.log"
+    echo "build failed: $out/build.log" | tee -a "$out/summary.txt"
+    exit 1
+  fi
 fi
-bin=build-gpu/parmsim
-build-gpu/backend/parmsim-gpu-info | tee -a "$out/summary.txt" || { echo "no usable GPU" | tee -a "$out/summary.txt"; exit 2; }
+bin=$bdir/parmsim
+if [ ! -x "$bdir/backend/parmsim-gpu-info" ]; then
+  echo "no CUDA build in $bdir (configure with nvcc present)" | tee -a "$out/summary.txt"
+  exit 2
+fi
+if ! "$bdir/backend/parmsim-gpu-info" >> "$out/summary.txt" 2>&1; then
+  echo "no usable GPU: nothing measured" | tee -a "$out/summary.txt"
+  exit 2
+fi
+cat "$out/summary.txt"
 
 step "correctness (tests/cli/gpu.sh)"
 if bash tests/cli/gpu.sh "$bin" > "$out/gpu-tests.log" 2>&1; then
-  grep -E "^(s1|s2|baseline)|gpu:" "$out/gpu-tests.log" | tail -3 >> "$out/summary.txt"
-  echo "correctness: passed" | tee -a "$out/summary.txt"
+  echo "correctness: passed, $(grep -c ' ok$' "$out/gpu-tests.log") schedule checks" | tee -a "$out/summary.txt"
 else
   status=1
   grep -E "FAIL|error|gpu:" "$out/gpu-tests.log" | head -20 | tee -a "$out/summary.txt"
@@ -40,7 +55,7 @@ else
 fi
 
 step "kernel speed (parmsim-gpu-bench)"
-build-gpu/backend/parmsim-gpu-bench 2>&1 | tee "$out/bench.txt" >> "$out/summary.txt" || status=1
+"$bdir/backend/parmsim-gpu-bench" 2>&1 | tee "$out/bench.txt" >> "$out/summary.txt" || status=1
 
 step "paper-like layer, loopback (median of 10 runs after 2 warm-ups)"
 layer="B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4"
@@ -57,9 +72,7 @@ for dtype in fp32 bf16; do
         echo "execute $s $ranks $dtype: FAILED (see execute.log)" | tee -a "$out/summary.txt"
         continue
       fi
-      # makespan = largest end; sums of task durations by compute / collective.
-      read -r ms comp comm < <(awk -F, 'NR > 1 { if ($8 > m) m = $8; if ($5 == "compute") c += $9; else n += $9 }
-        END { printf "%.3f %.3f %.3f\n", m / 1e3, c / 1e3, n / 1e3 }' "$trace")
+      read -r ms comp comm < <(bash backend/trace-summary.sh "$trace")
       [ -z "$base" ] && base=$ms
       printf '%-9s %-6s %6s %12s %10.2f %14s %14s\n' "$s" "$dtype" "$ranks" "$ms" \
         "$(awk -v b="$base" -v m="$ms" 'BEGIN { print (m > 0 ? b / m : 0) }')" "$comp" "$comm" >> "$out/summary.txt"
