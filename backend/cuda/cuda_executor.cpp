@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <queue>
 #include <set>
@@ -127,37 +128,32 @@ std::vector<Unit> enqueue_order(const TaskGraph& g) {
   return order;
 }
 
+// Device address of n elements at a Ref of a member (rank) of the collective
+// being run; throws ParmError when they do not fit.
+using Resolve = std::function<char*(int rank, const dev::Ref& r, std::uint64_t n)>;
+
 // run_phases on device memory of one process (loopback), on one stream.
 class DeviceMover final : public dev::Mover {
  public:
-  DeviceMover(std::vector<std::map<std::string, DevBuf>>& bufs, cudaStream_t s, float* acc, Elem elem)
-      : bufs_(bufs), s_(s), acc_(acc), elem_(elem) {}
+  DeviceMover(Resolve at, cudaStream_t s, float* acc, Elem elem) : at_(std::move(at)), s_(s), acc_(acc), elem_(elem) {}
   void copy(int dr, const dev::Ref& d, int sr, const dev::Ref& s, std::uint64_t n) override {
-    PARMSIM_CUDA(cudaMemcpyAsync(at(dr, d, n), at(sr, s, n), n * eb(), cudaMemcpyDeviceToDevice, s_));
+    PARMSIM_CUDA(cudaMemcpyAsync(at_(dr, d, n), at_(sr, s, n), n * eb(), cudaMemcpyDeviceToDevice, s_));
   }
   void copy2d(int dr, const dev::Ref& d, std::uint64_t dp, int sr, const dev::Ref& s, std::uint64_t sp, std::uint64_t w,
               std::uint64_t rows) override {
     if (!rows) return;
-    PARMSIM_CUDA(cudaMemcpy2DAsync(at(dr, d, (rows - 1) * dp + w), dp * eb(), at(sr, s, (rows - 1) * sp + w), sp * eb(),
-                                   w * eb(), rows, cudaMemcpyDeviceToDevice, s_));
+    PARMSIM_CUDA(cudaMemcpy2DAsync(at_(dr, d, (rows - 1) * dp + w), dp * eb(), at_(sr, s, (rows - 1) * sp + w),
+                                   sp * eb(), w * eb(), rows, cudaMemcpyDeviceToDevice, s_));
   }
   void acc_zero(std::uint64_t n) override { PARMSIM_CUDA(cudaMemsetAsync(acc_, 0, n * 4, s_)); }
-  void acc_add(int r, const dev::Ref& s, std::uint64_t n) override { cuda::acc_add(acc_, at(r, s, n), elem_, n, s_); }
+  void acc_add(int r, const dev::Ref& s, std::uint64_t n) override { cuda::acc_add(acc_, at_(r, s, n), elem_, n, s_); }
   void acc_store(int r, const dev::Ref& d, std::uint64_t n) override {
-    cuda::acc_store(at(r, d, n), acc_, elem_, n, s_);
+    cuda::acc_store(at_(r, d, n), acc_, elem_, n, s_);
   }
 
  private:
   std::uint64_t eb() const { return static_cast<std::uint64_t>(dev::elem_bytes(elem_)); }
-  char* at(int rank, const dev::Ref& r, std::uint64_t n) {
-    auto it = bufs_.at(rank).find(r.buf);
-    if (it == bufs_[rank].end()) throw ParmError(fmt::format("rank {} has no device buffer '{}'", rank, r.buf));
-    const std::uint64_t cap = it->second.elems * dev::elem_bytes(it->second.elem) / eb();
-    if (r.off + n > cap)
-      throw ParmError(fmt::format("rank {}: {} elements at {} of '{}' ({}) out of bounds", rank, n, r.off, r.buf, cap));
-    return static_cast<char*>(it->second.p) + r.off * eb();
-  }
-  std::vector<std::map<std::string, DevBuf>>& bufs_;
+  Resolve at_;
   cudaStream_t s_;
   float* acc_;
   Elem elem_;
@@ -184,8 +180,13 @@ struct CudaExecutor::Impl {
   std::vector<std::vector<cudaEvent_t>> phase_ev;          // per collective, per phase
   std::vector<std::vector<dev::MemberPlan>> plans;         // per collective
   std::vector<Elem> coll_elem;                             // per collective
+  std::vector<std::vector<int>> members;                   // per collective: its member tasks
   std::vector<Unit> order;
-  float* acc = nullptr;
+  // Per rank and graph stream, so that collectives on two streams of a rank
+  // never share them: stage buffers (send, receive; bytes) and, in loopback,
+  // the fp32 accumulator of reductions.
+  std::vector<std::vector<std::array<DevBuf, 2>>> stage;
+  std::vector<std::vector<float*>> acc;
   cudaStream_t ref_stream = nullptr;
   cudaEvent_t ref = nullptr;
   std::vector<void*> allocations;
@@ -213,8 +214,9 @@ struct CudaExecutor::Impl {
     if (ref) cudaEventDestroy(ref);
     if (ref_stream) cudaStreamDestroy(ref_stream);
     blas.clear(), streams.clear(), lane1.clear(), start.clear(), end.clear(), phase_ev.clear(), allocations.clear();
-    bufs.clear(), scratch.clear(), plans.clear(), coll_elem.clear(), order.clear();
-    ref = nullptr, ref_stream = nullptr, acc = nullptr;
+    bufs.clear(), scratch.clear(), plans.clear(), coll_elem.clear(), members.clear(), order.clear();
+    stage.clear(), acc.clear();
+    ref = nullptr, ref_stream = nullptr;
   }
 
   void init() {
@@ -312,6 +314,15 @@ struct CudaExecutor::Impl {
                             t.name, graph.task(d).name));
     }
     order = enqueue_order(graph);
+    members.assign(graph.collectives().size(), {});
+    for (const Collective& c : graph.collectives()) members[c.id].assign(c.group.size(), -1);
+    for (const Task& t : graph.tasks())
+      if (t.kind == TaskKind::collective)
+        for (std::size_t m = 0; m < graph.collective(t.collective).group.size(); ++m)
+          if (graph.collective(t.collective).group[m] == t.rank && members[t.collective][m] < 0) {
+            members[t.collective][m] = t.id;
+            break;
+          }
     plans.assign(graph.collectives().size(), {});
     coll_elem.assign(graph.collectives().size(), Elem::f32);
     bufs.assign(R, {});
@@ -348,9 +359,11 @@ struct CudaExecutor::Impl {
     for (int r = 0; r < R; ++r) {
       if (!owns(r)) continue;
       // Stage buffers hold any element type: sized in bytes, declared as whole floats.
-      bufs[r][dev::kStageSend] = {alloc(stage_s[r] + 4), Elem::f32, (stage_s[r] + 3) / 4};
-      bufs[r][dev::kStageRecv] = {alloc(stage_r[r] + 4), Elem::f32, (stage_r[r] + 3) / 4};
+      stage.resize(R), acc.resize(R);
       for (std::size_t s = 0; s < graph.streams(r).size(); ++s) {
+        stage[r].push_back({DevBuf{alloc(stage_s[r] + 4), Elem::f32, (stage_s[r] + 3) / 4},
+                            DevBuf{alloc(stage_r[r] + 4), Elem::f32, (stage_r[r] + 3) / 4}});
+        acc[r].push_back(o.loopback ? static_cast<float*>(alloc(acc_elems * 4)) : nullptr);
         // Scratch per stream: tasks of one rank on two streams may run at once.
         scratch[r].push_back({alloc(need[r][0]), alloc(need[r][1])});
         cudaStream_t a = nullptr, b = nullptr;
@@ -363,7 +376,6 @@ struct CudaExecutor::Impl {
         blas[r].push_back(h);
       }
     }
-    acc = static_cast<float*>(alloc(acc_elems * 4));
     start.assign(graph.tasks().size(), nullptr), end.assign(graph.tasks().size(), nullptr);
     for (const Task& t : graph.tasks())
       if (owns(t.rank)) {
@@ -418,16 +430,20 @@ struct CudaExecutor::Impl {
     PARMSIM_CUDA(cudaEventRecord(end[t.id], s));
   }
 
-  std::vector<int> member_tasks(const Collective& c) const {
-    std::vector<int> v(c.group.size(), -1);
-    for (const Task& t : g->tasks())
-      if (t.kind == TaskKind::collective && t.collective == c.id)
-        for (std::size_t m = 0; m < c.group.size(); ++m)
-          if (c.group[m] == t.rank && v[m] < 0) {
-            v[m] = t.id;
-            break;
-          }
-    return v;
+  // Device address of a Ref on `rank`, whose collective task runs on graph stream `stream`.
+  char* resolve(int rank, int stream, const dev::Ref& r, std::uint64_t n, Elem e) {
+    const DevBuf* b = nullptr;
+    if (r.buf == dev::kStageSend || r.buf == dev::kStageRecv) {
+      b = &stage.at(rank).at(stream)[r.buf == dev::kStageSend ? 0 : 1];
+    } else {
+      auto it = bufs.at(rank).find(r.buf);
+      if (it == bufs[rank].end()) throw ParmError(fmt::format("rank {} has no device buffer '{}'", rank, r.buf));
+      b = &it->second;
+    }
+    const std::uint64_t eb = dev::elem_bytes(e), cap = b->elems * dev::elem_bytes(b->elem) / eb;
+    if (r.off + n > cap)
+      throw ParmError(fmt::format("rank {}: {} elements at {} of '{}' ({}) out of bounds", rank, n, r.off, r.buf, cap));
+    return static_cast<char*>(b->p) + r.off * eb;
   }
 
   void collective_loopback(const Collective& c, const std::vector<int>& tasks) {
@@ -442,7 +458,12 @@ struct CudaExecutor::Impl {
     call_context() = fmt::format("collective '{}' (loopback on rank {}'s stream)", c.name, t0.rank);
     for (int id : tasks) PARMSIM_CUDA(cudaStreamWaitEvent(s, start[id], 0));
     if (!c.send_buf.empty()) {
-      DeviceMover mv(bufs, s, acc, coll_elem[c.id]);
+      std::map<int, int> stream_of_rank;
+      for (int id : tasks) stream_of_rank[g->task(id).rank] = g->task(id).stream;
+      const Elem e = coll_elem[c.id];
+      DeviceMover mv(
+          [&](int r, const dev::Ref& ref, std::uint64_t n) { return resolve(r, stream_of_rank.at(r), ref, n, e); }, s,
+          acc[t0.rank][t0.stream], e);
       dev::run_phases(c, plans[c.id], mv);
     }
     PARMSIM_CUDA(cudaEventRecord(end[tasks[0]], s));
@@ -467,7 +488,8 @@ struct CudaExecutor::Impl {
       const dev::MemberPlan& mp = plans[c.id][mi];
       const Elem e = coll_elem[c.id];
       const std::uint64_t eb = dev::elem_bytes(e);
-      const auto ptr = [&](const dev::Ref& r) { return static_cast<char*>(bufs[rank].at(r.buf).p) + r.off * eb; };
+      const std::uint64_t p = c.group.size();
+      const auto ptr = [&](const dev::Ref& r, std::uint64_t n) { return resolve(rank, t.stream, r, n, e); };
       int last1 = -1;
       for (std::size_t j = 0; j < mp.phases.size(); ++j) {
         const dev::Phase& ph = mp.phases[j];
@@ -479,28 +501,33 @@ struct CudaExecutor::Impl {
           case dev::PhaseKind::local:
             for (const dev::Step& st : ph.steps) {
               if (st.kind == dev::StepKind::copy)
-                PARMSIM_CUDA(cudaMemcpyAsync(ptr(st.dst), ptr(st.src), st.count * eb, cudaMemcpyDeviceToDevice, s));
+                PARMSIM_CUDA(cudaMemcpyAsync(ptr(st.dst, st.count), ptr(st.src, st.count), st.count * eb,
+                                             cudaMemcpyDeviceToDevice, s));
               else if (st.rows)
-                PARMSIM_CUDA(cudaMemcpy2DAsync(ptr(st.dst), st.dpitch * eb, ptr(st.src), st.spitch * eb, st.count * eb,
-                                               st.rows, cudaMemcpyDeviceToDevice, s));
+                PARMSIM_CUDA(cudaMemcpy2DAsync(ptr(st.dst, (st.rows - 1) * st.dpitch + st.count), st.dpitch * eb,
+                                               ptr(st.src, (st.rows - 1) * st.spitch + st.count), st.spitch * eb,
+                                               st.count * eb, st.rows, cudaMemcpyDeviceToDevice, s));
             }
             break;
           case dev::PhaseKind::allreduce:
-            PARMSIM_NCCL(ncclAllReduce(ptr(ph.src), ptr(ph.dst), ph.count, nccl_type(e), ncclSum, comm, s));
+            PARMSIM_NCCL(
+                ncclAllReduce(ptr(ph.src, ph.count), ptr(ph.dst, ph.count), ph.count, nccl_type(e), ncclSum, comm, s));
             break;
           case dev::PhaseKind::allgather:
-            PARMSIM_NCCL(ncclAllGather(ptr(ph.src), ptr(ph.dst), ph.count, nccl_type(e), comm, s));
+            PARMSIM_NCCL(
+                ncclAllGather(ptr(ph.src, ph.count), ptr(ph.dst, ph.count * p), ph.count, nccl_type(e), comm, s));
             break;
           case dev::PhaseKind::reducescatter:
-            PARMSIM_NCCL(ncclReduceScatter(ptr(ph.src), ptr(ph.dst), ph.count, nccl_type(e), ncclSum, comm, s));
+            PARMSIM_NCCL(ncclReduceScatter(ptr(ph.src, ph.count * p), ptr(ph.dst, ph.count), ph.count, nccl_type(e),
+                                           ncclSum, comm, s));
             break;
           case dev::PhaseKind::p2p:
             PARMSIM_NCCL(ncclGroupStart());
             for (const dev::Step& st : ph.steps) {
               if (st.kind == dev::StepKind::send)
-                PARMSIM_NCCL(ncclSend(ptr(st.src), st.count, nccl_type(e), st.peer, comm, s));
+                PARMSIM_NCCL(ncclSend(ptr(st.src, st.count), st.count, nccl_type(e), st.peer, comm, s));
               if (st.kind == dev::StepKind::recv)
-                PARMSIM_NCCL(ncclRecv(ptr(st.dst), st.count, nccl_type(e), st.peer, comm, s));
+                PARMSIM_NCCL(ncclRecv(ptr(st.dst, st.count), st.count, nccl_type(e), st.peer, comm, s));
             }
             PARMSIM_NCCL(ncclGroupEnd());
             break;
@@ -525,7 +552,7 @@ struct CudaExecutor::Impl {
         continue;
       }
       const Collective& c = g->collective(u.collective);
-      const auto tasks = member_tasks(c);
+      const auto& tasks = members[c.id];
       if (o.loopback)
         collective_loopback(c, tasks);
       else
@@ -542,7 +569,6 @@ struct CudaExecutor::Impl {
   void upload(Memory& mem) {
     for (std::size_t r = 0; r < bufs.size(); ++r)
       for (auto& [name, b] : bufs[r]) {
-        if (name == dev::kStageSend || name == dev::kStageRecv) continue;
         call_context() = fmt::format("rank {}, loading buffer '{}'", r, name);
         const auto& host = mem.at(static_cast<int>(r), name);
         if (b.elem == Elem::f32) {
@@ -562,7 +588,6 @@ struct CudaExecutor::Impl {
   void download(Memory& mem) {
     for (std::size_t r = 0; r < bufs.size(); ++r)
       for (auto& [name, b] : bufs[r]) {
-        if (name == dev::kStageSend || name == dev::kStageRecv) continue;
         call_context() = fmt::format("rank {}, reading buffer '{}'", r, name);
         auto& host = mem.at(static_cast<int>(r), name);
         if (b.elem == Elem::f32) {
