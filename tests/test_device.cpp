@@ -6,11 +6,13 @@
 
 #include "backend/cpu/communicator.hpp"
 #include "backend/device/coll_plan.hpp"
+#include "backend/device/enqueue_order.hpp"
 #include "backend/device/host_kernels.hpp"
 #include "backend/device/moe_tasks.hpp"
 #include "backend/device/timing.hpp"
 #include "backend/verify.hpp"
 #include "sim/core/error.hpp"
+#include "sim/graph/graph_io.hpp"
 #include "tests/graphs.hpp"
 
 using namespace parmsim;
@@ -266,4 +268,59 @@ TEST_CASE("inputs are rounded to the layer's type, ties to even", "[device][dtyp
   CHECK(round_to(DType::fp16, 2049.0f) == 2048.0f);
   CHECK(round_to(DType::fp16, 2051.0f) == 2052.0f);
   CHECK(round_to(DType::fp32, 1.0f + 0x1p-20f) == 1.0f + 0x1p-20f);
+}
+
+TEST_CASE("the enqueue order puts every task after its dependencies and keeps stream order", "[device][order]") {
+  const moe::LayerSpec s = small_layer();
+  for (const char* name : {"baseline", "s1", "s2"}) {
+    const moe::ScheduleOptions o = moe::preset(name);
+    const moe::Dims d = moe::make_dims(s, 8, 4);
+    const auto f = moe::forward_ops(s, d, o);
+    const TaskGraph g = moe::build_training_graph(f, moe::backward_ops(f, s, d, o), s, d, o);
+    const auto order = dev::enqueue_order(g);
+    // Position of each task's unit in the order.
+    std::vector<int> pos(g.tasks().size(), -1);
+    std::vector<int> seen_coll(g.collectives().size(), 0);
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      if (order[i].task >= 0) {
+        CHECK(pos[order[i].task] == -1);
+        pos[order[i].task] = static_cast<int>(i);
+      } else {
+        ++seen_coll[order[i].collective];
+        for (const Task& t : g.tasks())
+          if (t.kind == TaskKind::collective && t.collective == order[i].collective) pos[t.id] = static_cast<int>(i);
+      }
+    }
+    INFO(name);
+    for (int c : seen_coll) CHECK(c == 1);
+    std::map<std::pair<int, int>, int> last;
+    for (const Task& t : g.tasks()) {
+      REQUIRE(pos[t.id] >= 0);
+      for (int dep : t.deps) CHECK(pos[dep] < pos[t.id]);
+      auto key = std::make_pair(t.rank, t.stream);
+      if (last.count(key)) CHECK(pos[last[key]] <= pos[t.id]);
+      last[key] = t.id;
+    }
+    // The same graph gives the same order (every process must agree).
+    const auto again = dev::enqueue_order(g);
+    REQUIRE(again.size() == order.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      CHECK((again[i].task == order[i].task && again[i].collective == order[i].collective));
+  }
+}
+
+TEST_CASE("collectives called in opposite orders on two ranks cannot be enqueued", "[device][order]") {
+  const TaskGraph g = parse_task_graph_text(R"(ranks: 2
+streams: [comm]
+collectives:
+  - {name: a, op: allreduce, group: [0, 1], bytes: 1MiB}
+  - {name: b, op: allreduce, group: [0, 1], bytes: 1MiB}
+tasks:
+  - {name: a0, rank: 0, stream: comm, collective: a}
+  - {name: b0, rank: 0, stream: comm, collective: b}
+  - {name: b1, rank: 1, stream: comm, collective: b}
+  - {name: a1, rank: 1, stream: comm, collective: a}
+)",
+                                            "opposite.yaml");
+  CHECK_THROWS_WITH(dev::enqueue_order(g), Catch::Contains("cycle"));
 }

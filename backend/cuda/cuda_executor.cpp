@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_ops.hpp"
 #include "backend/device/coll_plan.hpp"
 #include "backend/device/moe_tasks.hpp"
+#include "backend/device/enqueue_order.hpp"
 #include "backend/device/timing.hpp"
 #include "sim/core/error.hpp"
 #include "sim/sweep/mpi_shim.hpp"
@@ -71,63 +72,6 @@ struct DevBuf {
   std::uint64_t elems = 0;
 };
 
-// A unit of enqueueing: one compute task, or a whole collective (all its members).
-struct Unit {
-  int task = -1;        // compute
-  int collective = -1;  // collective
-};
-
-// Compute tasks and collectives in an order every process computes alike:
-// Kahn's algorithm over units, the lowest first task id first, honouring
-// dependencies and each stream's task order.
-std::vector<Unit> enqueue_order(const TaskGraph& g) {
-  const int N = static_cast<int>(g.tasks().size());
-  std::vector<int> unit_of(N), prev_on_stream(N, -1);
-  std::vector<Unit> units;
-  std::map<int, int> coll_unit;
-  std::map<std::pair<int, int>, int> last;
-  for (const Task& t : g.tasks()) {
-    if (t.kind == TaskKind::compute) {
-      unit_of[t.id] = static_cast<int>(units.size());
-      units.push_back({t.id, -1});
-    } else {
-      auto [it, fresh] = coll_unit.try_emplace(t.collective, static_cast<int>(units.size()));
-      if (fresh) units.push_back({-1, t.collective});
-      unit_of[t.id] = it->second;
-    }
-    auto key = std::make_pair(t.rank, t.stream);
-    if (last.count(key)) prev_on_stream[t.id] = last[key];
-    last[key] = t.id;
-  }
-  const int U = static_cast<int>(units.size());
-  std::vector<std::set<int>> succ(U);
-  std::vector<int> indeg(U, 0), first(U, N);
-  for (const Task& t : g.tasks()) {
-    const int u = unit_of[t.id];
-    first[u] = std::min(first[u], t.id);
-    std::vector<int> preds = t.deps;
-    if (prev_on_stream[t.id] >= 0) preds.push_back(prev_on_stream[t.id]);
-    for (int d : preds) {
-      const int v = unit_of[d];
-      if (v != u && succ[v].insert(u).second) ++indeg[u];
-    }
-  }
-  std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>, std::greater<>> ready;
-  for (int u = 0; u < U; ++u)
-    if (!indeg[u]) ready.push({first[u], u});
-  std::vector<Unit> order;
-  while (!ready.empty()) {
-    const int u = ready.top().second;
-    ready.pop();
-    order.push_back(units[u]);
-    for (int v : succ[u])
-      if (--indeg[v] == 0) ready.push({first[v], v});
-  }
-  if (static_cast<int>(order.size()) != U)
-    throw ParmError("cuda executor: the graph's collectives and streams order each other in a cycle");
-  return order;
-}
-
 // Device address of n elements at a Ref of a member (rank) of the collective
 // being run; throws ParmError when they do not fit.
 using Resolve = std::function<char*(int rank, const dev::Ref& r, std::uint64_t n)>;
@@ -181,7 +125,7 @@ struct CudaExecutor::Impl {
   std::vector<std::vector<dev::MemberPlan>> plans;         // per collective
   std::vector<Elem> coll_elem;                             // per collective
   std::vector<std::vector<int>> members;                   // per collective: its member tasks
-  std::vector<Unit> order;
+  std::vector<dev::Unit> order;
   // Per rank and graph stream, so that collectives on two streams of a rank
   // never share them: stage buffers (send, receive; bytes) and, in loopback,
   // the fp32 accumulator of reductions.
@@ -313,7 +257,7 @@ struct CudaExecutor::Impl {
                             "through collectives",
                             t.name, graph.task(d).name));
     }
-    order = enqueue_order(graph);
+    order = dev::enqueue_order(graph);
     members.assign(graph.collectives().size(), {});
     for (const Collective& c : graph.collectives()) members[c.id].assign(c.group.size(), -1);
     for (const Task& t : graph.tasks())
@@ -546,7 +490,7 @@ struct CudaExecutor::Impl {
       for (auto s : streams[r]) PARMSIM_CUDA(cudaStreamWaitEvent(s, ref, 0));
     for (std::size_t r = 0; r < lane1.size(); ++r)
       for (auto s : lane1[r]) PARMSIM_CUDA(cudaStreamWaitEvent(s, ref, 0));
-    for (const Unit& u : order) {
+    for (const dev::Unit& u : order) {
       if (u.task >= 0) {
         if (owns(g->task(u.task).rank)) compute(g->task(u.task));
         continue;
