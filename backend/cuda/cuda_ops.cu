@@ -35,58 +35,48 @@ unsigned blocks_for(I n) {
   return static_cast<unsigned>(std::min<I>((n + kThreads - 1) / kThreads, I{1} << 16));
 }
 
+// Calls fn(T{}) with the element type of `e`: the one switch over types.
+template <class Fn>
+void by_elem(Elem e, Fn&& fn) {
+  switch (e) {
+    case Elem::f32:
+      return fn(float{});
+    case Elem::f16:
+      return fn(__half{});
+    case Elem::bf16:
+      return fn(__nv_bfloat16{});
+  }
+}
+
 }  // namespace
 
 void CudaOps::launch(exec::dev::Body b, I n, const exec::dev::LaunchArgs& a) {
   if (n <= 0) return;
   const unsigned blocks = blocks_for(n);
   cudaStream_t s = stream_;
-  auto go = [&](auto body) { each<<<blocks, kThreads, 0, s>>>(n, body); };
-  switch (act_) {
-    case Elem::f32:
-      exec::dev::with_body<float>(b, a, go);
-      break;
-    case Elem::f16:
-      exec::dev::with_body<__half>(b, a, go);
-      break;
-    case Elem::bf16:
-      exec::dev::with_body<__nv_bfloat16>(b, a, go);
-      break;
-  }
+  by_elem(act_, [&](auto tag) {
+    exec::dev::with_body<decltype(tag)>(b, a, [&](auto body) { each<<<blocks, kThreads, 0, s>>>(n, body); });
+  });
   detail_check_cuda(cudaGetLastError(), "kernel launch");
 }
 
 void acc_add(float* acc, const void* src, Elem e, std::uint64_t n, cudaStream_t s) {
   const I m = static_cast<I>(n);
   if (m <= 0) return;
-  switch (e) {
-    case Elem::f32:
-      acc_add_kernel<<<blocks_for(m), kThreads, 0, s>>>(acc, static_cast<const float*>(src), m);
-      break;
-    case Elem::f16:
-      acc_add_kernel<<<blocks_for(m), kThreads, 0, s>>>(acc, static_cast<const __half*>(src), m);
-      break;
-    case Elem::bf16:
-      acc_add_kernel<<<blocks_for(m), kThreads, 0, s>>>(acc, static_cast<const __nv_bfloat16*>(src), m);
-      break;
-  }
+  by_elem(e, [&](auto tag) {
+    using T = decltype(tag);
+    acc_add_kernel<<<blocks_for(m), kThreads, 0, s>>>(acc, static_cast<const T*>(src), m);
+  });
   detail_check_cuda(cudaGetLastError(), "acc_add kernel launch");
 }
 
 void acc_store(void* dst, const float* acc, Elem e, std::uint64_t n, cudaStream_t s) {
   const I m = static_cast<I>(n);
   if (m <= 0) return;
-  switch (e) {
-    case Elem::f32:
-      acc_store_kernel<<<blocks_for(m), kThreads, 0, s>>>(static_cast<float*>(dst), acc, m);
-      break;
-    case Elem::f16:
-      acc_store_kernel<<<blocks_for(m), kThreads, 0, s>>>(static_cast<__half*>(dst), acc, m);
-      break;
-    case Elem::bf16:
-      acc_store_kernel<<<blocks_for(m), kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(dst), acc, m);
-      break;
-  }
+  by_elem(e, [&](auto tag) {
+    using T = decltype(tag);
+    acc_store_kernel<<<blocks_for(m), kThreads, 0, s>>>(static_cast<T*>(dst), acc, m);
+  });
   detail_check_cuda(cudaGetLastError(), "acc_store kernel launch");
 }
 
