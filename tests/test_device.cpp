@@ -119,13 +119,18 @@ TEST_CASE("collective plans move the same data as the host communicator", "[devi
   }
 }
 
-TEST_CASE("every collective of the MoE training graphs plans like the host communicator", "[device][comm][moe]") {
+// The training graph of schedule `name` for the small layer on 8 ranks, 4 per node.
+TaskGraph small_training_graph(const char* name) {
   const moe::LayerSpec s = small_layer();
+  const moe::ScheduleOptions o = moe::preset(name);
+  const moe::Dims d = moe::make_dims(s, 8, 4);
+  const auto f = moe::forward_ops(s, d, o);
+  return moe::build_training_graph(f, moe::backward_ops(f, s, d, o), s, d, o);
+}
+
+TEST_CASE("every collective of the MoE training graphs plans like the host communicator", "[device][comm][moe]") {
   for (const char* name : {"baseline", "s1", "s2"}) {
-    const moe::ScheduleOptions o = moe::preset(name);
-    const moe::Dims d = moe::make_dims(s, 8, 4);
-    const auto f = moe::forward_ops(s, d, o);
-    const TaskGraph g = moe::build_training_graph(f, moe::backward_ops(f, s, d, o), s, d, o);
+    const TaskGraph g = small_training_graph(name);
     for (const Collective& c : g.collectives()) {
       if (c.send_buf.empty()) continue;
       INFO(name << ": " << c.name);
@@ -271,12 +276,8 @@ TEST_CASE("inputs are rounded to the layer's type, ties to even", "[device][dtyp
 }
 
 TEST_CASE("the enqueue order puts every task after its dependencies and keeps stream order", "[device][order]") {
-  const moe::LayerSpec s = small_layer();
   for (const char* name : {"baseline", "s1", "s2"}) {
-    const moe::ScheduleOptions o = moe::preset(name);
-    const moe::Dims d = moe::make_dims(s, 8, 4);
-    const auto f = moe::forward_ops(s, d, o);
-    const TaskGraph g = moe::build_training_graph(f, moe::backward_ops(f, s, d, o), s, d, o);
+    const TaskGraph g = small_training_graph(name);
     const auto order = dev::enqueue_order(g);
     // Position of each task's unit in the order.
     std::vector<int> pos(g.tasks().size(), -1);
