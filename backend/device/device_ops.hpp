@@ -47,11 +47,13 @@ ColMajorGemm to_col_major(const Gemm& g);
 
 // One launch: `n` indices of a body; `act` says which T the body runs with
 // (bodies that touch only fp32 metadata ignore it).
-using LaunchArgs = std::variant<SoftmaxTopkArgs, AssignSlotsArgs, OrderArgs, OrderBwdArgs, SlotSliceArgs, ReluArgs,
+using LaunchArgs = std::variant<SoftmaxTopkArgs, SlotsArgs, OrderArgs, OrderBwdArgs, SlotSliceArgs, ReluArgs,
                                 ReluMaskArgs, IOrderArgs, IOrderBwdArgs, GateDlArgs, CastArgs>;
 enum class Body {
   softmax_topk,
-  assign_slots,
+  slot_count,
+  slot_scan,
+  slot_assign,
   order,
   order_vec,  // Order with M in 16-byte units
   order_bwd,
@@ -91,8 +93,12 @@ void with_body(Body b, const LaunchArgs& a, Fn&& fn) {
   switch (b) {
     case Body::softmax_topk:
       return fn(SoftmaxTopk<T>{std::get<SoftmaxTopkArgs>(a)});
-    case Body::assign_slots:
-      return fn(AssignSlots<T>{std::get<AssignSlotsArgs>(a)});
+    case Body::slot_count:
+      return fn(SlotCount<T>{std::get<SlotsArgs>(a)});
+    case Body::slot_scan:
+      return fn(SlotScan<T>{std::get<SlotsArgs>(a)});
+    case Body::slot_assign:
+      return fn(SlotAssign<T>{std::get<SlotsArgs>(a)});
     case Body::order:
       return fn(Order<T>{std::get<OrderArgs>(a)});
     case Body::order_vec:

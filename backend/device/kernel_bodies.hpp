@@ -93,27 +93,56 @@ struct SoftmaxTopk : SoftmaxTopkArgs {
   }
 };
 
-// ---- gate: capacity slots, one index per expert. Choices are placed
-// choice-major (every token's first choice, then every second), in token
-// order; a choice finding its expert full gets slot -1 (dropped).
-struct AssignSlotsArgs {
+// ---- gate: capacity slots. Choices are placed choice-major (every token's
+// first choice, then every second), in token order; a choice finding its
+// expert full gets slot -1 (dropped). The slot of a choice is the number of
+// earlier choices of its expert, found in three passes over chunks of the
+// choice-major sequence: a histogram (choices per expert and chunk), an
+// exclusive scan over chunks per expert, and the assignment.
+struct SlotsArgs {
   const int* top;
   const float* probs;
   float* route;  // [count, k, 3]
-  I count, E, k, C;
+  int* counts;   // [E, chunks]
+  I count, E, k, C, chunk, chunks;
+  // Expert of choice q of the choice-major sequence (q = j * count + i).
+  PARMSIM_HD I expert(I q) const { return top[(q % count) * k + q / count]; }
+  PARMSIM_HD I end(I ch) const { return (ch + 1) * chunk < count * k ? (ch + 1) * chunk : count * k; }
 };
 template <class T>
-struct AssignSlots : AssignSlotsArgs {
+struct SlotCount : SlotsArgs {  // one index per (expert, chunk)
+  PARMSIM_HD void operator()(I idx) const {
+    const I e = idx / chunks, ch = idx % chunks;
+    int n = 0;
+    for (I q = ch * chunk; q < end(ch); ++q) n += expert(q) == e;
+    counts[idx] = n;
+  }
+};
+template <class T>
+struct SlotScan : SlotsArgs {  // one index per expert
   PARMSIM_HD void operator()(I e) const {
-    I fill = 0;
-    for (I j = 0; j < k; ++j)
-      for (I i = 0; i < count; ++i) {
-        if (top[i * k + j] != e) continue;
-        float* r = route + (i * k + j) * 3;
-        r[0] = static_cast<float>(e);
-        r[1] = fill < C ? static_cast<float>(fill++) : -1.0f;
-        r[2] = probs[i * E + e];
-      }
+    int running = 0;
+    for (I ch = 0; ch < chunks; ++ch) {
+      const int c = counts[e * chunks + ch];
+      counts[e * chunks + ch] = running;
+      running += c;
+    }
+  }
+};
+template <class T>
+struct SlotAssign : SlotsArgs {  // one index per (expert, chunk)
+  PARMSIM_HD void operator()(I idx) const {
+    const I e = idx / chunks, ch = idx % chunks;
+    I fill = counts[idx];
+    for (I q = ch * chunk; q < end(ch); ++q) {
+      if (expert(q) != e) continue;
+      const I i = q % count, j = q / count;
+      float* r = route + (i * k + j) * 3;
+      r[0] = static_cast<float>(e);
+      r[1] = fill < C ? static_cast<float>(fill) : -1.0f;
+      r[2] = probs[i * E + e];
+      ++fill;
+    }
   }
 };
 

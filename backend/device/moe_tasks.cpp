@@ -35,6 +35,12 @@ ColMajorGemm to_col_major(const Gemm& g) {
 
 namespace {
 
+// Choices per chunk of the capacity passes (kernel_bodies.hpp, SlotsArgs).
+constexpr I kSlotChunk = 64;
+I slot_chunks(I choices) {
+  return (choices + kSlotChunk - 1) / kSlotChunk;
+}
+
 const std::set<std::string> kKernels = {"moe_gate",       "moe_order",      "moe_order_bwd",
                                         "moe_slot_slice", "moe_experts",    "moe_experts_bwd",
                                         "moe_iorder",     "moe_iorder_bwd", "moe_gate_bwd"};
@@ -87,8 +93,20 @@ void gate(const Ctx& c, void* s0, void* s1) {
   g.ab = c.ops.act(), g.d = Elem::f32;
   c.ops.gemm(g);
   c.ops.launch(Body::softmax_topk, count, SoftmaxTopkArgs{logits, static_cast<float*>(probs.p), top, E, k});
-  c.ops.launch(Body::assign_slots, E,
-               AssignSlotsArgs{top, static_cast<const float*>(probs.p), static_cast<float*>(route.p), count, E, k, C});
+  const I chunks = slot_chunks(count * k);
+  const SlotsArgs sa{top,
+                     static_cast<const float*>(probs.p),
+                     static_cast<float*>(route.p),
+                     top + count * k,
+                     count,
+                     E,
+                     k,
+                     C,
+                     kSlotChunk,
+                     chunks};
+  c.ops.launch(Body::slot_count, E * chunks, sa);
+  c.ops.launch(Body::slot_scan, E, sa);
+  c.ops.launch(Body::slot_assign, E * chunks, sa);
 }
 
 void order(const Ctx& c) {
@@ -235,7 +253,9 @@ bool is_device_kernel(const std::string& kernel) {
 std::array<std::uint64_t, 2> scratch_bytes(const Task& t, Elem act) {
   const auto a = [&](std::size_t i) { return i < t.iargs.size() ? static_cast<std::uint64_t>(t.iargs[i]) : 0; };
   const std::uint64_t ab = static_cast<std::uint64_t>(elem_bytes(act));
-  if (t.kernel == "moe_gate") return {a(1) * a(3) * 4, a(1) * a(4) * 4};
+  // gate: fp32 logits; top-k experts (int) then the per-(expert, chunk) counts.
+  if (t.kernel == "moe_gate")
+    return {a(1) * a(3) * 4, (a(1) * a(4) + a(3) * static_cast<std::uint64_t>(slot_chunks(a(1) * a(4)))) * 4};
   if (t.kernel == "moe_experts") return {a(0) * a(1) * a(2) * a(4) * ab, 0};
   if (t.kernel == "moe_experts_bwd") return {a(0) * a(1) * a(2) * a(4) * ab, a(0) * a(1) * a(2) * a(4) * ab};
   if (t.kernel == "moe_gate_bwd") return {a(1) * a(3) * ab, 0};
