@@ -204,6 +204,14 @@ TEST_CASE("the device kernels (host emulation) match the dense reference", "[dev
       CHECK(r.worst() < 1e-5);
     }
   }
+  // The comparison can fail: a device Order that misplaces one value is caught.
+  KernelTable broken = emu;
+  broken["moe_order"] = [good = emu.at("moe_order")](const Task& t, Memory& m) {
+    good(t, m);
+    auto& disp = m.at(t.rank, t.outputs[0]);
+    std::swap(disp[0], disp[1]);
+  };
+  CHECK(verify_schedule(small_layer(), {8, 4}, moe::preset("s1"), 11, &broken).worst() > 1e-3);
   // Every builder option too (split points, gathers, fusions).
   const moe::LayerSpec s = small_layer();
   for (auto o : moe::search_space()) {
