@@ -34,6 +34,9 @@ class Executor {
   virtual ~Executor() = default;
   virtual std::string name() const = 0;
   virtual SimResult run(const TaskGraph& g, Memory& mem) = 0;
+  // Whether this process holds rank `rank`'s buffers after run() (an executor
+  // spread over processes holds only its own ranks).
+  virtual bool owns(int /*rank*/) const { return true; }
 };
 
 }  // namespace parmsim::exec

@@ -116,7 +116,7 @@ Execution execute_schedule(const moe::LayerSpec& s, const Cluster& c, const moe:
 }
 
 VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
-                             std::uint64_t seed, const KernelTable* kernels, const RunOn* on) {
+                             std::uint64_t seed, const KernelTable* kernels, Executor* executor) {
   const moe::Dims d = dims_for(s, c);
   const auto f = moe::forward_ops(s, d, o);
   const auto b = moe::backward_ops(f, s, d, o);
@@ -125,8 +125,8 @@ VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const mo
   const Data D = make_data(s, d, seed);
   load(mem, s, d, D);
   CpuExecutor cpu(kernels ? *kernels : moe_kernels());
-  (on && on->executor ? *on->executor : static_cast<Executor&>(cpu)).run(g, mem);
-  const auto owns = [on](int r) { return !on || !on->owns || on->owns(r); };
+  Executor& ex = executor ? *executor : static_cast<Executor&>(cpu);
+  ex.run(g, mem);
 
   // The schedule's capacity rule, reproduced by the reference.
   ref::MoeRefSpec rs{d.n_ep, d.S, s.M, s.H, s.E, s.k, d.S, d.T_base};
@@ -140,7 +140,7 @@ VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const mo
   auto compare = [&](const std::string& name, auto want_at, const std::string& buf, I n) {
     double maxw = 0, maxd = 0;
     for (int r = 0; r < d.P; ++r) {
-      if (!owns(r)) continue;
+      if (!ex.owns(r)) continue;
       const auto& got = mem.at(r, buf);
       for (I i = 0; i < n; ++i) {
         const double w = want_at(r, i);

@@ -3,7 +3,6 @@
 // random inputs and weights, and compares output, input gradient and every
 // weight gradient with the dense reference layer.
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,19 +32,13 @@ struct Cluster {
   int gpus = 8, gpus_per_node = 8;
 };
 
-// Another executor to run on (the CUDA one), and which ranks' tensors this
-// process holds after the run (all when `owns` is empty).
-struct RunOn {
-  Executor* executor = nullptr;
-  std::function<bool(int)> owns;
-};
-
 // `kernels` replaces the CPU kernels (tests use it to prove a wrong kernel is
-// caught); `on` replaces the CPU executor. For fp16 and bf16 layers the
-// random inputs and weights are rounded to that type first, so the executor
-// and the reference see the same numbers.
+// caught); `executor` replaces the CPU executor, and only the ranks it owns()
+// are compared. For fp16 and bf16 layers the random inputs and weights are
+// rounded to that type first, so the executor and the reference see the same
+// numbers.
 VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
-                             std::uint64_t seed, const KernelTable* kernels = nullptr, const RunOn* on = nullptr);
+                             std::uint64_t seed, const KernelTable* kernels = nullptr, Executor* executor = nullptr);
 
 // Executes the training graph (forward then backward) with random data and
 // returns the measured trace and the graph it belongs to.

@@ -14,8 +14,8 @@
 
 #include "backend/cuda/cuda_ops.hpp"
 #include "backend/device/coll_plan.hpp"
-#include "backend/device/moe_tasks.hpp"
 #include "backend/device/enqueue_order.hpp"
+#include "backend/device/moe_tasks.hpp"
 #include "backend/device/timing.hpp"
 #include "sim/core/error.hpp"
 #include "sim/sweep/mpi_shim.hpp"
@@ -33,10 +33,6 @@ namespace parmsim::exec {
 using cuda::call_context;
 using cuda::CudaOps;
 using dev::Elem;
-
-bool cuda_built() {
-  return true;
-}
 
 std::string cuda_unavailable() {
   int n = 0;

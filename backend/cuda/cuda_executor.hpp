@@ -30,9 +30,8 @@ struct CudaOptions {
   int warmup = 2, reps = 10;
 };
 
-// Whether this build has the CUDA backend.
-bool cuda_built();
-// Why no GPU can be used by this process, in one line; empty when one can.
+// Why no GPU can be used by this process (or this build has no CUDA), in one
+// line; empty when one can.
 std::string cuda_unavailable();
 
 class CudaExecutor final : public Executor {
@@ -44,7 +43,7 @@ class CudaExecutor final : public Executor {
   // converted to the buffers' type), runs, and writes them back. The trace
   // has rows for every task; rows of other processes' ranks are zero.
   SimResult run(const TaskGraph& g, Memory& mem) override;
-  bool owns(int rank) const;
+  bool owns(int rank) const override;
   int world_rank() const;
   int world_size() const;
   std::string device_name() const;

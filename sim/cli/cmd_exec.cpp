@@ -87,10 +87,9 @@ struct BackendArgs {
   std::unique_ptr<exec::CudaExecutor> make(const std::string& cmd) {
     if (backend == "cpu") return nullptr;
     if (backend != "cuda") throw ParmError(fmt::format("{}: unknown backend '{}': cpu or cuda", cmd, backend));
-    if (!exec::cuda_built()) throw ParmError(fmt::format("{}: {}", cmd, exec::cuda_unavailable()));
-    cuda.loopback = !sweep::mpi::launched_by_mpirun();
     if (const std::string why = exec::cuda_unavailable(); !why.empty())
       throw ParmError(fmt::format("{} --backend cuda: {}", cmd, why));
+    cuda.loopback = !sweep::mpi::launched_by_mpirun();
     return std::make_unique<exec::CudaExecutor>(cuda);
   }
 };
@@ -98,9 +97,10 @@ struct BackendArgs {
 }  // namespace
 
 void add_exec(CLI::App& app) {
-  auto* v = app.add_subcommand("verify",
-                               "run the schedules' task graphs on the CPU executor with random data and compare "
-                               "output and gradients with a dense single-device MoE layer");
+  auto* v = app.add_subcommand(
+      "verify",
+      "run the schedules' task graphs on the CPU executor (or --backend cuda) with random data and compare "
+      "output and gradients with a dense single-device MoE layer");
   auto va = std::make_shared<LayerArgs>();
   auto tol = std::make_shared<double>(-1);
   auto vb = std::make_shared<BackendArgs>();
@@ -115,11 +115,6 @@ void add_exec(CLI::App& app) {
     const auto cl = va->cluster();
     auto gpu = vb->make("verify");
     const bool lead = !gpu || gpu->world_rank() == 0;
-    exec::RunOn on;
-    if (gpu) {
-      on.executor = gpu.get();
-      on.owns = [g = gpu.get()](int r) { return g->owns(r); };
-    }
     if (lead) {
       fmt::print("verify {} on {} ranks ({} per node), seed {}, {}\n", moe::spec_string(s), cl.gpus, cl.gpus_per_node,
                  va->seed,
@@ -132,7 +127,7 @@ void add_exec(CLI::App& app) {
     }
     bool ok = true;
     for (const auto& o : va->schedules(custom, has_custom)) {
-      exec::VerifyResult r = exec::verify_schedule(s, cl, o, va->seed, nullptr, gpu ? &on : nullptr);
+      exec::VerifyResult r = exec::verify_schedule(s, cl, o, va->seed, nullptr, gpu.get());
       for (auto& e : r.errors) e.max_rel_error = sweep::mpi::allreduce_max(e.max_rel_error);
       const bool pass = r.worst() <= limit;
       ok = ok && pass;

@@ -1,4 +1,7 @@
-// The CUDA executor in a build without CUDA: says so.
+// The CUDA executor's entry points in a build configured without nvcc: every
+// one reports that this parmsim has no CUDA backend, so `--backend cuda` fails
+// with that one line instead of the CLI failing to link. (With nvcc, as in CI,
+// cuda_executor.cpp is built instead.)
 #include "backend/cuda/cuda_executor.hpp"
 #include "sim/core/error.hpp"
 
@@ -6,9 +9,6 @@ namespace parmsim::exec {
 
 struct CudaExecutor::Impl {};
 
-bool cuda_built() {
-  return false;
-}
 std::string cuda_unavailable() {
   return "this parmsim was built without CUDA (nvcc was not found when it was configured)";
 }
