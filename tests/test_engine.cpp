@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <functional>
 #include <sstream>
 
@@ -17,16 +18,12 @@ Topology topo(const std::string& name) {
 }
 }  // namespace
 
-TEST_CASE("the roofline cost of a GEMM and of a memory-bound kernel", "[compute]") {
-  const GpuProfile& h100 = gpu_profile("h100");
-  // 1e12 FLOPs fp16: eff = 0.75 * 1e12 / (1e12 + 8e9) = 0.744048;
-  // 1e12 / (989e12 * 0.744048) = 1.358948 ms; plus 4 us launch = 1362.948 us.
-  const Time g = compute_time(h100, OpKind::gemm, 1'000'000'000'000ULL, 0, DType::fp16);
-  CHECK(g.to_us() == Approx(1362.948).epsilon(1e-5));
-  // 1 GB copy: eff = 0.85 * 1e9 / (1e9 + 8e6) = 0.843254; 1e9 / (3.35e12 * 0.843254)
-  // = 353.995 us; plus 4 us = 357.995 us.
-  const Time m = compute_time(h100, OpKind::copy, 0, 1'000'000'000ULL, DType::fp16);
-  CHECK(m.to_us() == Approx(357.995).epsilon(1e-5));
+TEST_CASE("the cost of a memory-bound kernel; unsupported dtypes and unknown GPUs", "[compute]") {
+  // GEMMs: tests/test_gemm.cpp. A 1 GB copy on an H100: 3 us floor + 1e9 B / (3.35e12 B/s *
+  // 1355/1555 sustained) = 3 + 342.5676 = 345.5676 us.
+  const Time m = compute_time(gpu_profile("h100"), OpKind::copy, 0, 1'000'000'000ULL, DType::fp16);
+  CHECK(m.to_us() == Approx(345.5676).epsilon(1e-6));
+  CHECK(compute_time(gpu_profile("h100"), OpKind::copy, 0, 0, DType::fp16) == Time::us(3));
   CHECK_THROWS_WITH(compute_time(gpu_profile("rtx2080ti"), OpKind::gemm, 1000, 0, DType::bf16),
                     Catch::Contains("does not support bf16"));
   CHECK_THROWS_WITH(gpu_profile("tpu"), Catch::Contains("unknown GPU profile 'tpu'"));
@@ -135,4 +132,96 @@ TEST_CASE("the same run twice gives byte-identical traces", "[engine][determinis
 TEST_CASE("more ranks than GPUs is an error", "[engine]") {
   const TaskGraph g = parse_task_graph_text("ranks: 9\ntasks:\n  - {name: a, rank: 8, op: copy}\n", "x.yaml");
   CHECK_THROWS_WITH(simulate(g, topo("dgx-h100")), Catch::Contains("9 ranks but topology 'dgx-h100' has only 8"));
+}
+
+// ---- a collective step completes exactly once (engine fix), and no member
+// leaves a collective before the bytes addressed to it arrived (checked by the
+// engine on every simulated graph: it throws "internal: ... in flight").
+
+TEST_CASE("an AlltoAllv with zero rows and columns waits for the bytes that are sent", "[engine][collective]") {
+  const Topology t = topo("dgx-h100");
+  // Only member 0 sends, 64 MiB to member 3; pairwise: member m's step j sends
+  // to m+j, so member 3's steps 1 and 2 carry nothing and complete at once
+  // (before the fix they completed twice and member 3 left at 0 us).
+  const TaskGraph g = parse_task_graph_text(R"(ranks: 4
+collectives:
+  - {name: v, op: alltoallv, algo: pairwise, group: [0, 1, 2, 3],
+     matrix: [[0B, 0B, 0B, 64MiB], [0B, 0B, 0B, 0B], [0B, 0B, 0B, 0B], [0B, 0B, 0B, 0B]]}
+tasks:
+  - {name: v0, rank: 0, collective: v}
+  - {name: v1, rank: 1, collective: v}
+  - {name: v2, rank: 2, collective: v}
+  - {name: v3, rank: 3, collective: v}
+)",
+                                            "v.yaml");
+  for (const char* net : {"analytical", "flow"}) {
+    const SimResult r = simulate(g, t, {net});
+    // 64 MiB = 67108864 B over a 450 GB/s NVLink route: 149.1308 us, plus 1.4 us latency.
+    CHECK(r.trace[3].end.to_us() == Approx(150.5308).epsilon(1e-4));
+    CHECK(r.trace[0].end.to_us() == Approx(149.1308).epsilon(1e-2));  // the sender is done when its bytes left
+    CHECK(r.trace[1].end == Time::zero());  // members 1 and 2 receive nothing
+    CHECK(r.trace[2].end == Time::zero());
+  }
+  // Zero rows and columns all round: nothing moves, everyone leaves at 0.
+  const TaskGraph z = parse_task_graph_text(R"(ranks: 3
+collectives:
+  - {name: v, op: alltoallv, algo: pairwise, group: [0, 1, 2], matrix: [[0B, 0B, 0B], [0B, 0B, 0B], [0B, 0B, 0B]]}
+tasks:
+  - {name: v0, rank: 0, collective: v}
+  - {name: v1, rank: 1, collective: v}
+  - {name: v2, rank: 2, collective: v}
+)",
+                                            "z.yaml");
+  CHECK(simulate(z, t).makespan == Time::zero());
+}
+
+TEST_CASE("an SAA with one inner member is a pairwise AlltoAll", "[engine][collective]") {
+  // With inner = 1 there is no AllGather: every round sends one chunk to one
+  // peer, exactly the pairwise AlltoAll's transfers (round 0 is the member's own chunk).
+  const Topology t = topo("parm-32gpu");
+  auto one = [&](const char* op, const char* extra) {
+    return parse_task_graph_text(fmt::format(R"(ranks: 13
+collectives:
+  - {{name: c, op: {}, group: [0, 4, 8, 12], bytes: 8MiB{}}}
+tasks:
+  - {{name: c0, rank: 0, collective: c}}
+  - {{name: c1, rank: 4, collective: c}}
+  - {{name: c2, rank: 8, collective: c}}
+  - {{name: c3, rank: 12, collective: c}}
+)",
+                                             op, extra),
+                                 "saa.yaml");
+  };
+  const TaskGraph saa = one("saa", ", inner: 1");
+  const TaskGraph a2a = one("alltoall", ", algo: pairwise");
+  for (const char* net : {"analytical", "flow"}) {
+    const SimResult rs = simulate(saa, t, {net}), ra = simulate(a2a, t, {net});
+    CHECK(rs.makespan > Time::zero());
+    CHECK(rs.makespan == ra.makespan);
+    CHECK(rs.inter_node_bytes == ra.inter_node_bytes);
+    // 3 peers x 2 MiB from each of 4 members, all across nodes.
+    CHECK(rs.inter_node_bytes == 4u * 3u * (2u << 20));
+  }
+}
+
+TEST_CASE("every collective over one member finishes at once", "[engine][collective]") {
+  const Topology t = topo("dgx-h100");
+  for (const char* op : {"alltoall", "allgather", "reducescatter", "allreduce", "saa"}) {
+    const TaskGraph g = parse_task_graph_text(
+        fmt::format("ranks: 1\ncollectives:\n  - {{name: c, op: {}, group: [0], bytes: 1MiB{}}}\n"
+                    "tasks:\n  - {{name: c0, rank: 0, collective: c}}\n  - {{name: after, rank: 0, op: copy, bytes: "
+                    "1MiB, deps: [c0]}}\n",
+                    op, std::string(op) == "saa" ? ", inner: 1" : ""),
+        "one.yaml");
+    INFO(op);
+    const SimResult r = simulate(g, t, {"flow"});
+    CHECK(r.trace[0].end == Time::zero());
+    CHECK(r.trace[1].start == Time::zero());
+    CHECK(r.transfers == 0);
+  }
+  const TaskGraph v = parse_task_graph_text(
+      "ranks: 1\ncollectives:\n  - {name: c, op: alltoallv, group: [0], matrix: [[1MiB]]}\n"
+      "tasks:\n  - {name: c0, rank: 0, collective: c}\n",
+      "onev.yaml");
+  CHECK(simulate(v, t).makespan == Time::zero());
 }

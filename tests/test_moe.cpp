@@ -19,7 +19,7 @@ LayerSpec paper_layer() {
   return s;
 }
 
-std::vector<const MoeOp*> of_kind(const std::vector<MoeOp>& ops, OpKind2 k) {
+std::vector<const MoeOp*> of_kind(const std::vector<MoeOp>& ops, MoeStep k) {
   std::vector<const MoeOp*> v;
   for (const auto& o : ops)
     if (o.kind == k) v.push_back(&o);
@@ -52,29 +52,29 @@ TEST_CASE("message sizes follow PARM.md's tables", "[moe][sizes]") {
   CHECK(d.T_base == 128);
   CHECK(d.T_parm == 32);
   const auto base = forward_ops(s, d, preset("baseline"));
-  for (const MoeOp* o : of_kind(base, OpKind2::a2a)) CHECK(o->elems == 4194304);
-  CHECK(of_kind(base, OpKind2::a2a).size() == 2);
-  CHECK(of_kind(base, OpKind2::ar).at(0)->elems == 4194304);
+  for (const MoeOp* o : of_kind(base, MoeStep::a2a)) CHECK(o->elems == 4194304);
+  CHECK(of_kind(base, MoeStep::a2a).size() == 2);
+  CHECK(of_kind(base, MoeStep::ar).at(0)->elems == 4194304);
 
   const auto s1 = forward_ops(s, d, preset("s1"));
-  CHECK(of_kind(s1, OpKind2::a2a).at(0)->elems == 1048576);      // dispatch D/G
-  CHECK(of_kind(s1, OpKind2::ag).at(0)->elems == 4194304);       // ESP-AllGather to D
-  CHECK(of_kind(s1, OpKind2::rs_then).at(0)->elems == 4194304);  // ESP-ReduceScatter of D, then AlltoAll of D/G
-  CHECK(of_kind(s1, OpKind2::ag).at(1)->elems == 2097152);       // MP-AllGather of O
-  CHECK(of_kind(s1, OpKind2::gate).at(0)->tokens == 512);        // gate on S/G
+  CHECK(of_kind(s1, MoeStep::a2a).at(0)->elems == 1048576);      // dispatch D/G
+  CHECK(of_kind(s1, MoeStep::ag).at(0)->elems == 4194304);       // ESP-AllGather to D
+  CHECK(of_kind(s1, MoeStep::rs_then).at(0)->elems == 4194304);  // ESP-ReduceScatter of D, then AlltoAll of D/G
+  CHECK(of_kind(s1, MoeStep::ag).at(1)->elems == 2097152);       // MP-AllGather of O
+  CHECK(of_kind(s1, MoeStep::gate).at(0)->tokens == 512);        // gate on S/G
   // Backward of S1: the MP-AllGather becomes a slice, MP-Split an AllGather of O.
   const auto s1b = backward_ops(s1, s, d, preset("s1"));
-  CHECK(s1b.front().kind == OpKind2::mp_gather_free);
-  CHECK(s1b.back().kind == OpKind2::ag);
+  CHECK(s1b.front().kind == MoeStep::mp_gather_free);
+  CHECK(s1b.back().kind == MoeStep::ag);
   CHECK(s1b.back().elems == 2097152);
 
   const auto s2 = forward_ops(s, d, preset("s2"));
-  CHECK(of_kind(s2, OpKind2::saa).at(0)->elems == 1048576);  // SAA input D/G per rank
-  CHECK(of_kind(s2, OpKind2::rs_then).at(0)->then == OpKind2::saa);
-  CHECK(of_kind(s2, OpKind2::iorder).at(0)->tokens == 2048);  // I-Order on all S tokens
+  CHECK(of_kind(s2, MoeStep::saa).at(0)->elems == 1048576);  // SAA input D/G per rank
+  CHECK(of_kind(s2, MoeStep::rs_then).at(0)->then == MoeStep::saa);
+  CHECK(of_kind(s2, MoeStep::iorder).at(0)->tokens == 2048);  // I-Order on all S tokens
   const auto s2b = backward_ops(s2, s, d, preset("s2"));
-  CHECK(of_kind(s2b, OpKind2::saa).size() == 1);      // combine adjoint: AlltoAll + ESP-AllGather
-  CHECK(of_kind(s2b, OpKind2::rs_then).size() == 1);  // dispatch adjoint: RS -> AlltoAll
+  CHECK(of_kind(s2b, MoeStep::saa).size() == 1);      // combine adjoint: AlltoAll + ESP-AllGather
+  CHECK(of_kind(s2b, MoeStep::rs_then).size() == 1);  // dispatch adjoint: RS -> AlltoAll
 }
 
 TEST_CASE("simulated bytes: S1 sends G times fewer inter-node bytes than the baseline", "[moe][sizes]") {

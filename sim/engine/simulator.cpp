@@ -38,6 +38,7 @@ struct CollState {
   std::vector<char> step_ready;
   std::vector<char> xfer_started;
   std::vector<int> member_steps_left;
+  std::vector<int> member_in_left;  // transfers addressed to each member not yet arrived
   std::vector<char> entered;
   std::vector<std::uint64_t> member_sent;
   const CalibratedCollective* calibrated = nullptr;  // timed as a whole when set
@@ -74,6 +75,7 @@ class Engine {
       s.member_steps_left.assign(M, 0);
       s.entered.assign(M, 0);
       s.member_sent.assign(M, 0);
+      s.member_in_left.assign(M, 0);
       std::vector<std::pair<int, int>> succ, msteps, sx;
       succ.reserve(2 * S);
       msteps.reserve(S);
@@ -93,6 +95,7 @@ class Engine {
         s.step_xfers_left[xf.send_step]++;
         s.step_xfers_left[xf.recv_step]++;
         s.member_sent[xf.src] += xf.bytes;
+        ++s.member_in_left[xf.dst];
       }
       s.step_succ.build(S, succ);
       s.member_steps.build(M, msteps);
@@ -156,7 +159,7 @@ class Engine {
     if (t.kind == TaskKind::compute) {
       res_.trace[id].bytes = t.bytes;
       res_.trace[id].flops = t.flops;
-      events_.push(now_ + compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype, cal_, task_kind(t.name)), id);
+      events_.push(now_ + compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype, cal_, task_kind(t.name), t.shape), id);
       return;
     }
     CollState& s = coll_[t.collective];
@@ -183,8 +186,15 @@ class Engine {
       if (s.step_deps_left[st] == 0) step_ready(t.collective, st);
   }
 
+  // A step becomes ready exactly once: when its member has entered and its
+  // dependencies are complete. Both start_task (on entry) and step_done (on a
+  // dependency's completion) may find it so, and a step with no transfers
+  // completes at once, so without this guard its successors and its member's
+  // step count would be decremented twice and the member could finish before
+  // the bytes addressed to it arrived.
   void step_ready(int c, int st) {
     CollState& s = coll_[c];
+    if (s.step_ready[st]) return;
     s.step_ready[st] = 1;
     if (s.step_xfers_left[st] == 0) {
       step_done(c, st);
@@ -207,6 +217,7 @@ class Engine {
   void xfer_done(std::uint64_t fid) {
     const auto [c, x] = flow_ids_[fid];
     const CollXfer& xf = coll_[c].plan.xfers[x];
+    --coll_[c].member_in_left[xf.dst];
     for (int st : {xf.send_step, xf.recv_step})
       if (--coll_[c].step_xfers_left[st] == 0) step_done(c, st);
   }
@@ -216,7 +227,14 @@ class Engine {
     for (int nx : s.step_succ.of(st))
       if (--s.step_deps_left[nx] == 0 && s.entered[s.plan.steps[nx].member]) step_ready(c, nx);
     const int m = s.plan.steps[st].member;
-    if (--s.member_steps_left[m] == 0) task_done(g_.parts(c)[m]);
+    if (--s.member_steps_left[m] == 0) {
+      // Checked on every simulated graph: a member leaves a collective only
+      // after every byte addressed to it has arrived.
+      if (s.member_in_left[m] != 0)
+        throw ParmError(fmt::format("internal: member {} of collective '{}' finished with {} transfer(s) to it in flight",
+                                    m, g_.collective(c).name, s.member_in_left[m]));
+      task_done(g_.parts(c)[m]);
+    }
   }
 
   void task_done(int id) {

@@ -84,7 +84,7 @@ struct Task {
   std::uint64_t flops = 0;
   std::uint64_t bytes = 0;  // bytes read + written in memory
   DType dtype = DType::fp32;
-  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> shape;  // gemm: {m, n, k} or {m, n, k, batch}; empty = unknown
   // collective
   int collective = -1;
   std::vector<std::string> inputs, outputs;  // buffer names on `rank`

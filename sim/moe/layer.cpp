@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <span>
 
 #include "sim/calib/calibration.hpp"
 #include "sim/coll/collective_plan.hpp"
@@ -234,7 +235,7 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
 
 namespace {
 
-MoeOp coll_op(OpKind2 k, GroupKind g, std::int64_t elems, const char* label) {
+MoeOp coll_op(MoeStep k, GroupKind g, std::int64_t elems, const char* label) {
   MoeOp o{k};
   o.group = g;
   o.elems = elems;
@@ -242,7 +243,7 @@ MoeOp coll_op(OpKind2 k, GroupKind g, std::int64_t elems, const char* label) {
   return o;
 }
 
-MoeOp compute_op(OpKind2 k, std::int64_t tokens, std::int64_t elems, const char* label) {
+MoeOp compute_op(MoeStep k, std::int64_t tokens, std::int64_t elems, const char* label) {
   MoeOp o{k};
   o.tokens = tokens;
   o.elems = elems;
@@ -257,13 +258,13 @@ std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const Schedule
   const std::int64_t M = s.M, G = d.G;
   if (!o.parm) {
     const std::int64_t D = s.E * d.T_base * M;
-    v.push_back(compute_op(OpKind2::gate, d.S, 0, "gate"));
-    v.push_back(compute_op(OpKind2::order, d.S, D, "order"));
-    v.push_back(coll_op(OpKind2::a2a, GroupKind::ep, D, "dispatch_a2a"));
-    v.push_back(compute_op(OpKind2::experts, 0, D, "experts"));
-    v.push_back(coll_op(OpKind2::ar, GroupKind::esp, D, "esp_allreduce"));
-    v.push_back(coll_op(OpKind2::a2a, GroupKind::ep, D, "combine_a2a"));
-    v.push_back(compute_op(OpKind2::iorder, d.S, D, "iorder"));
+    v.push_back(compute_op(MoeStep::gate, d.S, 0, "gate"));
+    v.push_back(compute_op(MoeStep::order, d.S, D, "order"));
+    v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D, "dispatch_a2a"));
+    v.push_back(compute_op(MoeStep::experts, 0, D, "experts"));
+    v.push_back(coll_op(MoeStep::ar, GroupKind::esp, D, "esp_allreduce"));
+    v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D, "combine_a2a"));
+    v.push_back(compute_op(MoeStep::iorder, d.S, D, "iorder"));
     return v;
   }
   if (o.fuse_combine && o.gather != Gather::before_iorder)
@@ -274,42 +275,42 @@ std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const Schedule
   std::int64_t Dl = 0;  // per-rank dispatch buffer after MP-Split (D/G)
   if (o.split == Split::before_gate) {
     Dl = s.E * d.T_parm * M;
-    v.push_back(coll_op(OpKind2::split, GroupKind::mp, d.S * M, "mp_split"));
-    v.push_back(compute_op(OpKind2::gate, d.S / G, 0, "gate"));
-    v.push_back(compute_op(OpKind2::order, d.S / G, Dl, "order"));
+    v.push_back(coll_op(MoeStep::split, GroupKind::mp, d.S * M, "mp_split"));
+    v.push_back(compute_op(MoeStep::gate, d.S / G, 0, "gate"));
+    v.push_back(compute_op(MoeStep::order, d.S / G, Dl, "order"));
   } else {
     const std::int64_t Tl = (d.T_base + G - 1) / G;
     Dl = s.E * Tl * M;
-    v.push_back(compute_op(OpKind2::gate, d.S, 0, "gate"));
-    v.push_back(compute_op(OpKind2::order, d.S, s.E * d.T_base * M, "order"));
+    v.push_back(compute_op(MoeStep::gate, d.S, 0, "gate"));
+    v.push_back(compute_op(MoeStep::order, d.S, s.E * d.T_base * M, "order"));
     // Keep this member's share of every expert's slots (a copy), then the split.
-    v.push_back(compute_op(OpKind2::slot_slice, d.S, Dl, "slot_slice"));
-    v.push_back(coll_op(OpKind2::split, GroupKind::mp, G * Dl, "mp_split"));
+    v.push_back(compute_op(MoeStep::slot_slice, d.S, Dl, "slot_slice"));
+    v.push_back(coll_op(MoeStep::split, GroupKind::mp, G * Dl, "mp_split"));
   }
   const std::int64_t Dfull = G * Dl;
   if (o.fuse_dispatch) {
-    v.push_back(coll_op(OpKind2::saa, GroupKind::world, Dl, "dispatch_saa"));
+    v.push_back(coll_op(MoeStep::saa, GroupKind::world, Dl, "dispatch_saa"));
   } else {
-    v.push_back(coll_op(OpKind2::a2a, GroupKind::ep, Dl, "dispatch_a2a"));
-    v.push_back(coll_op(OpKind2::ag, GroupKind::esp, Dfull, "esp_allgather"));
+    v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, Dl, "dispatch_a2a"));
+    v.push_back(coll_op(MoeStep::ag, GroupKind::esp, Dfull, "esp_allgather"));
   }
-  v.push_back(compute_op(OpKind2::experts, 0, Dfull, "experts"));
-  MoeOp rs = coll_op(OpKind2::rs_then, GroupKind::esp, Dfull, "esp_rs_combine");
+  v.push_back(compute_op(MoeStep::experts, 0, Dfull, "experts"));
+  MoeOp rs = coll_op(MoeStep::rs_then, GroupKind::esp, Dfull, "esp_rs_combine");
   rs.chunks = o.chunks;
   if (o.gather == Gather::after_iorder) {
-    rs.then = OpKind2::a2a;
+    rs.then = MoeStep::a2a;
     v.push_back(rs);
-    v.push_back(compute_op(OpKind2::iorder, d.S / G, Dl, "iorder"));
-    v.push_back(coll_op(OpKind2::ag, GroupKind::mp, d.S * M, "mp_allgather"));
+    v.push_back(compute_op(MoeStep::iorder, d.S / G, Dl, "iorder"));
+    v.push_back(coll_op(MoeStep::ag, GroupKind::mp, d.S * M, "mp_allgather"));
   } else {
-    rs.then = o.fuse_combine ? OpKind2::saa : OpKind2::a2a;
+    rs.then = o.fuse_combine ? MoeStep::saa : MoeStep::a2a;
     // I-Order on all S tokens needs every MP member's routing (expert, slot,
     // weight per token choice): a small AllGather over MP.
     if (o.split == Split::before_gate)
-      v.push_back(coll_op(OpKind2::ag, GroupKind::mp, d.S * s.k * 3, "route_allgather"));
+      v.push_back(coll_op(MoeStep::ag, GroupKind::mp, d.S * s.k * 3, "route_allgather"));
     v.push_back(rs);
-    if (!o.fuse_combine) v.push_back(coll_op(OpKind2::ag, GroupKind::mp, Dfull, "mp_allgather"));
-    v.push_back(compute_op(OpKind2::iorder, d.S, Dfull, "iorder"));
+    if (!o.fuse_combine) v.push_back(coll_op(MoeStep::ag, GroupKind::mp, Dfull, "mp_allgather"));
+    v.push_back(compute_op(MoeStep::iorder, d.S, Dfull, "iorder"));
   }
   return v;
 }
@@ -331,43 +332,43 @@ std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& 
   };
   std::vector<Prim> prim;
   const std::int64_t G = d.G;
-  auto ag = [](GroupKind g, std::int64_t n, const char* l) { return coll_op(OpKind2::ag, g, n, l); };
+  auto ag = [](GroupKind g, std::int64_t n, const char* l) { return coll_op(MoeStep::ag, g, n, l); };
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
     const MoeOp& f = *it;
     switch (f.kind) {
-      case OpKind2::split:
+      case MoeStep::split:
         prim.push_back({ag(GroupKind::mp, f.elems, "bwd_mp_split_allgather")});
         break;
-      case OpKind2::slot_slice:
+      case MoeStep::slot_slice:
         break;  // its adjoint is the AllGather above; Order's backward reads that layout
-      case OpKind2::gate: {
+      case MoeStep::gate: {
         MoeOp x = f;
         x.backward = true;
         prim.push_back({x});
         // With MP split before the gate, each MP rank saw other tokens: the
         // replicated gate weights' gradient is summed over the MP group.
         if (o.parm && o.split == Split::before_gate)
-          prim.push_back({coll_op(OpKind2::ar, GroupKind::mp, spec.M * spec.E, "gate_grad_allreduce")});
+          prim.push_back({coll_op(MoeStep::ar, GroupKind::mp, spec.M * spec.E, "gate_grad_allreduce")});
         break;
       }
-      case OpKind2::ag:
+      case MoeStep::ag:
         if (f.group == GroupKind::mp)
-          prim.push_back({coll_op(OpKind2::mp_gather_free, GroupKind::mp, f.elems, "bwd_mp_allgather_slice")});
+          prim.push_back({coll_op(MoeStep::mp_gather_free, GroupKind::mp, f.elems, "bwd_mp_allgather_slice")});
         else
-          prim.push_back({coll_op(OpKind2::rs, f.group, f.elems, "bwd_esp_allgather")});
+          prim.push_back({coll_op(MoeStep::rs, f.group, f.elems, "bwd_esp_allgather")});
         break;
-      case OpKind2::rs:
+      case MoeStep::rs:
         prim.push_back({ag(f.group, f.elems, "bwd_esp_reducescatter")});
         break;
-      case OpKind2::saa:  // dispatch: AllGather_esp(AlltoAll(x))
-        prim.push_back({coll_op(OpKind2::rs, GroupKind::esp, G * f.elems, "bwd_dispatch_rs"), true});
-        prim.push_back({coll_op(OpKind2::a2a, GroupKind::ep, f.elems, "bwd_dispatch_a2a"), true});
+      case MoeStep::saa:  // dispatch: AllGather_esp(AlltoAll(x))
+        prim.push_back({coll_op(MoeStep::rs, GroupKind::esp, G * f.elems, "bwd_dispatch_rs"), true});
+        prim.push_back({coll_op(MoeStep::a2a, GroupKind::ep, f.elems, "bwd_dispatch_a2a"), true});
         break;
-      case OpKind2::rs_then: {
+      case MoeStep::rs_then: {
         // ReduceScatter_esp(n), then AlltoAll(n/G) (and, fused, the MP-AllGather,
         // whose adjoint is free): adjoint = AlltoAll(n/G), then AllGather_esp(n).
-        const bool fz = f.then == OpKind2::saa;
-        prim.push_back({coll_op(OpKind2::a2a, GroupKind::ep, f.elems / G, "bwd_combine_a2a"), fz});
+        const bool fz = f.then == MoeStep::saa;
+        prim.push_back({coll_op(MoeStep::a2a, GroupKind::ep, f.elems / G, "bwd_combine_a2a"), fz});
         prim.push_back({ag(GroupKind::esp, f.elems, "bwd_combine_esp_allgather"), fz});
         break;
       }
@@ -381,7 +382,7 @@ std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& 
   // The baseline's AllReduce sums fc2's partial outputs; its adjoint is the
   // identity, and fc1's input gradient needs an AllReduce after the experts.
   for (std::size_t i = 0; i + 1 < prim.size(); ++i)
-    if (prim[i].op.kind == OpKind2::ar && prim[i + 1].op.kind == OpKind2::experts) std::swap(prim[i], prim[i + 1]);
+    if (prim[i].op.kind == MoeStep::ar && prim[i + 1].op.kind == MoeStep::experts) std::swap(prim[i], prim[i + 1]);
   // 2. Fuse as the forward pass did: an AlltoAll followed by an ESP-AllGather
   //    of G times its size becomes an SAA when the pair came from a fused op;
   //    an ESP-ReduceScatter followed by an AlltoAll of 1/G its size becomes a
@@ -390,17 +391,17 @@ std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& 
   for (std::size_t i = 0; i < prim.size(); ++i) {
     const MoeOp& a = prim[i].op;
     const bool has_next = i + 1 < prim.size();
-    if (has_next && a.kind == OpKind2::a2a && prim[i].fused && prim[i + 1].fused &&
-        prim[i + 1].op.kind == OpKind2::ag && prim[i + 1].op.elems == G * a.elems) {
-      out.push_back(coll_op(OpKind2::saa, GroupKind::world, a.elems, "bwd_combine_saa"));
+    if (has_next && a.kind == MoeStep::a2a && prim[i].fused && prim[i + 1].fused &&
+        prim[i + 1].op.kind == MoeStep::ag && prim[i + 1].op.elems == G * a.elems) {
+      out.push_back(coll_op(MoeStep::saa, GroupKind::world, a.elems, "bwd_combine_saa"));
       out.back().backward = true;
       ++i;
       continue;
     }
-    if (has_next && a.kind == OpKind2::rs && prim[i + 1].op.kind == OpKind2::a2a &&
+    if (has_next && a.kind == MoeStep::rs && prim[i + 1].op.kind == MoeStep::a2a &&
         prim[i + 1].op.elems * G == a.elems && (o.chunks > 1 || prim[i].fused)) {
-      MoeOp p = coll_op(OpKind2::rs_then, a.group, a.elems, "bwd_dispatch_rs_a2a");
-      p.then = OpKind2::a2a;
+      MoeOp p = coll_op(MoeStep::rs_then, a.group, a.elems, "bwd_dispatch_rs_a2a");
+      p.then = MoeStep::a2a;
       p.chunks = o.chunks;
       p.backward = true;
       out.push_back(p);
@@ -422,6 +423,10 @@ struct Kernel {
   const char* name;
   OpKind op;
   std::uint64_t flops, bytes;
+  std::array<std::int64_t, 4> shape{};  // gemm: m, n, k, batch (0 = unknown)
+  std::span<const std::int64_t> dims() const {
+    return shape[0] > 0 ? std::span<const std::int64_t>(shape.data(), 4) : std::span<const std::int64_t>();
+  }
 };
 
 // The compute kernels of one op on one rank; shared by the graph builder and the closed form.
@@ -430,14 +435,14 @@ std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
   const std::uint64_t M = s.M, E = s.E, t = o.tokens, h = s.H / d.G;
   const std::uint64_t w = o.backward ? 2 : 1;  // backward GEMMs: data and weight gradients
   switch (o.kind) {
-    case OpKind2::gate:
+    case MoeStep::gate:
       return {{"gate_gemm", OpKind::gemm, w * 2 * t * M * E, w * (t * M + M * E + t * E) * b},
               {"softmax_topk", OpKind::topk, 0, 2 * t * E * b}};
-    case OpKind2::order:
+    case MoeStep::order:
       return {{"order", OpKind::order, 0, (t * M + static_cast<std::uint64_t>(o.elems)) * b}};
-    case OpKind2::iorder:
+    case MoeStep::iorder:
       return {{"iorder", OpKind::iorder, 0, (t * M + static_cast<std::uint64_t>(o.elems)) * b}};
-    case OpKind2::experts: {
+    case MoeStep::experts: {
       const std::uint64_t rows = static_cast<std::uint64_t>(o.elems) / M;
       Kernel fc1{"expert_fc1", OpKind::gemm, w * 2 * rows * M * h, w * (rows * M + M * h + rows * h) * b};
       Kernel act{"expert_act", OpKind::activation, 0, (o.backward ? 3 : 2) * rows * h * b};
@@ -445,9 +450,9 @@ std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
       if (o.backward) return {fc2, act, fc1};
       return {fc1, act, fc2};
     }
-    case OpKind2::kernel:
-      return {{o.label, o.kernel_op, o.flops, o.bytes}};
-    case OpKind2::slot_slice:
+    case MoeStep::kernel:
+      return {{o.label, o.kernel_op, o.flops, o.bytes, o.shape}};
+    case MoeStep::slot_slice:
       return {{"slot_slice", OpKind::copy, 0, 2 * static_cast<std::uint64_t>(o.elems) * b}};
     default:
       return {};
@@ -485,30 +490,30 @@ class GraphBuilder {
   void add(const MoeOp& op) {
     if (op.backward && !in_backward_) start_backward();
     switch (op.kind) {
-      case OpKind2::gate:
+      case MoeStep::gate:
         return op.backward ? gate_bwd(op) : gate(op);
-      case OpKind2::order:
+      case MoeStep::order:
         return op.backward ? order_bwd(op) : order(op);
-      case OpKind2::slot_slice:
+      case MoeStep::slot_slice:
         return slot_slice(op);
-      case OpKind2::experts:
+      case MoeStep::experts:
         return op.backward ? experts_bwd(op) : experts(op);
-      case OpKind2::iorder:
+      case MoeStep::iorder:
         return op.backward ? iorder_bwd(op) : iorder(op);
-      case OpKind2::kernel:
+      case MoeStep::kernel:
         return kernel_task(op);
-      case OpKind2::split:
-      case OpKind2::mp_gather_free:
+      case MoeStep::split:
+      case MoeStep::mp_gather_free:
         return;  // views: no work, no task
-      case OpKind2::rs_then:
+      case MoeStep::rs_then:
         return rs_then(op);
-      case OpKind2::a2a:
+      case MoeStep::a2a:
         return coll_step(CollOp::alltoall, GroupKind::ep, op, 1);
-      case OpKind2::saa:
+      case MoeStep::saa:
         return coll_step(CollOp::saa, GroupKind::world, op, d_.G);
-      case OpKind2::rs:
+      case MoeStep::rs:
         return coll_step(CollOp::reducescatter, op.group, op, 0);
-      case OpKind2::ag:
+      case MoeStep::ag:
         if (std::string(op.label) == "route_allgather") {
           collective(CollOp::allgather, GroupKind::mp, op.elems, "comm", op.label, "route", "route_all", 0, 1);
           buf("route_all", op.elems);
@@ -528,7 +533,7 @@ class GraphBuilder {
           return;
         }
         return coll_step(CollOp::allgather, op.group, op, -1);
-      case OpKind2::ar: {
+      case MoeStep::ar: {
         // In place: the ESP AllReduce on the current buffer, or the gate gradient's over MP.
         const bool gate_grad = std::string(op.label) == "gate_grad_allreduce";
         const std::string target = gate_grad ? "dWg" : cur_;
@@ -590,6 +595,7 @@ class GraphBuilder {
       t.flops = k.flops;
       t.bytes = k.bytes;
       t.dtype = s_.dtype;
+      if (!k.dims().empty()) t.shape.assign(k.shape.begin(), k.shape.end());
       t.kernel = kname;
       t.inputs = in;
       t.outputs = out;
@@ -752,7 +758,7 @@ class GraphBuilder {
     const std::string rs_out = std::string(op.backward ? "g." : "") + op.label + ".rs",
                       out_name = std::string(op.backward ? "g." : "") + op.label + ".out";
     const std::int64_t mid = in / d_.G;
-    const std::int64_t out = op.then == OpKind2::saa ? mid * d_.G : mid;
+    const std::int64_t out = op.then == MoeStep::saa ? mid * d_.G : mid;
     buf(rs_out, mid);
     buf(out_name, out);
     const std::int64_t cw = cdiv(s_.M, c);
@@ -768,7 +774,7 @@ class GraphBuilder {
       if (j == 0)
         for (int r = 0; r < d_.P; ++r) start[r] = -1;  // later chunks follow on the rs stream
       const std::vector<int> after_rs = prev_;
-      if (op.then == OpKind2::saa)
+      if (op.then == MoeStep::saa)
         collective(CollOp::saa, GroupKind::world, cdiv(op.elems, c) / d_.G, "comm", tag + ".saa", rs_out, out_name, 0,
                    s_.M, c0, c > 1 ? cn : 0, last);
       else
@@ -947,37 +953,37 @@ double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims&
   for (const MoeOp& op : ops) {
     const double n = static_cast<double>(op.elems) * bytes;
     switch (op.kind) {
-      case OpKind2::gate:
-      case OpKind2::order:
-      case OpKind2::iorder:
-      case OpKind2::experts:
-      case OpKind2::kernel:
-      case OpKind2::slot_slice:
+      case MoeStep::gate:
+      case MoeStep::order:
+      case MoeStep::iorder:
+      case MoeStep::experts:
+      case MoeStep::kernel:
+      case MoeStep::slot_slice:
         for (const auto& k : kernels(op, s, d)) {
           std::string kind;  // only needed to look up a calibration table
           if (ab.calibration) kind = op.backward ? std::string("bwd_") + k.name : std::string(k.name);
-          t += compute_time(gpu, k.op, k.flops, k.bytes, s.dtype, ab.calibration, kind).to_seconds();
+          t += compute_time(gpu, k.op, k.flops, k.bytes, s.dtype, ab.calibration, kind, k.dims()).to_seconds();
         }
         break;
-      case OpKind2::a2a:
+      case MoeStep::a2a:
         t += c.a2a(n);
         break;
-      case OpKind2::ag:
+      case MoeStep::ag:
         t += c.ag(n);
         break;
-      case OpKind2::rs:
+      case MoeStep::rs:
         t += c.rs(n);
         break;
-      case OpKind2::ar:
+      case MoeStep::ar:
         t += op.group == GroupKind::ep ? c.ar_ep(n) : c.ar(n);
         break;
-      case OpKind2::saa:
+      case MoeStep::saa:
         t += c.saa(n);
         break;
-      case OpKind2::rs_then: {
+      case MoeStep::rs_then: {
         const int ch = op.chunks;
         const double t1 = c.rs(n / ch);
-        const double t2 = op.then == OpKind2::saa ? c.saa(n / ch / d.G) : c.a2a(n / ch / d.G);
+        const double t2 = op.then == MoeStep::saa ? c.saa(n / ch / d.G) : c.a2a(n / ch / d.G);
         t += t1 + (ch - 1) * std::max(t1, t2) + t2;
         break;
       }

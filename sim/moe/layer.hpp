@@ -84,7 +84,11 @@ struct Dims {
 };
 Dims make_dims(const LayerSpec& s, int P, int gpus_per_node);
 
-enum class OpKind2 {
+// What one step of a schedule does: a compute op of the layer (gate, order,
+// iorder, experts, slot_slice, kernel), a view (split, mp_gather_free) or a
+// collective (a2a, ag, rs, ar, saa, and rs_then: a ReduceScatter pipelined
+// into an AlltoAll or SAA).
+enum class MoeStep {
   gate,
   order,
   iorder,
@@ -104,18 +108,19 @@ enum class GroupKind { ep, esp, mp, world };
 
 // One step of a schedule, in elements (times dtype bytes for collectives).
 struct MoeOp {
-  OpKind2 kind;
+  MoeStep kind;
   bool backward = false;
   std::int64_t tokens = 0;  // gate/order/iorder: tokens processed
   std::int64_t elems = 0;   // buffer elements: order output, iorder input, expert input rows*M,
                             // collective size (nccl-tests convention), saa input per rank
   GroupKind group = GroupKind::ep;
   // rs_then: ReduceScatter over ESP/MP of `elems`, then `then` (a2a or saa) of elems/G, in `chunks`
-  OpKind2 then = OpKind2::a2a;
+  MoeStep then = MoeStep::a2a;
   int chunks = 1;
   // kernel: one compute kernel given directly (dense transformer parts)
   OpKind kernel_op = OpKind::elementwise;
   std::uint64_t flops = 0, bytes = 0;
+  std::array<std::int64_t, 4> shape{};  // kernel gemm: m, n, k, batch (0 = unknown)
   const char* label = "";  // a literal: op lists are built a million times a second by the model
 };
 

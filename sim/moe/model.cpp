@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "sim/core/error.hpp"
 #include "sim/io/yaml_reader.hpp"
@@ -31,11 +33,14 @@ const Section kModel{"model",
                       {"k", "int", "2", "top-k"},
                       {"f", "number", "1.2", "capacity factor"},
                       {"mp", "int", "required", "tensor-parallel (and expert-sharding) degree"},
-                      {"dtype", "string", "fp32", "fp32 | fp16 | bf16"}}};
+                      {"dtype", "string", "fp32", "fp32 | fp16 | bf16"},
+                      {"grad_bucket", "int | none", "500000000",
+                       "gradient AllReduce bucket in elements, overlapped with backward (DeepSpeed's "
+                       "reduce_bucket_size default); none or 0: one AllReduce after backward"}}};
 SectionRegistrar reg(kModel);
 
 MoeOp kernel(const char* label, OpKind op, std::uint64_t flops, std::uint64_t bytes) {
-  MoeOp o{OpKind2::kernel};
+  MoeOp o{MoeStep::kernel};
   o.label = label;
   o.kernel_op = op;
   o.flops = flops;
@@ -43,8 +48,30 @@ MoeOp kernel(const char* label, OpKind op, std::uint64_t flops, std::uint64_t by
   return o;
 }
 
+// C[m,n] = A[m,k] B[k,n], `batch` times: 2mnk flops, A and B read and C written once.
+MoeOp gemm(const char* label, std::uint64_t m, std::uint64_t n, std::uint64_t k, std::uint64_t batch,
+           std::uint64_t dtype_bytes) {
+  MoeOp o = kernel(label, OpKind::gemm, 2 * m * n * k * batch, (m * k + k * n + m * n) * batch * dtype_bytes);
+  o.shape = {static_cast<std::int64_t>(m), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k),
+             static_cast<std::int64_t>(batch)};
+  return o;
+}
+
+// A forward GEMM, or its backward as two GEMMs: the data gradient dA[m,k] = dC[m,n] B^T
+// (shape m, k, n) and the weight gradient dB[k,n] = A^T dC (shape k, n, m).
+void push_gemm(std::vector<MoeOp>& v, bool bwd, const char* fwd, const char* dgrad, const char* wgrad,
+               std::uint64_t m, std::uint64_t n, std::uint64_t k, std::uint64_t batch, std::uint64_t b) {
+  if (!bwd) {
+    v.push_back(gemm(fwd, m, n, k, batch, b));
+    return;
+  }
+  // Pushed in forward order and reversed with the list: the data gradient runs first.
+  v.push_back(gemm(wgrad, k, n, m, batch, b));
+  v.push_back(gemm(dgrad, m, k, n, batch, b));
+}
+
 MoeOp allreduce(GroupKind g, std::int64_t elems, const char* label) {
-  MoeOp o{OpKind2::ar};
+  MoeOp o{MoeStep::ar};
   o.group = g;
   o.elems = elems;
   o.label = label;
@@ -89,6 +116,10 @@ ModelSpec load_model_spec(const std::string& file) {
   set("f", "f");
   set("mp", "mp");
   set("dtype", "dtype");
+  if (r.has("grad_bucket")) {
+    const YamlReader g = r.at("grad_bucket");
+    m.grad_bucket = g.as_string() == "none" ? 0 : g.as_int(0, std::int64_t{1} << 50);
+  }
   m.experts_per_gpu = r.has("E") ? 0 : (r.has("experts_per_gpu") ? r.at("experts_per_gpu").as_int(1, 1 << 20) : 1);
   if (m.heads % m.layer.mp != 0) r.at("heads").fail(fmt::format("a multiple of mp={}", m.layer.mp));
   return m;
@@ -106,6 +137,43 @@ Time IterationResult::moe_time() const {
   return Time::zero();
 }
 
+GradSync grad_sync_timeline(const std::vector<BackwardStep>& steps, std::int64_t bucket_elems,
+                            const std::function<Time(std::int64_t)>& allreduce_time) {
+  GradSync g;
+  std::int64_t total = 0;
+  for (const BackwardStep& st : steps) {
+    g.compute += st.compute;
+    total += st.grad_elems;
+  }
+  if (bucket_elems <= 0) {  // after the backward pass, one AllReduce
+    g.allreduce = total > 0 ? allreduce_time(total) : Time::zero();
+    g.buckets = total > 0 ? 1 : 0;
+    g.end = g.compute + g.allreduce;
+    return g;
+  }
+  Time now, comm_free;  // compute stream's clock; when the communication stream is free
+  std::int64_t bucket = 0;
+  Time bucket_ready;
+  auto flush = [&] {
+    const Time a = allreduce_time(bucket);
+    comm_free = std::max(comm_free, bucket_ready) + a;
+    g.allreduce += a;
+    ++g.buckets;
+    bucket = 0;
+  };
+  for (const BackwardStep& st : steps) {
+    now += st.compute;
+    if (st.grad_elems <= 0) continue;
+    if (bucket > 0 && bucket + st.grad_elems > bucket_elems) flush();
+    bucket += st.grad_elems;
+    bucket_ready = now;
+    if (bucket >= bucket_elems) flush();
+  }
+  if (bucket > 0) flush();
+  g.end = std::max(g.compute, comm_free);
+  return g;
+}
+
 std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo, const Calibration* cal) {
   LayerSpec s = m.layer;
   if (m.experts_per_gpu > 0) s.E = m.experts_per_gpu * topo.num_gpus();
@@ -115,53 +183,57 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   const std::uint64_t hl = static_cast<std::uint64_t>(m.heads) / G;  // heads per MP rank
   const std::uint64_t dh = M / static_cast<std::uint64_t>(m.heads);
 
-  // Attention block (pre-LN): LN, QKV (column-parallel), scores, softmax, context, projection (row-parallel),
-  // AllReduce.
+  // Every GEMM carries its shape (m, n, k, batch); backward GEMMs are a data- and a weight-gradient GEMM.
+  // Attention block (pre-LN): LN, QKV (column-parallel), scores and context (batched over the rank's B*hl
+  // heads), softmax, projection (row-parallel), AllReduce.
   auto attention = [&](bool bwd) {
-    const std::uint64_t w = bwd ? 2 : 1;
-    std::vector<MoeOp> v = {
-        kernel("layernorm", OpKind::elementwise, 0, 2 * S * M * b),
-        kernel("qkv_gemm", OpKind::gemm, w * 2 * S * M * 3 * M / G, w * (S * M + 3 * M * M / G + 3 * S * M / G) * b),
-        kernel("attn_scores", OpKind::gemm, w * 2 * B * hl * L * L * dh, w * (2 * S * M / G + B * hl * L * L) * b),
-        kernel("attn_softmax", OpKind::softmax, 0, (bwd ? 3 : 2) * B * hl * L * L * b),
-        kernel("attn_context", OpKind::gemm, w * 2 * B * hl * L * L * dh, w * (B * hl * L * L + 2 * S * M / G) * b),
-        kernel("attn_proj", OpKind::gemm, w * 2 * S * M / G * M, w * (S * M / G + M * M / G + S * M) * b),
-        allreduce(GroupKind::mp, static_cast<std::int64_t>(S * M), "mp_allreduce"),
-    };
+    std::vector<MoeOp> v;
+    v.push_back(kernel("layernorm", OpKind::elementwise, 0, 2 * S * M * b));
+    push_gemm(v, bwd, "qkv_gemm", "qkv_gemm_dgrad", "qkv_gemm_wgrad", S, 3 * M / G, M, 1, b);
+    // scores[L,L] = Q[L,dh] K^T[dh,L]; its backward: dQ = dScores K, dK^T = Q^T dScores.
+    push_gemm(v, bwd, "attn_scores", "attn_scores_dq", "attn_scores_dk", L, L, dh, B * hl, b);
+    v.push_back(kernel("attn_softmax", OpKind::softmax, 0, (bwd ? 3 : 2) * B * hl * L * L * b));
+    // context[L,dh] = P[L,L] V[L,dh]; its backward: dP = dContext V^T, dV = P^T dContext.
+    push_gemm(v, bwd, "attn_context", "attn_context_dp", "attn_context_dv", L, dh, L, B * hl, b);
+    push_gemm(v, bwd, "attn_proj", "attn_proj_dgrad", "attn_proj_wgrad", S, M, M / G, 1, b);
+    v.push_back(allreduce(GroupKind::mp, static_cast<std::int64_t>(S * M), "mp_allreduce"));
     if (bwd) std::reverse(v.begin(), v.end());
     return v;
   };
   auto dense_ffn = [&](bool bwd) {
-    const std::uint64_t w = bwd ? 2 : 1;
-    std::vector<MoeOp> v = {
-        kernel("layernorm", OpKind::elementwise, 0, 2 * S * M * b),
-        kernel("fc1_gemm", OpKind::gemm, w * 2 * S * M * H / G, w * (S * M + M * H / G + S * H / G) * b),
-        kernel("gelu", OpKind::activation, 0, (bwd ? 3 : 2) * S * H / G * b),
-        kernel("fc2_gemm", OpKind::gemm, w * 2 * S * H / G * M, w * (S * H / G + H / G * M + S * M) * b),
-        allreduce(GroupKind::mp, static_cast<std::int64_t>(S * M), "mp_allreduce"),
-    };
+    std::vector<MoeOp> v;
+    v.push_back(kernel("layernorm", OpKind::elementwise, 0, 2 * S * M * b));
+    push_gemm(v, bwd, "fc1_gemm", "fc1_gemm_dgrad", "fc1_gemm_wgrad", S, H / G, M, 1, b);
+    v.push_back(kernel("gelu", OpKind::activation, 0, (bwd ? 3 : 2) * S * H / G * b));
+    push_gemm(v, bwd, "fc2_gemm", "fc2_gemm_dgrad", "fc2_gemm_wgrad", S, M, H / G, 1, b);
+    v.push_back(allreduce(GroupKind::mp, static_cast<std::int64_t>(S * M), "mp_allreduce"));
     if (bwd) std::reverse(v.begin(), v.end());
     return v;
   };
   // Embedding lookup, and the vocabulary-parallel output head with its loss.
-  auto embed_head = [&](bool bwd) {
-    const std::uint64_t w = bwd ? 2 : 1;
-    std::vector<MoeOp> v = {
-        kernel("embedding", OpKind::elementwise, 0, 2 * S * M * b),
-        kernel("lm_head_gemm", OpKind::gemm, w * 2 * S * M * V / G, w * (S * M + M * V / G + S * V / G) * b),
-        kernel("cross_entropy", OpKind::softmax, 0, 2 * S * V / G * b),
-    };
+  auto embedding = [&] { return std::vector<MoeOp>{kernel("embedding", OpKind::elementwise, 0, 2 * S * M * b)}; };
+  auto head = [&](bool bwd) {
+    std::vector<MoeOp> v;
+    push_gemm(v, bwd, "lm_head_gemm", "lm_head_gemm_dgrad", "lm_head_gemm_wgrad", S, V / G, M, 1, b);
+    v.push_back(kernel("cross_entropy", OpKind::softmax, 0, 2 * S * V / G * b));
     if (bwd) std::reverse(v.begin(), v.end());
     return v;
   };
+  auto embed_head = [&](bool bwd) {  // forward: lookup, then head; backward: head (reversed already), lookup
+    std::vector<MoeOp> v = bwd ? head(true) : embedding();
+    for (const MoeOp& o : bwd ? embedding() : head(false)) v.push_back(o);
+    return v;
+  };
   // Dense parameters are replicated over the N_EP data-parallel ranks of an EP
-  // group (experts are not: experts = GPUs); their gradients are AllReduced once.
+  // group (experts are not: experts = GPUs); their gradients are AllReduced over
+  // that group. Per block: attention 4*M*M/G weights + 4*M (biases, LayerNorm);
+  // dense FFN 2*M*H/G; MoE gate M*E. Word embedding (tied with the head) V*M/G and
+  // position embedding L*M, whose gradients are complete when the lookup's backward ends.
   const int moe_layers = m.layers / m.moe_every;
   const int dense_layers = m.layers - moe_layers;
-  const std::uint64_t dense_params = static_cast<std::uint64_t>(m.layers) * (4 * M * M / G + 4 * M) +
-                                     static_cast<std::uint64_t>(dense_layers) * 2 * M * H / G +
-                                     static_cast<std::uint64_t>(moe_layers) * M * static_cast<std::uint64_t>(s.E) +
-                                     V * M / G + L * M;
+  const auto i64 = [](std::uint64_t x) { return static_cast<std::int64_t>(x); };
+  const std::int64_t attn_params = i64(4 * M * M / G + 4 * M), ffn_params = i64(2 * M * H / G),
+                     gate_params = i64(M * static_cast<std::uint64_t>(s.E)), embed_params = i64(V * M / G + L * M);
 
   const Time attn_f = simulate_ops(attention(false), s, d, topo, m.network, cal);
   const Time attn_b = simulate_ops(attention(true), s, d, topo, m.network, cal);
@@ -169,22 +241,36 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   const Time ffn_b = simulate_ops(dense_ffn(true), s, d, topo, m.network, cal);
   const Time eh_f = simulate_ops(embed_head(false), s, d, topo, m.network, cal);
   const Time eh_b = simulate_ops(embed_head(true), s, d, topo, m.network, cal);
-  const Time dp =
-      d.n_ep > 1
-          ? simulate_ops({allreduce(GroupKind::ep, static_cast<std::int64_t>(dense_params), "dp_grad_allreduce")}, s, d,
-                         topo, m.network, cal)
-          : Time::zero();
+  // The lookup's backward ends the pass; the rest of eh_b (head and loss) begins it.
+  const Time emb_b = std::min(eh_b, simulate_ops(embedding(), s, d, topo, m.network, cal));
+  std::map<std::int64_t, Time> ar_memo;  // bucket elements -> AllReduce time over the DP (EP) group
+  const auto allreduce_time = [&](std::int64_t elems) {
+    if (d.n_ep <= 1 || elems <= 0) return Time::zero();
+    auto [it, fresh] = ar_memo.try_emplace(elems);
+    if (fresh)
+      it->second = simulate_ops({allreduce(GroupKind::ep, elems, "dp_grad_allreduce")}, s, d, topo, m.network, cal);
+    return it->second;
+  };
   std::vector<IterationResult> out;
   const LayerRun run{topo, s, m.network, cal};
   for (const char* name : {"baseline", "s1", "s2"}) {
     const ScheduleResult r = run_schedule(run, preset(name));
+    // Backward: head and loss, blocks last to first (FFN or MoE layer, then attention), embedding lookup.
+    std::vector<BackwardStep> steps = {{eh_b - emb_b, 0}};
+    for (int layer = m.layers - 1; layer >= 0; --layer) {
+      const bool moe = (layer + 1) % m.moe_every == 0 && (layer + 1) / m.moe_every <= moe_layers;
+      steps.push_back(moe ? BackwardStep{r.backward, gate_params} : BackwardStep{ffn_b, ffn_params});
+      steps.push_back({attn_b, attn_params});
+    }
+    steps.push_back({emb_b, embed_params});
     IterationResult it;
     it.schedule = name;
+    it.grad_sync = grad_sync_timeline(steps, m.grad_bucket, allreduce_time);
     it.parts = {{"embedding_and_head", 1, eh_f, eh_b},
                 {"attention", m.layers, attn_f, attn_b},
                 {"dense_ffn", dense_layers, ffn_f, ffn_b},
                 {"moe_layer", moe_layers, r.forward, r.backward},
-                {"dp_grad_allreduce", 1, Time::zero(), dp}};
+                {"dp_grad_allreduce", 1, Time::zero(), it.grad_sync.exposed()}};
     out.push_back(std::move(it));
   }
   return out;
