@@ -33,5 +33,6 @@ void add_model(CLI::App& app);
 void add_exec(CLI::App& app);
 void add_calibrate(CLI::App& app);
 void add_compare(CLI::App& app);
+void add_validate(CLI::App& app);
 
 }  // namespace parmsim::cli

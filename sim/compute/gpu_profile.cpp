@@ -5,31 +5,101 @@
 #include <algorithm>
 
 #include "sim/calib/calibration.hpp"
+#include "sim/compute/gemm_model.hpp"
 #include "sim/core/error.hpp"
 
 namespace parmsim {
 
+namespace {
+// Sources, cited once here and by key in the profiles below.
+// [MLE]  stas00/ml-engineering@744d01e1 compute/accelerator/README.md: dense peak TFLOP/s table
+//        (L260 B200, L264 H200, L265 H100, L275 A100 SXM), HBM bandwidth table (L474 B200 8.00,
+//        L476 H200 4.80, L484 H100 3.35 TB/s).
+// [GPUBG] NVIDIA "GPU Performance Background User's Guide",
+//        https://docs.nvidia.com/deeplearning/performance/dl-performance-gpu-background/index.html:
+//        A100 108 SMs, up to 2039 GB/s HBM2e; H100/H200 132 SMs (also ml-engineering
+//        training/performance/README.md L604).
+// [ZZC]  zzc0721/torch-performance-test-data@9d828276 database.md: best TFLOP/s of torch.mm over
+//        square N in {1024, 2048, 4096, 8192, 10240}, CUDA events over 30 back-to-back calls, FP32
+//        with TF32 disabled (test.py L131-191, L223-275). These are the "sustained" figures: the
+//        most cuBLAS reached on that GPU, the same measurement for every profile.
+// Fixed floor, every GPU: 3 us, "about 3 microseconds with recent hardware and software" for a
+//        null kernel, https://forums.developer.nvidia.com/t/too-much-time-for-kernel-launch-latency/233645/3
+// HBM sustained fraction, every GPU: 1355 / 1555 = 0.871, a measured memory copy on an A100 40GB
+//        against its 1555 GB/s datasheet figure, https://github.com/PTsolvers/gpu-workshop-JuliaCon23/issues/7;
+//        BabelStream on an RTX 2060 (GDDR6) reaches 304 of 336 GB/s = 0.905,
+//        https://github.com/alpaka-group/alpaka/issues/1874.
+constexpr double kMemEfficiency = 1355.0 / 1555.0;
+constexpr Time kGpuFloor = Time::ns(3000);
+
+GpuProfile make(std::string name, std::string source, int sms, double fp32, double tf32, double fp16, double bf16,
+                double s32, double s16, double sb16, double hbm, double mem_eff = kMemEfficiency,
+                Time launch = kGpuFloor) {
+  GpuProfile g;
+  g.name = std::move(name);
+  g.source = std::move(source);
+  g.sm_count = sms;
+  g.peak_fp32 = fp32;
+  g.peak_tf32 = tf32;
+  g.peak_fp16 = fp16;
+  g.peak_bf16 = bf16;
+  g.sustained_fp32 = s32;
+  g.sustained_fp16 = s16;
+  g.sustained_bf16 = sb16;
+  g.hbm_bandwidth = hbm;
+  g.mem_efficiency = mem_eff;
+  g.launch = launch;
+  return g;
+}
+}  // namespace
+
 const std::vector<GpuProfile>& gpu_profiles() {
-  // Peaks are dense (no sparsity) datasheet figures.
+  // Peaks are dense (no sparsity). Arguments: SMs; peak FP32 SIMT, TF32, FP16, BF16; sustained
+  // FP32, FP16, BF16 (FLOP/s); HBM bytes/s.
   static const std::vector<GpuProfile> p = {
-      {"h100", "NVIDIA H100 SXM5 datasheet: 67 TFLOP/s FP32, 989 TFLOP/s FP16/BF16 dense, 3.35 TB/s HBM3", 67e12,
-       989e12, 989e12, 3.35e12, Time::ns(4000), 0.75, 8e9, 0.85, 8e6},
-      {"h200", "NVIDIA H200 SXM datasheet: H100 compute, 4.8 TB/s HBM3e", 67e12, 989e12, 989e12, 4.8e12, Time::ns(4000),
-       0.75, 8e9, 0.85, 8e6},
-      {"a100", "NVIDIA A100 SXM4 80GB datasheet: 19.5 TFLOP/s FP32, 312 TFLOP/s FP16/BF16, 2.039 TB/s", 19.5e12, 312e12,
-       312e12, 2.039e12, Time::ns(4000), 0.8, 4e9, 0.85, 4e6},
-      {"rtx2080ti",
-       "GeForce RTX 2080 Ti (Turing TU102): 13.45 TFLOP/s FP32, 53.8 TFLOP/s FP16 tensor with FP32 "
-       "accumulate, 616 GB/s GDDR6; no BF16",
-       13.45e12, 53.8e12, 0, 616e9, Time::ns(5000), 0.8, 1e9, 0.85, 1e6},
-      {"rtx_a6000", "NVIDIA RTX A6000 datasheet: 38.7 TFLOP/s FP32, 154.8 TFLOP/s FP16/BF16 tensor dense, 768 GB/s",
-       38.7e12, 154.8e12, 154.8e12, 768e9, Time::ns(5000), 0.8, 2e9, 0.85, 2e6},
-      {"b200", "NVIDIA B200 (HGX/NVL72) datasheet: 80 TFLOP/s FP32, 2250 TFLOP/s FP16/BF16 dense, 8 TB/s HBM3e", 80e12,
-       2250e12, 2250e12, 8e12, Time::ns(4000), 0.75, 16e9, 0.85, 16e6},
-      {"cpu",
-       "A CPU core running parmsim's reference kernels (rough: 2 GFLOP/s, 5 GB/s); calibrate it "
-       "(parmsim calibrate --backend cpu) before trusting it",
-       2e9, 2e9, 2e9, 5e9, Time::ns(1000), 1.0, 1e3, 1.0, 1e3},
+      make("h100",
+           "H100 SXM5: 132 SMs [NVIDIA GPU background guide]; peaks 67 FP32 / 494.5 TF32 / 989 FP16 / 989 BF16 "
+           "TFLOP/s and 3.35 TB/s HBM3 [stas00/ml-engineering@744d01e1 compute/accelerator/README.md L265, L484]; "
+           "cuBLAS sustains 51.88 FP32 / 760.04 FP16 / 797.51 BF16 TFLOP/s "
+           "[zzc0721/torch-performance-test-data@9d828276 database.md L34, issue #79]",
+           132, 67e12, 494.5e12, 989e12, 989e12, 51.88e12, 760.04e12, 797.51e12, 3.35e12),
+      make("h200",
+           "H200 SXM: H100 compute, 132 SMs; peaks 67 / 494.5 / 989 / 989 TFLOP/s, 4.8 TB/s HBM3e "
+           "[ml-engineering@744d01e1 compute/accelerator/README.md L264, L476]; sustained 51.34 FP32 / 759.40 FP16 "
+           "/ 790.29 BF16 TFLOP/s [zzc0721/torch-performance-test-data@9d828276 database.md L57]",
+           132, 67e12, 494.5e12, 989e12, 989e12, 51.34e12, 759.40e12, 790.29e12, 4.8e12),
+      make("a100",
+           "A100 SXM4 80GB: 108 SMs, 2039 GB/s HBM2e [NVIDIA GPU Performance Background guide]; peaks 19.5 FP32 / "
+           "156 TF32 / 312 FP16 / 312 BF16 TFLOP/s [ml-engineering@744d01e1 compute/accelerator/README.md L275]; "
+           "sustained 19.18 FP32 / 258.74 FP16 / 264.53 BF16 TFLOP/s "
+           "[zzc0721/torch-performance-test-data@9d828276 database.md L13]",
+           108, 19.5e12, 156e12, 312e12, 312e12, 19.18e12, 258.74e12, 264.53e12, 2.039e12),
+      make("rtx2080ti",
+           "GeForce RTX 2080 Ti (Turing TU102): 68 SMs at 1.545 GHz (https://github.com/tensorflow/tensorflow/issues/"
+           "42572); 13.45 TFLOP/s FP32 (https://gpu.spicedreamphone.com/ru/gpu/nvidia/geforce-rtx-2080-ti); FP16 "
+           "tensor with FP32 accumulate 53.8 TFLOP/s, derived: 544 tensor cores x 64 FMA/clk x 2 x 1.545 GHz, halved "
+           "for FP32 accumulate on GeForce (https://github.com/tensorflow/tensorflow/issues/24531); no TF32, no BF16 "
+           "tensor cores; 616 GB/s GDDR6 (352-bit x 14 Gbit/s, NVIDIA product specification); sustained 13.04 FP32 / "
+           "58.58 FP16 TFLOP/s [zzc0721/torch-performance-test-data@9d828276 database.md L119, issue #115], above "
+           "the reference-clock peak because cards boost past 1.545 GHz",
+           68, 13.45e12, 0, 53.8e12, 0, 13.04e12, 58.58e12, 0, 616e9),
+      make("rtx_a6000",
+           "RTX A6000 (GA102): 84 SMs, 38.7 TFLOP/s FP32 at 1.8 GHz "
+           "(https://sysrqmts.com/es/gpus/compare/nvidia-rtx-a6000-vs-nvidia-tesla-p40); 154.8 FP16/BF16 tensor dense "
+           "(https://llmperf.net/categories/gpu/Nvidia-A6000-GPUs); TF32 77.4, derived with the A40 datasheet ratio "
+           "74.8/149.7; 768 GB/s GDDR6 (NVIDIA RTX A6000 datasheet); sustained 23.92 FP32 / 120.49 FP16 / 123.34 "
+           "BF16 TFLOP/s [zzc0721/torch-performance-test-data@9d828276 database.md L58]",
+           84, 38.7e12, 77.4e12, 154.8e12, 154.8e12, 23.92e12, 120.49e12, 123.34e12, 768e9),
+      make("b200",
+           "B200 SXM: 148 SMs (one SKU); peaks 80 FP32 / 1125 TF32 / 2250 FP16 / 2250 BF16 TFLOP/s, 8 TB/s HBM3e "
+           "[ml-engineering@744d01e1 compute/accelerator/README.md L260, L474]; sustained 66.24 FP32 / 1627.64 FP16 "
+           "/ 1696.03 BF16 TFLOP/s [zzc0721/torch-performance-test-data@9d828276 database.md L3]",
+           148, 80e12, 1125e12, 2250e12, 2250e12, 66.24e12, 1627.64e12, 1696.03e12, 8e12),
+      // No tile model (sm_count 0): launch + max(flops / peak, bytes / bandwidth).
+      make("cpu",
+           "A CPU core running parmsim's reference kernels (rough: 2 GFLOP/s, 5 GB/s, 1 us per kernel); calibrate it "
+           "(parmsim calibrate --backend cpu) before trusting it",
+           0, 2e9, 0, 2e9, 2e9, 0, 0, 0, 5e9, 1.0, Time::ns(1000)),
   };
   return p;
 }
@@ -38,6 +108,12 @@ double GpuProfile::peak(DType d) const {
   const double v = d == DType::fp32 ? peak_fp32 : d == DType::fp16 ? peak_fp16 : peak_bf16;
   if (v <= 0) throw ParmError(fmt::format("GPU profile '{}' does not support {}", name, to_string(d)));
   return v;
+}
+
+double GpuProfile::sustained(DType d) const {
+  const double p = peak(d);
+  const double s = d == DType::fp32 ? sustained_fp32 : d == DType::fp16 ? sustained_fp16 : sustained_bf16;
+  return s > 0 ? s : p;
 }
 
 const GpuProfile& gpu_profile(const std::string& name) {
@@ -53,24 +129,20 @@ std::string_view task_kind(std::string_view task_name) {
 }
 
 Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
-                  const Calibration* cal, std::string_view kind) {
+                  const Calibration* cal, std::string_view kind, std::span<const std::int64_t> shape) {
   if (cal && !kind.empty())
     if (const KernelTable* k = cal->kernel(kind, dtype))
       return k->time(static_cast<double>(k->op == OpKind::gemm ? flops : bytes));
-  Time t = gpu.launch;
-  Time mem = Time::zero();
-  if (bytes > 0) {
-    const double b = static_cast<double>(bytes);
-    const double eff = gpu.mem_eff_max * b / (b + gpu.mem_half_bytes);
-    mem = duration_for_rate(b, gpu.hbm_bandwidth * eff);
+  if (op == OpKind::gemm && (flops > 0 || !shape.empty())) {
+    if (gpu.sm_count < 1) {
+      const Time math = duration_for_rate(static_cast<double>(flops), gpu.sustained(dtype));
+      const Time mem = bytes > 0 ? duration_for_rate(static_cast<double>(bytes), gpu.hbm_bandwidth * gpu.mem_efficiency)
+                                 : Time::zero();
+      return gpu.launch + std::max(math, mem);
+    }
+    return gemm_time(gpu, dtype, gemm_shape_or_cube(shape, flops), static_cast<double>(bytes));
   }
-  if (op == OpKind::gemm && flops > 0) {
-    const double f = static_cast<double>(flops);
-    const double eff = gpu.gemm_eff_max * f / (f + gpu.gemm_half_flops);
-    const Time math = duration_for_rate(f, gpu.peak(dtype) * eff);
-    return t + std::max(math, mem);
-  }
-  return t + mem;
+  return memory_kernel_time(gpu, bytes);
 }
 
 }  // namespace parmsim

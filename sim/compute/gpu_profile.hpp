@@ -1,12 +1,12 @@
 #pragma once
-// GPU compute profiles and the roofline kernel cost model.
+// GPU compute profiles and the kernel cost model.
 //
-// time(op) = launch + max(flops / (peak(dtype) * eff_gemm(flops)),
-//                         bytes / (hbm * eff_mem(bytes)))       for gemm
-// time(op) = launch + bytes / (hbm * eff_mem(bytes))            otherwise
-// with saturating efficiency curves eff(x) = eff_max * x / (x + x_half): small
-// kernels run far below peak, large ones approach eff_max.
+// A GEMM is costed as cuBLAS runs it (sim/compute/gemm_model.hpp): a fixed per-kernel floor plus
+// waves of output tiles over the SMs at the per-SM share of the throughput cuBLAS sustains, or the
+// time to move A, B and C through HBM, whichever is longer. A memory-bound kernel costs the floor
+// plus its bytes at the sustained HBM bandwidth. Every figure in a profile names its source.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,18 +18,25 @@ namespace parmsim {
 
 struct GpuProfile {
   std::string name;
-  std::string source;        // where the figures come from
-  double peak_fp32 = 0;      // FLOP/s (no TF32)
-  double peak_fp16 = 0;      // FLOP/s dense tensor core, fp32 accumulate
-  double peak_bf16 = 0;      // 0 = not supported
-  double hbm_bandwidth = 0;  // bytes/s
-  Time launch;               // per-kernel overhead
-  double gemm_eff_max = 0.8;
-  double gemm_half_flops = 2e9;  // FLOPs at which a GEMM reaches half of eff_max
-  double mem_eff_max = 0.85;
-  double mem_half_bytes = 2e6;
+  std::string source;  // where the figures come from
+  // Streaming multiprocessors. 0 = no tile model (the "cpu" profile): a GEMM then costs
+  // launch + max(flops / peak, bytes / bandwidth).
+  int sm_count = 0;
+  double peak_fp32 = 0;  // FLOP/s dense FP32 on the SIMT cores (no TF32)
+  double peak_tf32 = 0;  // FLOP/s dense TF32 tensor cores; 0 = none. Informative: fp32 GEMMs are
+                         // costed on FP32 SIMT (PyTorch's default, TF32 off for matmul)
+  double peak_fp16 = 0;  // FLOP/s dense FP16 tensor cores, FP32 accumulate
+  double peak_bf16 = 0;  // FLOP/s dense BF16 tensor cores; 0 = not supported
+  // The throughput cuBLAS sustains on large GEMMs (published maxima), FLOP/s; 0 = use the peak.
+  double sustained_fp32 = 0;
+  double sustained_fp16 = 0;
+  double sustained_bf16 = 0;
+  double hbm_bandwidth = 0;    // bytes/s, datasheet
+  double mem_efficiency = 1;   // fraction of hbm_bandwidth a streaming kernel sustains
+  Time launch;                 // fixed per-kernel floor
 
-  double peak(DType d) const;  // throws if the dtype is unsupported
+  double peak(DType d) const;       // throws if the dtype is unsupported
+  double sustained(DType d) const;  // sustained_* or, where 0, the peak; throws like peak()
 };
 
 const GpuProfile& gpu_profile(const std::string& name);  // throws ParmError listing the known ones
@@ -39,8 +46,13 @@ const std::vector<GpuProfile>& gpu_profiles();
 // that has a table for this kind of task (`kind`: the task name before '#')
 // and dtype, the measured table decides instead.
 struct Calibration;
+// `shape`, for a GEMM: {m, n, k} or {m, n, k, batch} (C[m,n] = A[m,k] B[k,n], `batch` independent
+// problems in one strided-batched call); empty when unknown, and then the GEMM is taken as a cube
+// of the same FLOPs (gemm_shape_or_cube in gemm_model.hpp). For a GEMM, `bytes` (when > 0) replaces
+// the A + B + C bytes the shape implies in the memory roofline.
 Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
-                  const Calibration* cal = nullptr, std::string_view kind = {});
+                  const Calibration* cal = nullptr, std::string_view kind = {},
+                  std::span<const std::int64_t> shape = {});
 std::string_view task_kind(std::string_view task_name);  // "expert_fc1#12@3" -> "expert_fc1"
 
 }  // namespace parmsim

@@ -45,6 +45,9 @@ const Section kTask{
      {"flops", "count", "0", "floating point operations"},
      {"bytes", "size", "0B", "memory bytes read and written"},
      {"dtype", "string", "fp32", ""},
+     {"shape", "list", "[]",
+      "gemm only: [m, n, k] or [m, n, k, batch] (C[m,n] = A[m,k] B[k,n], batch problems in one call), each >= 1; "
+      "flops default to 2*m*n*k*batch and must equal it if given; without a shape a gemm is costed as a cube"},
      {"collective", "string", "collective", "name of the collective this task is a part of"},
      {"inputs", "list", "[]", "buffer names on this rank"},
      {"outputs", "list", "[]", "buffer names on this rank"},
@@ -158,6 +161,22 @@ TaskGraph build(const YamlReader& top) {
       if (auto f = x.opt("flops")) t.flops = as_count(*f);
       if (auto by = x.opt("bytes")) t.bytes = by->as_size();
       if (auto d = x.opt("dtype")) t.dtype = dtype_of(*d);
+      if (auto sh = x.opt("shape")) {
+        if (t.op != OpKind::gemm) sh->fail("no `shape` (only gemm tasks take one)");
+        sh->expect_seq();
+        if (sh->size() != 3 && sh->size() != 4) sh->fail("[m, n, k] or [m, n, k, batch]");
+        double f = 2;
+        for (std::size_t j = 0; j < sh->size(); ++j) {
+          t.shape.push_back((*sh)[j].as_int(1, std::int64_t{1} << 40));
+          f *= static_cast<double>(t.shape.back());
+        }
+        if (f > 1.8e19) sh->fail("a shape of at most 1.8e19 FLOPs");
+        const auto fl = static_cast<std::uint64_t>(f);
+        if (!x.has("flops"))
+          t.flops = fl;
+        else if (t.flops != fl)
+          x.at("flops").fail(fmt::format("2*m*n*k*batch = {} for this shape (or leave flops out)", fl));
+      }
     }
     if (auto in = x.opt("inputs")) t.inputs = strings(*in);
     if (auto out = x.opt("outputs")) t.outputs = strings(*out);

@@ -1,0 +1,83 @@
+// parmsim validate gemm [FILE]: the GEMM model against published measurements.
+#include <fmt/format.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "sim/cli/common.hpp"
+#include "sim/compute/gemm_validation.hpp"
+
+namespace parmsim::cli {
+
+namespace {
+
+void print_gemm_table(const GemmValidation& v, const std::string& file) {
+  fmt::print("GEMM model vs published measurements ({}, {} rows)\n", file, v.rows.size());
+  fmt::print("{:>5} {:<10} {:<5} {:>26} {:>12} {:>12} {:>8} {:>8} {:>6}\n", "line", "gpu", "dtype", "m x n x k (batch)",
+             "measured_us", "predicted_us", "error%", "tile", "waves");
+  for (const GemmValidationRow& r : v.rows) {
+    const GemmShape& s = r.m.shape;
+    std::string shape = fmt::format("{}x{}x{}", s.m, s.n, s.k);
+    if (s.batch != 1) shape += fmt::format(" ({})", s.batch);
+    fmt::print("{:>5} {:<10} {:<5} {:>26} {:>12.1f} {:>12.1f} {:>+8.1f} {:>8} {:>6}\n", r.m.line, r.m.gpu,
+               to_string(r.m.dtype), shape, r.m.measured_us, r.predicted_us, r.error_pct,
+               fmt::format("{}x{}", r.plan.tile.m, r.plan.tile.n), r.plan.waves);
+  }
+  fmt::print("\nMAPE overall: {:.1f}% ({} rows)\n", v.mape, v.rows.size());
+  for (const auto& [g, x] : v.mape_gpu) fmt::print("MAPE {:<10} {:5.1f}% ({} rows)\n", g, x, v.count_gpu.at(g));
+  for (const auto& [d, x] : v.mape_dtype) fmt::print("MAPE {:<10} {:5.1f}% ({} rows)\n", d, x, v.count_dtype.at(d));
+}
+
+nlohmann::json gemm_json(const GemmValidation& v, const std::string& file) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const GemmValidationRow& r : v.rows)
+    rows.push_back({{"line", r.m.line},
+                    {"gpu", r.m.gpu},
+                    {"dtype", to_string(r.m.dtype)},
+                    {"m", r.m.shape.m},
+                    {"n", r.m.shape.n},
+                    {"k", r.m.shape.k},
+                    {"batch", r.m.shape.batch},
+                    {"measured_us", r.m.measured_us},
+                    {"predicted_us", r.predicted_us},
+                    {"error_pct", r.error_pct},
+                    {"tile", {r.plan.tile.m, r.plan.tile.n}},
+                    {"tiles", r.plan.tiles},
+                    {"waves", r.plan.waves},
+                    {"source", r.m.source}});
+  return {{"file", file},
+          {"rows", rows},
+          {"mape_pct", v.mape},
+          {"mape_pct_by_gpu", v.mape_gpu},
+          {"mape_pct_by_dtype", v.mape_dtype}};
+}
+
+}  // namespace
+
+void add_validate(CLI::App& app) {
+  auto* c = app.add_subcommand("validate", "compare a model with published measurements");
+  c->require_subcommand(1);
+  struct Args {
+    std::string file = "validation/gemm.csv";
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* g = c->add_subcommand(
+      "gemm",
+      "the GEMM model (tiles and waves over the SMs) against measured GEMM times: per-row error and the mean "
+      "absolute percentage error (MAPE) overall, by GPU and by dtype");
+  g->add_option("file", a->file,
+                "CSV of measurements: gpu, dtype, m, n, k, batch, measured_us or measured_tflops, timing, source "
+                "(notes optional)")
+      ->capture_default_str();
+  g->add_flag("--json", a->json, "print JSON instead of a table");
+  g->callback([a] {
+    const GemmValidation v = validate_gemms(load_gemm_measurements(a->file));
+    if (a->json)
+      fmt::print("{}\n", gemm_json(v, a->file).dump(2));
+    else
+      print_gemm_table(v, a->file);
+  });
+}
+
+}  // namespace parmsim::cli

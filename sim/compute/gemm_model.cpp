@@ -1,0 +1,95 @@
+#include "sim/compute/gemm_model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/core/error.hpp"
+
+namespace parmsim {
+
+double GemmShape::flops() const {
+  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) *
+         static_cast<double>(batch);
+}
+
+namespace {
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+// Why tiles and waves (NVIDIA "Matrix Multiplication Background User's Guide", sections on tile
+// and wave quantization; restated in stas00/ml-engineering@744d01e1
+// training/performance/README.md L598-640): the output is cut into thread-block tiles, a partly
+// filled tile costs as much as a full one, and only sm_count blocks run at once, so time grows in
+// steps of whole waves. One block per SM at a time is the guide's own model of a wave.
+//
+// Per-wave time: a tile's 2*Tm*Tn*k FLOPs at 1/sm_count of the throughput cuBLAS sustains on
+// large GEMMs (GpuProfile::sustained, published maxima). Every tile shape is given that same
+// per-SM rate: no cited figure says how much slower a small tile runs, so none is invented; the
+// selector then takes the least time over kCublasTiles, the larger tile on ties, as cuBLAS's
+// heuristics pick the tile that fills the GPU best.
+//
+// Memory roofline: A, B and C each cross HBM once (the L2 and the tiles' reuse absorb the rest),
+// at the bandwidth a streaming kernel sustains (GpuProfile::mem_efficiency). It decides only thin
+// shapes (a small m or n), where the tile FLOPs are few and the operands many.
+//
+// The fixed floor (GpuProfile::launch) is added once per kernel: a null kernel costs about 3 us
+// (NVIDIA developer forum, https://forums.developer.nvidia.com/t/too-much-time-for-kernel-launch-latency/233645/3),
+// and an 8 x 128^3 fp16 bmm takes 3.2 us of device time on an H200
+// (https://github.com/tile-ai/TileOPs/pull/2148), almost all of it fixed.
+GemmPlan plan_gemm(const GpuProfile& gpu, DType dtype, const GemmShape& s, double bytes_override) {
+  if (s.m < 1 || s.n < 1 || s.k < 1 || s.batch < 1)
+    throw ParmError(fmt::format("GEMM shape m={} n={} k={} batch={}: every dimension must be >= 1", s.m, s.n, s.k,
+                                s.batch));
+  if (gpu.sm_count < 1)
+    throw ParmError(fmt::format("GPU profile '{}' has no SM count; the tile model needs one", gpu.name));
+  const double per_sm = gpu.sustained(dtype) / gpu.sm_count;
+  GemmPlan best;
+  double best_flops = 0;  // per-SM FLOPs of the best plan: waves * tile FLOPs
+  for (const TileShape& t : kCublasTiles) {
+    const std::int64_t tiles = ceil_div(s.m, t.m) * ceil_div(s.n, t.n) * s.batch;
+    const std::int64_t waves = ceil_div(tiles, gpu.sm_count);
+    const double f = static_cast<double>(waves) * 2.0 * t.m * t.n * static_cast<double>(s.k);
+    if (best.tiles == 0 || f < best_flops) {
+      best_flops = f;
+      best.tile = t;
+      best.tiles = tiles;
+      best.waves = waves;
+    }
+  }
+  best.compute = duration_for_rate(best_flops, per_sm);
+  const double elems = (static_cast<double>(s.m) * static_cast<double>(s.k) +
+                        static_cast<double>(s.k) * static_cast<double>(s.n) +
+                        static_cast<double>(s.m) * static_cast<double>(s.n)) *
+                       static_cast<double>(s.batch);
+  const double bytes = bytes_override > 0 ? bytes_override : elems * dtype_bytes(dtype);
+  best.memory = duration_for_rate(bytes, gpu.hbm_bandwidth * gpu.mem_efficiency);
+  best.total = gpu.launch + std::max(best.compute, best.memory);
+  return best;
+}
+
+Time gemm_time(const GpuProfile& gpu, DType dtype, const GemmShape& s, double bytes_override) {
+  return plan_gemm(gpu, dtype, s, bytes_override).total;
+}
+
+GemmShape gemm_shape_or_cube(std::span<const std::int64_t> shape, std::uint64_t flops) {
+  if (shape.empty()) {
+    // The squarest GEMM of these FLOPs: a guess that neither favours thin nor flat shapes.
+    const auto e = static_cast<std::int64_t>(std::ceil(std::cbrt(static_cast<double>(flops) / 2.0) - 1e-9));
+    const std::int64_t d = std::max<std::int64_t>(1, e);
+    return {d, d, d, 1};
+  }
+  if (shape.size() != 3 && shape.size() != 4)
+    throw ParmError(fmt::format("a GEMM shape has 3 entries [m, n, k] or 4 [m, n, k, batch], not {}", shape.size()));
+  for (const std::int64_t v : shape)
+    if (v < 1) throw ParmError(fmt::format("a GEMM shape entry is {}; every entry must be >= 1", v));
+  return {shape[0], shape[1], shape[2], shape.size() == 4 ? shape[3] : 1};
+}
+
+Time memory_kernel_time(const GpuProfile& gpu, std::uint64_t bytes) {
+  if (bytes == 0) return gpu.launch;
+  return gpu.launch + duration_for_rate(static_cast<double>(bytes), gpu.hbm_bandwidth * gpu.mem_efficiency);
+}
+
+}  // namespace parmsim
