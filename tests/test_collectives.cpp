@@ -1,5 +1,13 @@
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "sim/coll/collective_cost.hpp"
 #include "sim/coll/collective_plan.hpp"
 #include "sim/core/error.hpp"
 #include "sim/engine/simulator.hpp"
@@ -139,20 +147,31 @@ TEST_CASE("hierarchical and flat algorithms move the same bytes per rank", "[col
 TEST_CASE("SAA is never faster than its inter-node or its intra-node part", "[coll]") {
   const Topology t = topo("parm-32gpu");
   const std::uint64_t S = 16ULL << 20;  // AlltoAll input per rank
-  Collective s = coll(CollOp::saa, range(32), S);
-  s.inner = 4;
-  const SimResult saa = run_one(t, s, "flow");
   // Inter part: AlltoAll among the 8 ranks with the same local index, S per rank.
   std::vector<int> outer;
   for (int n = 0; n < 8; ++n) outer.push_back(n * 4);
   const SimResult x = run_one(t, coll(CollOp::alltoall, outer, S), "flow");
   // Intra part: AllGather of S per rank in a node of 4 (output 4S).
   const SimResult gth = run_one(t, coll(CollOp::allgather, {0, 1, 2, 3}, 4 * S), "flow");
-  CHECK(saa.makespan >= x.makespan);
-  CHECK(saa.makespan >= gth.makespan);
-  // Bytes: AlltoAll sends 7/8 S to other nodes per rank; the gather sends S to each of 3 peers.
-  CHECK(saa.inter_node_bytes == 32 * 7 * (S / 8));
-  CHECK(saa.intra_node_bytes == 32 * 3 * S);
+  for (const char* algo : {"", "released", "pipelined"}) {
+    INFO("algo '" << algo << "'");
+    Collective s = coll(CollOp::saa, range(32), S, algo);
+    s.inner = 4;
+    const SimResult saa = run_one(t, s, "flow");
+    CHECK(saa.makespan >= x.makespan);
+    CHECK(saa.makespan >= gth.makespan);
+    // Across nodes both send 7/8 S per rank: the rail-wise one 7 chunks of
+    // S/8 to the same-index ranks, the released one 28 chunks of S/32.
+    CHECK(saa.inter_node_bytes == 32 * 7 * (S / 8));
+    CHECK(saa.inter_node_bytes == 32 * 28 * (S / 32));
+    if (std::string(algo) == "pipelined") {
+      // The gather sends S to each of 3 peers.
+      CHECK(saa.intra_node_bytes == 32 * 3 * S);
+    } else {
+      // The same gather, plus the AlltoAll's 3 chunks of S/32 to the rank's own node.
+      CHECK(saa.intra_node_bytes == 32 * 3 * S + 32 * 3 * (S / 32));
+    }
+  }
 }
 
 TEST_CASE("algorithms that do not apply are rejected", "[coll]") {
@@ -161,4 +180,308 @@ TEST_CASE("algorithms that do not apply are rejected", "[coll]") {
                     Catch::Contains("'ring' does not implement alltoall"));
   CHECK_THROWS_WITH(run_one(t, coll(CollOp::allreduce, range(8), 1 << 20, "butterfly"), "flow"),
                     Catch::Contains("unknown algorithm 'butterfly'"));
+}
+
+// ---------------------------------------------------------------------------
+// The released SAA plan and the closed form derived from plans.
+
+namespace {
+
+Collective saa(int p, int inner, std::uint64_t bytes, std::string algo = "") {
+  Collective c = coll(CollOp::saa, range(p), bytes, std::move(algo));
+  c.inner = inner;
+  return c;
+}
+
+double cf(const Topology& t, const Collective& c) { return make_cost_form(c, t).time_s(static_cast<double>(c.bytes)); }
+
+}  // namespace
+
+TEST_CASE("saa defaults to the released kernel's plan; pipelined stays available", "[coll][saa]") {
+  CHECK(default_algorithm(CollOp::saa) == "released");
+  const auto& names = algorithm_names();
+  CHECK(std::find(names.begin(), names.end(), "released") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "pipelined") != names.end());
+  const Topology t = topo("dgx-h100");
+  CHECK_THROWS_WITH(make_plan(saa(8, 4, 1 << 20, "ring"), t), Catch::Contains("'ring' does not implement saa"));
+  CHECK_THROWS_WITH(make_plan(saa(8, 3, 1 << 20), t), Catch::Contains("inner group size dividing"));
+}
+
+TEST_CASE("the released SAA plan: p-1 AlltoAll rounds and p gather rounds of n/p", "[coll][saa]") {
+  // parm-32gpu: P = 32 ranks, G = 4 (one node each block), n = 32 MiB, chunk n/P = 1 MiB.
+  const Topology t = topo("parm-32gpu");
+  const int P = 32, G = 4;
+  const std::uint64_t n = 32ULL << 20, chunk = n / P;
+  const CollPlan plan = make_plan(saa(P, G, n), t);
+  // Steps: x[i][m] = i*P + m (AlltoAll chain, W = P rounds), then g[i][m] = P*P + i*P + m.
+  REQUIRE(plan.steps.size() == static_cast<std::size_t>(2 * P * P));
+  std::vector<int> a2a_per_round(P, 0), gather_per_round(P, 0);
+  std::uint64_t intra = 0, inter = 0;
+  for (const CollXfer& x : plan.xfers) {
+    CHECK(x.bytes == chunk);
+    CHECK(x.src != x.dst);
+    if (x.send_step < P * P) {
+      const int i = x.send_step / P, m = x.send_step % P;
+      CHECK(m == x.src);
+      CHECK(x.dst == (m + i) % P);  // round i: to rank+i
+      CHECK(x.recv_step == i * P + x.dst);
+      ++a2a_per_round[i];
+    } else {
+      const int i = (x.send_step - P * P) / P, m = (x.send_step - P * P) % P;
+      CHECK(m == x.src);
+      CHECK(x.dst / G == m / G);  // to the caller's block
+      CHECK(x.recv_step == P * P + i * P + x.dst);
+      ++gather_per_round[i];
+    }
+    (t.same_node(x.src, x.dst) ? intra : inter) += x.bytes;
+  }
+  CHECK(a2a_per_round[0] == 0);  // round 0 is the self copy
+  for (int i = 1; i < P; ++i) CHECK(a2a_per_round[i] == P);
+  for (int i = 0; i < P; ++i) CHECK(gather_per_round[i] == P * (G - 1));
+  // Dependencies: g[i] on x[i] and g[i-1]; the last gather on x[P-1] only.
+  for (int m = 0; m < P; ++m) {
+    const CollStep& g0 = plan.steps[P * P + m];
+    CHECK(g0.num_deps() == 1);
+    CHECK(g0.deps[0] == m);
+    const CollStep& g5 = plan.steps[P * P + 5 * P + m];
+    CHECK(g5.num_deps() == 2);
+    CHECK(g5.deps[0] == 5 * P + m);
+    CHECK(g5.deps[1] == P * P + 4 * P + m);
+    const CollStep& last = plan.steps[P * P + (P - 1) * P + m];
+    CHECK(last.num_deps() == 1);
+    CHECK(last.deps[0] == (P - 1) * P + m);
+  }
+  // By hand: AlltoAll, per rank 3 chunks stay in the node and 28 leave it;
+  // gather, per rank P chunks to 3 node peers. Intra = 32*3*1 MiB + 32*32*3*1 MiB
+  // = 96 MiB + 3072 MiB; inter = 32*28*1 MiB = 896 MiB (= the rail-wise 32*7*(n/8)).
+  CHECK(intra == 3168ULL << 20);
+  CHECK(inter == 896ULL << 20);
+  const SimResult r = run_one(t, saa(P, G, n), "analytical");
+  CHECK(r.intra_node_bytes == intra);
+  CHECK(r.inter_node_bytes == inter);
+  CHECK(r.transfers == static_cast<std::uint64_t>(plan.xfers.size()));
+}
+
+TEST_CASE("closed form by hand: ring, pairwise and direct on one NVSwitch", "[coll][cost]") {
+  // DGX H100: every GPU pair is GPU -> NVSwitch -> GPU, alpha = 2 x 0.7 us =
+  // 1.4 us, 450 GB/s per direction; the NVSwitch itself has no shared link.
+  const Topology t = topo("dgx-h100");
+  const double a = 1.4e-6, B = 450e9;
+  // Ring AllReduce, S = 64 MiB, p = 8: 2(p-1) = 14 rounds of S/8 = 8 MiB, one
+  // transfer per link: 14 * (1.4 us + 8388608 / 450e9) = 14 * 20.0413511 us = 280.578916 us.
+  CHECK(cf(t, coll(CollOp::allreduce, range(8), 64ULL << 20, "ring")) ==
+        Approx(14 * (a + 8388608.0 / B)).epsilon(1e-9));
+  CHECK(cf(t, coll(CollOp::allreduce, range(8), 64ULL << 20, "ring")) == Approx(280.578916e-6).epsilon(1e-8));
+  // Ring AllGather, S = 8 MiB (output), p = 8: 7 rounds of 1 MiB = 7 * (1.4 us + 2.3302 us) = 26.1114 us.
+  CHECK(cf(t, coll(CollOp::allgather, range(8), 8ULL << 20, "ring")) == Approx(7 * (a + 1048576.0 / B)).epsilon(1e-9));
+  // Pairwise AlltoAll, S = 8 MiB per rank: 7 rounds, each rank sends 1 MiB and
+  // receives 1 MiB: 7 * (1.4 + 2.3302) us.
+  CHECK(cf(t, coll(CollOp::alltoall, range(8), 8ULL << 20, "pairwise")) ==
+        Approx(7 * (a + 1048576.0 / B)).epsilon(1e-9));
+  // Direct AlltoAll: one round; each GPU's uplink and downlink carry 7 x 1 MiB:
+  // 1.4 us + 7340032 / 450e9 = 1.4 + 16.3112 us = 17.7112 us.
+  CHECK(cf(t, coll(CollOp::alltoall, range(8), 8ULL << 20, "direct")) == Approx(a + 7 * 1048576.0 / B).epsilon(1e-9));
+  // Direct with window 2: rounds of offsets {1,2},{3,4},{5,6},{7}: 3 x (a + 2 MiB/B) + (a + 1 MiB/B).
+  Collective w = coll(CollOp::alltoall, range(8), 8ULL << 20, "direct");
+  w.window = 2;
+  CHECK(cf(t, w) == Approx(3 * (a + 2 * 1048576.0 / B) + (a + 1048576.0 / B)).epsilon(1e-9));
+  // SendRecv of 450 MB: 1.4 us + 1 ms.
+  CHECK(cf(t, coll(CollOp::sendrecv, {0, 1}, 450'000'000, "direct")) == Approx(1.4e-6 + 1e-3).epsilon(1e-9));
+}
+
+TEST_CASE("closed form by hand: PCIe ring and hierarchical AllReduce across NICs", "[coll][cost]") {
+  // parm-32gpu: in a node GPU -> pcie0 -> GPU (2 x 0.5 us, 13 GB/s); across
+  // nodes GPU -> pcie0 -> cpu0 -> nic0 -> switch -> nic -> cpu -> pcie -> GPU:
+  // 6 x 0.5 us + 2 x 1 us = 5 us, bottleneck the 12.5 GB/s NIC.
+  const Topology t = topo("parm-32gpu");
+  REQUIRE(t.route(0, 1).latency == Time::us(1));
+  REQUIRE(t.route(0, 4).latency == Time::us(5));
+  const double ai = 1e-6, Bi = 13e9, ax = 5e-6, Bx = 12.5e9;
+  // Ring AllGather in node 0, S = 4 MiB: 3 rounds of 1 MiB, one transfer per
+  // link: 3 * (1 us + 1048576 / 13e9) = 3 * 81.6597 us = 244.979 us.
+  CHECK(cf(t, coll(CollOp::allgather, {0, 1, 2, 3}, 4ULL << 20, "ring")) ==
+        Approx(3 * (ai + 1048576.0 / Bi)).epsilon(1e-9));
+  // Flat ring AllGather over 32 ranks, S = 32 MiB: 31 rounds of 1 MiB; in each
+  // round one transfer per node crosses the NIC (slowest: 5 us + 1 MiB / 12.5 GB/s = 88.886 us).
+  CHECK(cf(t, coll(CollOp::allgather, range(32), 32ULL << 20, "ring")) ==
+        Approx(31 * (ax + 1048576.0 / Bx)).epsilon(1e-9));
+  // Hierarchical AllReduce, S = 32 MiB, 8 nodes x G = 4:
+  //   intra reduce-scatter: 3 rounds of S/4 = 8 MiB: 3 * (1 us + 8388608 / 13e9) = 3 * 646.277 us
+  //   rails: 4 rings of 8 ranks, 2 * 7 = 14 rounds of S/32 = 1 MiB; the 4 rails
+  //          of a node share its NIC: 4 MiB / 12.5 GB/s per round: 14 * (5 us + 335.544 us)
+  //   intra all-gather: as the first phase.
+  // Total = 6 * 646.277 + 14 * 340.544 = 3877.66 + 4767.62 = 8645.28 us.
+  const double hier = 6 * (ai + 8388608.0 / Bi) + 14 * (ax + 4 * 1048576.0 / Bx);
+  CHECK(cf(t, coll(CollOp::allreduce, range(32), 32ULL << 20, "hierarchical")) == Approx(hier).epsilon(1e-9));
+  CHECK(hier == Approx(8645.28e-6).epsilon(1e-5));
+}
+
+TEST_CASE("closed form by hand: both SAA algorithms on one NVSwitch", "[coll][cost][saa]") {
+  // DGX H100, p = 8, G = 4 (blocks 0-3 and 4-7), S = 8 MiB per rank; a = 1.4 us, B = 450 GB/s.
+  const Topology t = topo("dgx-h100");
+  const double a = 1.4e-6, B = 450e9, S = 8.0 * 1048576;
+  // released: chunk c = S/8 = 1 MiB. Round d = 1..7 carries AlltoAll round d
+  // (1 chunk out, 1 in per rank) and the gather of chunk d-1 (3 out, 3 in):
+  // 4 chunks per GPU link, T = a + 4c/B = 1.4 + 9.3207 = 10.7207 us. The
+  // AlltoAll chain ends at 7T; gather i ends at (i+1)T (it waits for x[i] at
+  // iT and for gather i-1 at iT); the last gather (3 chunks, T' = a + 3c/B =
+  // 8.3905 us) waits for x[7] at 7T. Total = 7T + T' = 75.045 + 8.3905 = 83.4356 us.
+  {
+    const double c = S / 8, T = a + 4 * c / B, T1 = a + 3 * c / B;
+    const CostForm f = make_cost_form(saa(8, 4, 8ULL << 20), t);
+    CHECK(f.rounds == 8);
+    CHECK(f.time_s(S) == Approx(7 * T + T1).epsilon(1e-9));
+    CHECK(7 * T + T1 == Approx(83.4356e-6).epsilon(1e-5));
+    CHECK(cf(t, saa(8, 4, 8ULL << 20, "released")) == f.time_s(S));
+  }
+  // pipelined (rail-wise): W = 8/4 = 2 rounds, chunk c = S/2 = 4 MiB. Round 1:
+  // AlltoAll chunk to the same-index rank of the other block (1 chunk) and the
+  // gather of chunk 0 (3 chunks): T = a + 4c/B = 1.4 + 37.2827 = 38.6827 us.
+  // Round 2: the gather of chunk 1 (3 chunks): T' = a + 3c/B = 29.3620 us.
+  // Total = T + T' = 68.0447 us.
+  {
+    const double c = S / 2, T = a + 4 * c / B, T1 = a + 3 * c / B;
+    CHECK(cf(t, saa(8, 4, 8ULL << 20, "pipelined")) == Approx(T + T1).epsilon(1e-9));
+    CHECK(T + T1 == Approx(68.0447e-6).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("closed form: trivial collectives cost nothing; the form is linear in n", "[coll][cost]") {
+  const Topology t = topo("dgx-h100");
+  CHECK(collective_time_s(coll(CollOp::allreduce, {3}, 1 << 20), t) == 0.0);
+  CHECK(collective_time_s(coll(CollOp::allreduce, range(8), 0), t) == 0.0);
+  CHECK(collective_time_s(saa(8, 4, 0), t) == 0.0);
+  CHECK(collective_time_s(saa(4, 4, 0), t) == 0.0);
+  // A collective whose plan has no transfers (SAA of one block of one rank each) costs 0.
+  CHECK(collective_time_s(saa(1, 1, 1 << 20), t) == 0.0);
+  // Ring: exactly alpha_total + beta_total * n.
+  const Collective r = coll(CollOp::allreduce, range(8), 1 << 20, "ring");
+  const double t1 = collective_time_s(r, t, 1e6), t2 = collective_time_s(r, t, 2e6), t3 = collective_time_s(r, t, 3e6);
+  CHECK(t3 - t2 == Approx(t2 - t1).epsilon(1e-9));
+  CHECK(t1 - (t2 - t1) == Approx(14 * 1.4e-6).epsilon(1e-9));
+  // AlltoAllv: the matrix as given (the bytes argument is ignored).
+  Collective v = coll(CollOp::alltoallv, {0, 1}, 0, "pairwise");
+  v.matrix = {{0, 450'000'000}, {0, 0}};
+  CHECK(collective_time_s(v, t) == Approx(1.4e-6 + 1e-3).epsilon(1e-9));
+}
+
+namespace {
+
+struct Agreement {
+  const char* topo;
+  Collective c;
+  const char* label;
+  bool contends;  // transfers of a round share a link
+};
+
+}  // namespace
+
+TEST_CASE("closed form against the analytical simulation", "[coll][cost]") {
+  const std::uint64_t M = 1ULL << 20;
+  auto with = [](Collective c, int window, int inner) {
+    c.window = window;
+    c.inner = inner;
+    return c;
+  };
+  const std::vector<Agreement> cases = {
+      {"dgx-h100", coll(CollOp::allreduce, range(8), 64 * M, "ring"), "ring allreduce p8", false},
+      {"dgx-h100", coll(CollOp::allgather, range(8), 64 * M, "ring"), "ring allgather p8", false},
+      {"parm-32gpu", coll(CollOp::allgather, range(32), 32 * M, "ring"), "ring allgather p32", false},
+      {"parm-32gpu", coll(CollOp::allreduce, range(32), 32 * M, "ring"), "ring allreduce p32", false},
+      {"dgx-h100", coll(CollOp::alltoall, range(8), 64 * M, "pairwise"), "pairwise alltoall p8", false},
+      {"parm-32gpu", coll(CollOp::alltoall, {0, 4, 8, 12, 16, 20, 24, 28}, 8 * M, "pairwise"),
+       "pairwise alltoall rail p8", false},
+      {"dgx-h100", coll(CollOp::sendrecv, {0, 5}, 64 * M, "direct"), "sendrecv", false},
+      {"dgx-h100", coll(CollOp::alltoall, range(8), 64 * M, "direct"), "direct alltoall p8", true},
+      {"dgx-h100", with(coll(CollOp::alltoall, range(8), 64 * M, "direct"), 2, 0), "direct w2 alltoall p8", true},
+      {"parm-32gpu", coll(CollOp::alltoall, range(32), 32 * M, "direct"), "direct alltoall p32", true},
+      {"parm-32gpu", coll(CollOp::alltoall, range(32), 32 * M, "pairwise"), "pairwise alltoall p32", true},
+      {"parm-32gpu", coll(CollOp::allreduce, range(32), 32 * M, "hierarchical"), "hier allreduce p32", true},
+      {"parm-32gpu", coll(CollOp::alltoall, range(32), 32 * M, "hierarchical"), "hier alltoall p32", true},
+      {"pcie-8gpu", coll(CollOp::allreduce, range(8), 64 * M, "ring"), "ring allreduce pcie8", true},
+      {"dgx-h100", saa(8, 4, 8 * M, "released"), "saa released p8 G4", true},
+      {"dgx-h100", saa(8, 4, 8 * M, "pipelined"), "saa pipelined p8 G4", true},
+      {"parm-32gpu", saa(32, 4, 32 * M, "released"), "saa released p32 G4", true},
+      {"parm-32gpu", saa(32, 4, 32 * M, "pipelined"), "saa pipelined p32 G4", true},
+  };
+  std::cout << "\n  closed form vs simulate(analytical), one collective alone:\n";
+  for (const Agreement& k : cases) {
+    const Topology t = topo(k.topo);
+    const double form = collective_time_s(k.c, t);
+    const double an = run_one(t, k.c, "analytical").makespan.to_seconds();
+    const double fl = run_one(t, k.c, "flow").makespan.to_seconds();
+    std::cout << fmt::format("  {:<26} {:<11} form {:>10.2f} us  analytical {:>10.2f} us ({:+6.2f}%)  flow {:>10.2f} us "
+                             "({:+6.2f}%)\n",
+                             k.label, k.topo, form * 1e6, an * 1e6, (form / an - 1) * 100, fl * 1e6,
+                             (form / fl - 1) * 100);
+    INFO(k.label << " on " << k.topo << ": form " << form << " s, analytical " << an << " s");
+    if (!k.contends)
+      CHECK(form == Approx(an).epsilon(0.01));
+    else
+      CHECK(form == Approx(an).epsilon(0.5));  // reported above; contention orders transfers differently
+  }
+}
+
+TEST_CASE("the cost cache returns what a fresh evaluation does, across threads", "[coll][cost]") {
+  const Topology t = topo("parm-32gpu");
+  clear_collective_cost_cache();
+  const Collective a = saa(32, 4, 32ULL << 20);
+  const Collective b = coll(CollOp::allreduce, range(32), 32ULL << 20, "hierarchical");
+  const double fa = make_cost_form(a, t).time_s(32.0 * 1048576), fb = make_cost_form(b, t).time_s(32.0 * 1048576);
+  CHECK(collective_time_s(a, t) == fa);
+  CHECK(collective_cost_cache_size() == 1);
+  CHECK(collective_time_s(a, t) == fa);  // a hit
+  CHECK(collective_cost_cache_size() == 1);
+  // The same key at another size: no new entry, and the fresh form's value.
+  CHECK(collective_time_s(a, t, 5e6) == make_cost_form(a, t).time_s(5e6));
+  CHECK(collective_cost_cache_size() == 1);
+  // "" and the default algorithm's name are one key.
+  Collective a2 = a;
+  a2.algo = "released";
+  CHECK(collective_time_s(a2, t) == fa);
+  CHECK(collective_cost_cache_size() == 1);
+  // Another algorithm, group or topology is another key.
+  a2.algo = "pipelined";
+  CHECK(collective_time_s(a2, t) == make_cost_form(a2, t).time_s(32.0 * 1048576));
+  CHECK(collective_cost_cache_size() == 2);
+  const Topology dgx = topo("dgx-h100");
+  const Collective d = saa(8, 4, 32ULL << 20);
+  CHECK(collective_time_s(d, dgx) == make_cost_form(d, dgx).time_s(32.0 * 1048576));
+  CHECK(collective_cost_cache_size() == 3);
+  CHECK(topology_fingerprint(t) == topology_fingerprint(topo("parm-32gpu")));
+  CHECK(topology_fingerprint(t) != topology_fingerprint(dgx));
+  // Threads hitting and filling the cache at once agree with the fresh values.
+  clear_collective_cost_cache();
+  std::vector<std::thread> th;
+  std::vector<int> bad(8, 0);
+  for (int i = 0; i < 8; ++i)
+    th.emplace_back([&, i] {
+      const CollectiveCosts costs(t);
+      for (int k = 0; k < 200; ++k) {
+        if (costs.time_s((i + k) % 2 ? a : b) != ((i + k) % 2 ? fa : fb)) ++bad[i];
+      }
+    });
+  for (auto& x : th) x.join();
+  for (int i = 0; i < 8; ++i) CHECK(bad[i] == 0);
+  CHECK(collective_cost_cache_size() == 2);
+
+  // Per call, cached (reported, loosely bounded).
+  const CollectiveCosts costs(t);
+  const int N = 20000;
+  double sink = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int k = 0; k < N; ++k) sink += costs.time_s(a, 1e6 + k);
+  auto t1 = std::chrono::steady_clock::now();
+  for (int k = 0; k < N; ++k) sink += collective_time_s(a, t, 1e6 + k);
+  auto t2 = std::chrono::steady_clock::now();
+  const double per_bound = std::chrono::duration<double>(t1 - t0).count() / N;
+  const double per_free = std::chrono::duration<double>(t2 - t1).count() / N;
+  const auto s0 = std::chrono::steady_clock::now();
+  const CostForm fresh = make_cost_form(a, t);
+  const double build = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+  std::cout << fmt::format("\n  cost of saa p32 on parm-32gpu: cached {:.3f} us/call (CollectiveCosts), {:.3f} us/call "
+                           "(collective_time_s, fingerprints the topology), fresh form {:.1f} us; {} envelope line(s)\n",
+                           per_bound * 1e6, per_free * 1e6, build * 1e6, fresh.envelope.size());
+  CHECK(sink > 0);
+  CHECK(per_bound < 1e-4);
 }

@@ -10,7 +10,7 @@
 namespace parmsim {
 
 const std::vector<std::string>& algorithm_names() {
-  static const std::vector<std::string> n = {"ring", "direct", "pairwise", "hierarchical", "pipelined"};
+  static const std::vector<std::string> n = {"ring", "direct", "pairwise", "hierarchical", "released", "pipelined"};
   return n;
 }
 
@@ -21,7 +21,7 @@ std::string default_algorithm(CollOp op) {
     case CollOp::reducescatter:
       return "ring";
     case CollOp::saa:
-      return "pipelined";
+      return "released";
     default:
       return "direct";
   }
@@ -138,37 +138,62 @@ CollPlan make_plan(const Collective& c, const Topology& topo) {
     return b.take();
   }
   if (c.op == CollOp::saa) {
-    if (algo != "pipelined") unsupported(c, algo);
-    const int G = c.inner, W = p / G;
+    if (c.inner <= 0 || p % c.inner != 0)
+      throw ParmError(fmt::format("collective '{}': saa needs an inner group size dividing the group size {} (inner {})",
+                                  c.name, p, c.inner));
+    if (algo != "released" && algo != "pipelined") unsupported(c, algo);
+    const int G = c.inner;
+    // released: W = p rounds over all members (chunk S/p); pipelined: W = p/G
+    // rounds along the rails (chunk S/W).
+    const bool released = algo == "released";
+    const int W = released ? p : p / G;
     const std::uint64_t chunk = ceil_div(S, static_cast<std::uint64_t>(W));
-    // x[i][m], g[i][m]
+    // AlltoAll chain (stream 0): x[i][m], chained on b.last; round 0 is the
+    // member's own chunk (no transfer).
     std::vector<std::vector<int>> x(W, std::vector<int>(p)), g(W, std::vector<int>(p));
     for (int i = 0; i < W; ++i) {
-      for (int m = 0; m < p; ++m) x[i][m] = b.step(m);  // chains on b.last
+      for (int m = 0; m < p; ++m) x[i][m] = b.step(m);
       for (int m = 0; m < p; ++m) {
-        const int blk = m / G, l = m % G;
-        const int to = ((blk + i) % W) * G + l;
+        int to;
+        if (released) {
+          to = (m + i) % p;
+        } else {
+          const int blk = m / G, l = m % G;
+          to = ((blk + i) % W) * G + l;
+        }
         b.xfer(m, to, i == 0 ? 0 : chunk, x[i][m], x[i][to]);
       }
     }
-    // The gather chain is separate from the AlltoAll chain: g[i] waits for
-    // x[i] (its chunk has arrived) and g[i-1] (its own stream is in order).
     CollPlan plan = b.take();
+    auto add_step = [&plan](int m, int d0, int d1) {
+      CollStep s;
+      s.member = m;
+      s.add_dep(d0);
+      if (d1 >= 0) s.add_dep(d1);
+      plan.steps.push_back(std::move(s));
+      return static_cast<int>(plan.steps.size()) - 1;
+    };
     for (int i = 0; i < W; ++i)
       for (int m = 0; m < p; ++m) {
-        CollStep s;
-        s.member = m;
-        s.add_dep(x[i][m]);
-        if (i > 0) s.add_dep(g[i - 1][m]);
-        plan.steps.push_back(std::move(s));
-        g[i][m] = static_cast<int>(plan.steps.size()) - 1;
+        if (!released) {
+          // The gather chain is separate from the AlltoAll chain: g[i] waits
+          // for x[i] (its chunk has arrived) and g[i-1] (its stream is in order).
+          g[i][m] = add_step(m, x[i][m], i > 0 ? g[i - 1][m] : -1);
+        } else if (i < W - 1) {
+          // The kernel's loop iteration i+1: stream 1 waits on an event after
+          // AlltoAll round i on stream 0, then gathers chunk i (stream 1 order).
+          g[i][m] = add_step(m, x[i][m], i > 0 ? g[i - 1][m] : -1);
+        } else {
+          // The last gather is issued on stream 0 after the last AlltoAll round.
+          g[i][m] = add_step(m, x[i][m], -1);
+        }
       }
     for (int i = 0; i < W; ++i)
       for (int m = 0; m < p; ++m) {
         const int blk = m / G;
         for (int l2 = 0; l2 < G; ++l2) {
           const int peer = blk * G + l2;
-          if (peer != m) plan.xfers.push_back({m, peer, chunk, g[i][m], g[i][peer]});
+          if (peer != m && chunk > 0) plan.xfers.push_back({m, peer, chunk, g[i][m], g[i][peer]});
         }
       }
     return plan;

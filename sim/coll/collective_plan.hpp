@@ -17,9 +17,27 @@
 //   hierarchical  intra-node phase, then inter-node among same-local-index
 //                 members, then intra-node: allreduce, allgather,
 //                 reducescatter, alltoall
-//   pipelined     saa: W rounds; round i sends the AlltoAll chunk to outer
-//                 peer +i on one chain while the chunk of round i is sent to
-//                 the inner peers on a second chain.
+//   released      saa (the default): the fused AlltoAll + AllGather as the
+//                 Parm authors released it (Fragile-azalea/Parm @5e0bc314,
+//                 test_overlap_alltoall_and_allgather): W = p rounds over ALL
+//                 members, chunk S/p. AlltoAll chain (stream 0): round 0 is the
+//                 member's own chunk (no transfer); round i sends to member+i
+//                 and receives from member-i. Gather chain (stream 1): the
+//                 chunk received in round i goes to the other G-1 members of
+//                 the member's block of `inner` consecutive members; gather i
+//                 waits for AlltoAll round i and for gather i-1, so gather i
+//                 overlaps AlltoAll round i+1. The last gather (chunk W-1) is
+//                 issued on stream 0 and waits for the last AlltoAll round
+//                 only. Across nodes this world AlltoAll moves the same bytes
+//                 per node pair as the rail-wise one (pipelined); within a
+//                 node it adds the (G-1)/p * S of a member's chunks bound for
+//                 its own block.
+//   pipelined     saa, rail-wise variant (parmsim's earlier reading of the
+//                 paper, kept for what-ifs): W = p/G rounds of S/W; round i
+//                 sends the AlltoAll chunk to the member with the same index
+//                 in block +i on one chain while the chunk of round i is sent
+//                 to the inner peers on a second chain (gather i waits for
+//                 AlltoAll round i and gather i-1).
 #include <array>
 #include <cstdint>
 #include <string>

@@ -1,0 +1,360 @@
+#include "sim/coll/collective_cost.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "sim/core/error.hpp"
+
+namespace parmsim {
+namespace {
+
+// Plans are built at this size, so ceil rounding of per-transfer bytes is
+// below 1e-9 relative and the per-byte slopes are exact for practical purposes.
+constexpr std::uint64_t kRefBytes = 1ULL << 40;
+
+using Envelope = std::vector<CostLine>;
+
+bool near(double a, double b) {
+  return std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b));
+}
+
+// Reduces `v` to its upper envelope on n >= 0: slopes strictly increasing,
+// intercepts strictly decreasing (lines equal to 1e-12 relative merged).
+void prune(Envelope& v) {
+  if (v.size() <= 1) return;
+  std::sort(v.begin(), v.end(), [](const CostLine& a, const CostLine& b) {
+    return a.beta != b.beta ? a.beta < b.beta : a.alpha > b.alpha;
+  });
+  std::size_t k = 0;  // v[0, k) is the envelope so far
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const CostLine l = v[i];
+    bool dominated = false;
+    while (k > 0) {
+      const CostLine& t = v[k - 1];
+      // l.beta >= t.beta: t is never above l on n >= 0 when l.alpha >= t.alpha.
+      if (l.alpha >= t.alpha || near(l.alpha, t.alpha)) {
+        --k;
+        continue;
+      }
+      if (near(l.beta, t.beta)) {  // same slope, lower intercept
+        dominated = true;
+        break;
+      }
+      if (k >= 2) {
+        const CostLine& u = v[k - 2];
+        // t is useless when l overtakes u no later than t does.
+        const double x_ul = (u.alpha - l.alpha) / (l.beta - u.beta);
+        const double x_ut = (u.alpha - t.alpha) / (t.beta - u.beta);
+        if (x_ul <= x_ut) {
+          --k;
+          continue;
+        }
+      }
+      break;
+    }
+    if (!dominated) v[k++] = l;
+  }
+  v.resize(k);
+}
+
+struct Csr {
+  std::vector<int> start, list;
+  void build(std::size_t keys, const std::vector<std::pair<int, int>>& pairs) {
+    start.assign(keys + 1, 0);
+    for (const auto& kv : pairs) ++start[kv.first + 1];
+    for (std::size_t k = 0; k < keys; ++k) start[k + 1] += start[k];
+    list.resize(pairs.size());
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (const auto& [k, v] : pairs) list[fill[k]++] = v;
+  }
+  int size(int k) const { return start[k + 1] - start[k]; }
+  const int* begin(int k) const { return list.data() + start[k]; }
+  const int* end(int k) const { return list.data() + start[k + 1]; }
+};
+
+void mix(std::uint64_t& h, std::uint64_t v) {
+  // splitmix64 of (h ^ v): order-dependent and well spread.
+  std::uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  h = z ^ (z >> 31);
+}
+void mix(std::uint64_t& h, const std::string& s) {
+  mix(h, s.size());
+  for (unsigned char ch : s) mix(h, ch);
+}
+
+// ---- the cache ----
+
+struct Entry {
+  CollOp op;
+  std::string algo;
+  std::vector<int> group;
+  int inner, window;
+  std::uint64_t topo;
+  std::shared_ptr<const CostForm> form;
+};
+
+std::uint64_t key_hash(const Collective& c, const std::string& algo, std::uint64_t topo) {
+  std::uint64_t h = topo;
+  mix(h, static_cast<std::uint64_t>(c.op));
+  mix(h, algo);
+  mix(h, static_cast<std::uint64_t>(c.inner));
+  mix(h, static_cast<std::uint64_t>(c.window));
+  mix(h, c.group.size());
+  for (int r : c.group) mix(h, static_cast<std::uint64_t>(r));
+  return h;
+}
+
+struct Cache {
+  std::shared_mutex mu;
+  std::unordered_multimap<std::uint64_t, Entry> map;
+  static constexpr std::size_t kMax = 1 << 16;  // cleared when full: a sweep's working set is far smaller
+};
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+bool matches(const Entry& e, const Collective& c, const std::string& algo, std::uint64_t topo) {
+  return e.op == c.op && e.inner == c.inner && e.window == c.window && e.topo == topo && e.algo == algo &&
+         e.group == c.group;
+}
+
+std::shared_ptr<const CostForm> cached_form(const Collective& c, const Topology& topo, std::uint64_t tkey) {
+  if (c.op == CollOp::alltoallv) return std::make_shared<const CostForm>(make_cost_form(c, topo));
+  const std::string& algo = c.algo.empty() ? default_algorithm(c.op) : c.algo;
+  const std::uint64_t h = key_hash(c, algo, tkey);
+  Cache& C = cache();
+  {
+    std::shared_lock lk(C.mu);
+    auto [a, b] = C.map.equal_range(h);
+    for (auto it = a; it != b; ++it)
+      if (matches(it->second, c, algo, tkey)) return it->second.form;
+  }
+  auto form = std::make_shared<const CostForm>(make_cost_form(c, topo));  // outside the lock
+  std::unique_lock lk(C.mu);
+  auto [a, b] = C.map.equal_range(h);
+  for (auto it = a; it != b; ++it)
+    if (matches(it->second, c, algo, tkey)) return it->second.form;  // another thread was first
+  if (C.map.size() >= Cache::kMax) C.map.clear();
+  C.map.emplace(h, Entry{c.op, algo, c.group, c.inner, c.window, tkey, form});
+  return form;
+}
+
+}  // namespace
+
+double CostForm::time_s(double n) const {
+  if (trivial || !(n > 0)) return 0.0;
+  double t = 0.0;
+  for (const CostLine& l : envelope) t = std::max(t, l.at(n));
+  return t;
+}
+
+CostForm make_cost_form(const Collective& c, const Topology& topo) {
+  CostForm f;
+  const int p = static_cast<int>(c.group.size());
+  if (p < 2) {
+    f.trivial = true;
+    return f;
+  }
+  double scale = 1.0;
+  CollPlan plan;
+  if (c.op == CollOp::alltoallv) {
+    plan = make_plan(c, topo);
+  } else {
+    Collective ref = c;
+    ref.bytes = kRefBytes;
+    scale = static_cast<double>(kRefBytes);
+    plan = make_plan(ref, topo);
+  }
+  const int S = static_cast<int>(plan.steps.size());
+  const int X = static_cast<int>(plan.xfers.size());
+  f.transfers = plan.xfers.size();
+  if (X == 0) {
+    f.trivial = true;
+    return f;
+  }
+
+  // Depth of every step in the DAG (deps precede their steps in every plan).
+  std::vector<int> depth(S, 0);
+  for (int s = 0; s < S; ++s)
+    for (int d : plan.steps[s].deps)
+      if (d >= 0) {
+        if (d >= s) throw ParmError(fmt::format("internal: collective '{}': step {} depends on later step {}", c.name, s, d));
+        depth[s] = std::max(depth[s], depth[d] + 1);
+      }
+
+  // Routes (copied: above kRouteTableGpus the topology reuses one buffer).
+  std::vector<int> arena, off(X + 1, 0);
+  std::vector<double> lat(X);
+  for (int x = 0; x < X; ++x) {
+    const CollXfer& xf = plan.xfers[x];
+    const Route& r = topo.route(c.group[xf.src], c.group[xf.dst]);
+    lat[x] = r.latency.to_seconds();
+    arena.insert(arena.end(), r.links.begin(), r.links.end());
+    off[x + 1] = static_cast<int>(arena.size());
+  }
+
+  // Transfers by round; each round's link loads give each transfer's slope.
+  std::vector<int> order(X);
+  for (int x = 0; x < X; ++x) order[x] = x;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return depth[plan.xfers[a].send_step] < depth[plan.xfers[b].send_step]; });
+  std::vector<double> load(topo.num_links(), 0.0), inv_bw(topo.num_links());
+  for (int l = 0; l < topo.num_links(); ++l) inv_bw[l] = 1.0 / static_cast<double>(topo.link(l).bandwidth);
+  std::vector<CostLine> line(X);
+  for (int lo = 0; lo < X;) {
+    const int d = depth[plan.xfers[order[lo]].send_step];
+    int hi = lo;
+    while (hi < X && depth[plan.xfers[order[hi]].send_step] == d) ++hi;
+    ++f.rounds;
+    for (int i = lo; i < hi; ++i) {
+      const int x = order[i];
+      for (int k = off[x]; k < off[x + 1]; ++k) load[arena[k]] += static_cast<double>(plan.xfers[x].bytes);
+    }
+    for (int i = lo; i < hi; ++i) {
+      const int x = order[i];
+      double t = 0.0;
+      for (int k = off[x]; k < off[x + 1]; ++k) t = std::max(t, load[arena[k]] * inv_bw[arena[k]]);
+      line[x] = {lat[x], t / scale};
+    }
+    for (int i = lo; i < hi; ++i)
+      for (int k = off[order[i]]; k < off[order[i] + 1]; ++k) load[arena[k]] = 0.0;
+    lo = hi;
+  }
+
+  // Critical path over nodes R(s) = 2s (ready) and F(s) = 2s+1 (complete).
+  std::vector<std::pair<int, int>> sx, succ;
+  sx.reserve(2 * static_cast<std::size_t>(X));
+  for (int x = 0; x < X; ++x) {
+    sx.emplace_back(plan.xfers[x].send_step, x);
+    sx.emplace_back(plan.xfers[x].recv_step, x);
+  }
+  Csr step_xfers;
+  step_xfers.build(S, sx);
+  const int V = 2 * S;
+  for (int s = 0; s < S; ++s) {
+    for (int d : plan.steps[s].deps)
+      if (d >= 0) succ.emplace_back(2 * d + 1, 2 * s);
+    succ.emplace_back(2 * s, 2 * s + 1);
+  }
+  for (int x = 0; x < X; ++x) {
+    const CollXfer& xf = plan.xfers[x];
+    succ.emplace_back(2 * xf.send_step, 2 * xf.recv_step + 1);
+    succ.emplace_back(2 * xf.recv_step, 2 * xf.send_step + 1);
+  }
+  Csr out;
+  out.build(V, succ);
+  std::vector<int> indeg(V, 0);
+  for (const auto& e : succ) ++indeg[e.second];
+  std::vector<int> queue;
+  queue.reserve(V);
+  for (int v = 0; v < V; ++v)
+    if (indeg[v] == 0) queue.push_back(v);
+  std::vector<Envelope> val(V);
+  Envelope tmp;
+  std::vector<char> sink(S, 1);
+  for (int s = 0; s < S; ++s)
+    for (int d : plan.steps[s].deps)
+      if (d >= 0) sink[d] = 0;
+  for (std::size_t qi = 0; qi < queue.size(); ++qi) {
+    const int v = queue[qi];
+    const int s = v / 2;
+    tmp.clear();
+    if (v % 2 == 0) {
+      for (int d : plan.steps[s].deps)
+        if (d >= 0) tmp.insert(tmp.end(), val[2 * d + 1].begin(), val[2 * d + 1].end());
+      if (tmp.empty()) tmp.push_back({0.0, 0.0});
+    } else {
+      tmp = val[2 * s];
+      for (const int* it = step_xfers.begin(s); it != step_xfers.end(s); ++it) {
+        const CollXfer& xf = plan.xfers[*it];
+        const std::size_t at = tmp.size();
+        tmp.insert(tmp.end(), val[2 * xf.send_step].begin(), val[2 * xf.send_step].end());
+        if (xf.recv_step != xf.send_step)
+          tmp.insert(tmp.end(), val[2 * xf.recv_step].begin(), val[2 * xf.recv_step].end());
+        for (std::size_t k = at; k < tmp.size(); ++k) tmp[k].alpha += line[*it].alpha, tmp[k].beta += line[*it].beta;
+      }
+    }
+    prune(tmp);
+    val[v] = tmp;
+    for (const int* it = out.begin(v); it != out.end(v); ++it)
+      if (--indeg[*it] == 0) queue.push_back(*it);
+  }
+  if (static_cast<int>(queue.size()) != V)
+    throw ParmError(fmt::format("internal: collective '{}': the plan's steps wait on each other in a cycle", c.name));
+  for (int s = 0; s < S; ++s)
+    if (sink[s]) f.envelope.insert(f.envelope.end(), val[2 * s + 1].begin(), val[2 * s + 1].end());
+  prune(f.envelope);
+  return f;
+}
+
+std::uint64_t topology_fingerprint(const Topology& t) {
+  std::uint64_t h = 0x7061726d73696dULL;
+  mix(h, t.name());
+  mix(h, t.gpu_model());
+  mix(h, static_cast<std::uint64_t>(t.gpus_per_node()));
+  mix(h, static_cast<std::uint64_t>(t.num_gpus()));
+  mix(h, static_cast<std::uint64_t>(t.num_devices()));
+  mix(h, static_cast<std::uint64_t>(t.num_links()));
+  // Every link: FNV-1a over 64-bit words (cheap; called per free-function
+  // lookup), then one avalanche.
+  std::uint64_t f = 0xcbf29ce484222325ULL;
+  auto word = [&f](std::uint64_t v) { f = (f ^ v) * 0x100000001b3ULL; };
+  const auto& g = t.graph();
+  for (auto [it, end] = boost::edges(g); it != end; ++it) {
+    const Link& l = g[*it];
+    word(static_cast<std::uint64_t>(l.id) << 40 ^ static_cast<std::uint64_t>(boost::source(*it, g)) << 20 ^
+         boost::target(*it, g));
+    word(l.bandwidth);
+    word(static_cast<std::uint64_t>(l.latency.count_ps()));
+  }
+  mix(h, f);
+  return h;
+}
+
+std::shared_ptr<const CostForm> collective_cost_form(const Collective& c, const Topology& topo) {
+  return cached_form(c, topo, topology_fingerprint(topo));
+}
+
+double collective_time_s(const Collective& c, const Topology& topo) {
+  return collective_time_s(c, topo, static_cast<double>(c.bytes));
+}
+
+double collective_time_s(const Collective& c, const Topology& topo, double bytes) {
+  if (c.group.size() < 2) return 0.0;
+  if (c.op == CollOp::alltoallv) return collective_cost_form(c, topo)->time_s(1.0);
+  if (!(bytes > 0)) return 0.0;
+  return collective_cost_form(c, topo)->time_s(bytes);
+}
+
+CollectiveCosts::CollectiveCosts(const Topology& topo) : topo_(topo), key_(topology_fingerprint(topo)) {}
+
+std::shared_ptr<const CostForm> CollectiveCosts::form(const Collective& c) const {
+  return cached_form(c, topo_, key_);
+}
+
+double CollectiveCosts::time_s(const Collective& c, double bytes) const {
+  if (c.group.size() < 2) return 0.0;
+  if (c.op == CollOp::alltoallv) return form(c)->time_s(1.0);
+  if (!(bytes > 0)) return 0.0;
+  return form(c)->time_s(bytes);
+}
+
+std::size_t collective_cost_cache_size() {
+  std::shared_lock lk(cache().mu);
+  return cache().map.size();
+}
+
+void clear_collective_cost_cache() {
+  std::unique_lock lk(cache().mu);
+  cache().map.clear();
+}
+
+}  // namespace parmsim

@@ -1,0 +1,99 @@
+#pragma once
+// The closed-form time of one collective, derived from the plan the
+// simulator runs (make_plan), so that closed-form models and simulations
+// cost collectives the same way.
+//
+// Derivation, for a plan on a topology:
+//   rounds     a transfer's round is the depth of its send step in the step
+//              DAG (0 for a step without dependencies, else 1 + the deepest
+//              dependency). For ring, direct (with window), pairwise,
+//              hierarchical and sendrecv this is the position along the
+//              member's chain; for SAA, AlltoAll round i and the gather of
+//              chunk i-1 share round i, as they start together.
+//   transfer   the load on each link in a round is the sum of the bytes of
+//              that round's transfers crossing it; a transfer takes its route
+//              latency + max over its links of (link load / link bandwidth),
+//              what both network models give when a round's transfers start
+//              together (`analytical` serializes a shared link, `flow`
+//              shares it).
+//   collective the critical path of the step DAG with transfers so timed,
+//              every member entering at 0: a step is ready when its
+//              dependencies are complete, a transfer starts when its send and
+//              receive steps are ready, a step completes when its transfers
+//              are. For the chain algorithms this is the sum over rounds of
+//              the slowest transfer; for SAA it overlaps the AlltoAll chain
+//              with the gather chain.
+// Every transfer's bytes are proportional to the collective's byte size n
+// (up to ceil rounding), so each transfer is alpha + beta * n and the
+// critical path is a maximum of such lines (convex in n). The form keeps that
+// upper envelope, built once per (op, algorithm, group, inner, window,
+// topology) from a plan at a large reference size, and evaluates any n in a
+// few nanoseconds. AlltoAllv is the exception: its bytes come from the matrix,
+// so its form is built from the actual matrix (n scales it; n = 1 is the
+// matrix as given) and is never cached.
+//
+// This knows nothing of MoE: it costs a Collective on a Topology.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sim/coll/collective_plan.hpp"
+
+namespace parmsim {
+
+struct CostLine {
+  double alpha = 0;  // seconds
+  double beta = 0;   // seconds per byte of the collective's size n
+  double at(double n) const { return alpha + beta * n; }
+};
+
+struct CostForm {
+  // Upper envelope on n >= 0: slopes increasing, intercepts decreasing.
+  std::vector<CostLine> envelope;
+  bool trivial = false;  // fewer than two members, or no transfers: always 0
+  int rounds = 0;        // distinct transfer rounds in the plan
+  std::size_t transfers = 0;
+  // Seconds for a collective of n bytes (Collective::bytes convention); 0 for n <= 0.
+  double time_s(double n) const;
+};
+
+// Builds the form from a fresh plan (no cache). Throws ParmError as make_plan does.
+CostForm make_cost_form(const Collective& c, const Topology& topo);
+
+// The cached form for c's (op, resolved algorithm, group, inner, window) on
+// topo; c.bytes is ignored (except for alltoallv, whose form is built fresh
+// and returned uncached). Thread-safe; the returned form is immutable and
+// stays valid while the caller holds it.
+std::shared_ptr<const CostForm> collective_cost_form(const Collective& c, const Topology& topo);
+
+// Seconds for c (c.bytes) on topo: collective_cost_form(c, topo)->time_s(c.bytes).
+// 0 for zero bytes or fewer than two members. AlltoAllv: the matrix as
+// given (c.bytes and `bytes` are ignored).
+double collective_time_s(const Collective& c, const Topology& topo);
+// The same for a size of `bytes` (Collective::bytes convention) instead of c.bytes.
+double collective_time_s(const Collective& c, const Topology& topo, double bytes);
+
+// The same, bound to one topology: fingerprints it once (the free functions
+// above do so on every call, O(links)), for loops that cost many
+// collectives on one topology. Holds a reference: topo must outlive it.
+class CollectiveCosts {
+ public:
+  explicit CollectiveCosts(const Topology& topo);
+  std::shared_ptr<const CostForm> form(const Collective& c) const;
+  double time_s(const Collective& c) const { return time_s(c, static_cast<double>(c.bytes)); }
+  double time_s(const Collective& c, double bytes) const;
+
+ private:
+  const Topology& topo_;
+  std::uint64_t key_;
+};
+
+// A hash of everything in a topology that routes and link costs depend on
+// (name, sizes, every link's ends, bandwidth and latency): the cache's key.
+std::uint64_t topology_fingerprint(const Topology& topo);
+
+// Cache inspection, for tests and benchmarks.
+std::size_t collective_cost_cache_size();
+void clear_collective_cost_cache();
+
+}  // namespace parmsim
