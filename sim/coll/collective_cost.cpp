@@ -106,8 +106,16 @@ std::uint64_t key_hash(const Collective& c, const std::string& algo, std::uint64
   mix(h, algo);
   mix(h, static_cast<std::uint64_t>(c.inner));
   mix(h, static_cast<std::uint64_t>(c.window));
-  mix(h, c.group.size());
-  for (int r : c.group) mix(h, static_cast<std::uint64_t>(r));
+  // The group: FNV-1a over pairs of ranks (cheap; hashed on every lookup), then one avalanche.
+  std::uint64_t f = 0xcbf29ce484222325ULL ^ c.group.size();
+  const std::size_t n = c.group.size();
+  std::size_t i = 0;
+  for (; i + 1 < n; i += 2)
+    f = (f ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(c.group[i])) << 32 |
+              static_cast<std::uint32_t>(c.group[i + 1]))) *
+        0x100000001b3ULL;
+  if (i < n) f = (f ^ static_cast<std::uint32_t>(c.group[i])) * 0x100000001b3ULL;
+  mix(h, f);
   return h;
 }
 
