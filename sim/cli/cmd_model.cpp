@@ -3,6 +3,7 @@
 
 #include <iostream>
 #include <memory>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "sim/cli/common.hpp"
@@ -34,7 +35,10 @@ void add_model(CLI::App& app) {
     const auto res = moe::run_model(m, topo, cal.get());
     const double base = res.front().total().to_seconds();
     if (a->json) {
-      nlohmann::json j = {{"model", m.name}, {"topology", topo.name()}, {"network", m.network}};
+      nlohmann::json j = {{"model", m.name},
+                          {"topology", topo.name()},
+                          {"network", m.network},
+                          {"grad_bucket", m.grad_bucket}};
       nlohmann::json sch = nlohmann::json::object();
       for (const auto& r : res) {
         nlohmann::json parts = nlohmann::json::array();
@@ -46,6 +50,10 @@ void add_model(CLI::App& app) {
                            {"total_us", ((p.forward + p.backward) * p.count).to_us()}});
         sch[r.schedule] = {{"iteration_us", r.total().to_us()},
                            {"moe_us", r.moe_time().to_us()},
+                           {"dp_grad_allreduce_us", r.grad_sync.allreduce.to_us()},
+                           {"dp_grad_allreduce_hidden_us", r.grad_sync.hidden().to_us()},
+                           {"dp_grad_allreduce_exposed_us", r.grad_sync.exposed().to_us()},
+                           {"dp_grad_buckets", r.grad_sync.bucket_elems},
                            {"speedup_vs_baseline", base / r.total().to_seconds()},
                            {"moe_speedup_vs_baseline", res.front().moe_time().to_seconds() / r.moe_time().to_seconds()},
                            {"components", parts}};
@@ -56,13 +64,21 @@ void add_model(CLI::App& app) {
     }
     fmt::print("model {} on {} ({} GPUs), {} network: {} blocks, one FFN in {} an MoE layer ({})\n", m.name,
                topo.name(), topo.num_gpus(), m.network, m.layers, m.moe_every, moe::spec_string(m.layer));
+    fmt::print("gradient AllReduce: {}; dp_grad_allreduce below is its exposed part\n",
+               m.grad_bucket > 0 ? fmt::format("{} bucket(s) of at most {} elements, overlapped with backward",
+                                               res.front().grad_sync.buckets(), m.grad_bucket)
+                                 : std::string("one AllReduce after backward (grad_bucket: none)"));
     fmt::print("{:<20} {:>6} {:>14} {:>14} {:>14}\n", "component (per use)", "count", "baseline_us", "s1_us", "s2_us");
     for (std::size_t i = 0; i < res.front().parts.size(); ++i) {
       fmt::print("{:<20} {:>6}", res.front().parts[i].name, res.front().parts[i].count);
       for (const auto& r : res) fmt::print(" {:>14.1f}", (r.parts[i].forward + r.parts[i].backward).to_us());
       fmt::print("\n");
     }
-    fmt::print("{:<27}", "iteration_us");
+    fmt::print("{:<27}", "dp allreduce, all_us");
+    for (const auto& r : res) fmt::print(" {:>14.1f}", r.grad_sync.allreduce.to_us());
+    fmt::print("\n{:<27}", "dp allreduce, hidden_us");
+    for (const auto& r : res) fmt::print(" {:>14.1f}", r.grad_sync.hidden().to_us());
+    fmt::print("\n{:<27}", "iteration_us");
     for (const auto& r : res) fmt::print(" {:>14.1f}", r.total().to_us());
     fmt::print("\n{:<27}", "speedup vs baseline");
     for (const auto& r : res) fmt::print(" {:>13.2f}x", base / r.total().to_seconds());

@@ -146,8 +146,10 @@ GradSync grad_sync_timeline(const std::vector<BackwardStep>& steps, std::int64_t
     total += st.grad_elems;
   }
   if (bucket_elems <= 0) {  // after the backward pass, one AllReduce
-    g.allreduce = total > 0 ? allreduce_time(total) : Time::zero();
-    g.buckets = total > 0 ? 1 : 0;
+    if (total > 0) {
+      g.allreduce = allreduce_time(total);
+      g.bucket_elems = {total};
+    }
     g.end = g.compute + g.allreduce;
     return g;
   }
@@ -158,7 +160,7 @@ GradSync grad_sync_timeline(const std::vector<BackwardStep>& steps, std::int64_t
     const Time a = allreduce_time(bucket);
     comm_free = std::max(comm_free, bucket_ready) + a;
     g.allreduce += a;
-    ++g.buckets;
+    g.bucket_elems.push_back(bucket);
     bucket = 0;
   };
   for (const BackwardStep& st : steps) {

@@ -4,7 +4,10 @@
 // Megatron tensor parallelism (column- then row-parallel GEMMs, an MP
 // AllReduce after each row-parallel one, forward and backward), every
 // `moe_every`-th FFN replaced by an MoE layer under each schedule, and the
-// data-parallel gradient AllReduce of the dense parameters.
+// data-parallel gradient AllReduce of the dense parameters, in buckets that
+// overlap the backward pass (grad_sync_timeline).
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,12 @@ struct ModelSpec {
   std::int64_t vocab = 30522;
   LayerSpec layer;                   // B, L (sequence), M (hidden), H (FFN), E, k, f, mp, dtype
   std::int64_t experts_per_gpu = 0;  // when > 0, E = experts_per_gpu * GPUs
+  // Gradient bucket, in elements (key `grad_bucket`). The default is DeepSpeed's
+  // reduce_bucket_size, 5e8 (deepspeed/runtime/zero/config.py:113; the plain
+  // engine's MEMORY_OPT_ALLREDUCE_SIZE, engine.py:160, is the same). 0 (`none`):
+  // one AllReduce of all dense gradients after the backward pass, not overlapped.
+  static constexpr std::int64_t kDeepSpeedReduceBucketSize = 500000000;
+  std::int64_t grad_bucket = kDeepSpeedReduceBucketSize;
 };
 
 ModelSpec load_model_spec(const std::string& file);
@@ -31,9 +40,38 @@ struct Component {
   Time forward, backward;  // one instance
 };
 
+// One step of the backward pass on the compute stream, in the order it runs
+// (output head first, then the blocks last to first, the embedding last), and
+// the data-parallel gradient elements it leaves ready when it ends.
+struct BackwardStep {
+  Time compute;
+  std::int64_t grad_elems = 0;
+};
+
+// The gradient AllReduce against the backward pass. Buckets take whole steps'
+// gradients in backward order, at most `bucket_elems` each (a step with more
+// is a bucket alone; DeepSpeed's rule, stage_1_and_2.py:1201); a bucket is
+// ready when its last step ends. Its AllReduce starts on the communication
+// stream when it is ready and the previous bucket's AllReduce is done.
+// `bucket_elems` <= 0: one AllReduce of everything after the last step.
+struct GradSync {
+  Time compute;    // the backward steps, end to end
+  Time allreduce;  // all buckets' AllReduces, summed
+  Time end;        // both streams done: max(compute, last AllReduce's end)
+  std::vector<std::int64_t> bucket_elems;  // in the order they are reduced
+  int buckets() const { return static_cast<int>(bucket_elems.size()); }
+  Time exposed() const { return end - compute; }
+  Time hidden() const { return allreduce - exposed(); }
+};
+GradSync grad_sync_timeline(const std::vector<BackwardStep>& steps, std::int64_t bucket_elems,
+                            const std::function<Time(std::int64_t elems)>& allreduce_time);
+
 struct IterationResult {
   std::string schedule;
+  // The last part, dp_grad_allreduce, is the exposed part of the gradient
+  // AllReduce (all of it when grad_bucket is none), so total() is the iteration.
   std::vector<Component> parts;
+  GradSync grad_sync;  // the whole gradient AllReduce, hidden and exposed
   Time total() const;
   Time moe_time() const;
 };
