@@ -28,6 +28,11 @@ struct ModelSpec {
   // reduce_bucket_size, 5e8 (deepspeed/runtime/zero/config.py:113; the plain
   // engine's MEMORY_OPT_ALLREDUCE_SIZE, engine.py:160, is the same). 0 (`none`):
   // one AllReduce of all dense gradients after the backward pass, not overlapped.
+  // DeepSpeed overlaps only with zero_optimization.overlap_comm, whose default is
+  // off below stage 3 (zero/config.py:383-385); its plain engine reduces after
+  // backward (engine.py:2980-2982). For BERT-/GPT-2-MoE all dense gradients fit
+  // in one 5e8 bucket, ready when backward ends, so the default equals `none`.
+  // PyTorch DDP's bucket_cap_mb = 25 MiB is 6553600 fp32 elements.
   static constexpr std::int64_t kDeepSpeedReduceBucketSize = 500000000;
   std::int64_t grad_bucket = kDeepSpeedReduceBucketSize;
 };
