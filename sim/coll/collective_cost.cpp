@@ -96,12 +96,15 @@ struct Entry {
   std::string algo;
   std::vector<int> group;
   int inner, window;
+  Concurrent k;
   std::uint64_t topo;
   std::shared_ptr<const CostForm> form;
 };
 
-std::uint64_t key_hash(const Collective& c, const std::string& algo, std::uint64_t topo) {
+std::uint64_t key_hash(const Collective& c, const std::string& algo, std::uint64_t topo, Concurrent k) {
   std::uint64_t h = topo;
+  mix(h, static_cast<std::uint64_t>(k.copies));
+  mix(h, static_cast<std::uint64_t>(k.stride));
   mix(h, static_cast<std::uint64_t>(c.op));
   mix(h, algo);
   mix(h, static_cast<std::uint64_t>(c.inner));
@@ -129,29 +132,30 @@ Cache& cache() {
   return c;
 }
 
-bool matches(const Entry& e, const Collective& c, const std::string& algo, std::uint64_t topo) {
-  return e.op == c.op && e.inner == c.inner && e.window == c.window && e.topo == topo && e.algo == algo &&
+bool matches(const Entry& e, const Collective& c, const std::string& algo, std::uint64_t topo, Concurrent k) {
+  return e.k.copies == k.copies && e.k.stride == k.stride && e.op == c.op && e.inner == c.inner && e.window == c.window && e.topo == topo && e.algo == algo &&
          e.group == c.group;
 }
 
-std::shared_ptr<const CostForm> cached_form(const Collective& c, const Topology& topo, std::uint64_t tkey) {
-  if (c.op == CollOp::alltoallv) return std::make_shared<const CostForm>(make_cost_form(c, topo));
+std::shared_ptr<const CostForm> cached_form(const Collective& c, const Topology& topo, std::uint64_t tkey,
+                                            Concurrent k = {}) {
+  if (c.op == CollOp::alltoallv) return std::make_shared<const CostForm>(make_cost_form(c, topo, k));
   const std::string& algo = c.algo.empty() ? default_algorithm(c.op) : c.algo;
-  const std::uint64_t h = key_hash(c, algo, tkey);
+  const std::uint64_t h = key_hash(c, algo, tkey, k);
   Cache& C = cache();
   {
     std::shared_lock lk(C.mu);
     auto [a, b] = C.map.equal_range(h);
     for (auto it = a; it != b; ++it)
-      if (matches(it->second, c, algo, tkey)) return it->second.form;
+      if (matches(it->second, c, algo, tkey, k)) return it->second.form;
   }
-  auto form = std::make_shared<const CostForm>(make_cost_form(c, topo));  // outside the lock
+  auto form = std::make_shared<const CostForm>(make_cost_form(c, topo, k));  // outside the lock
   std::unique_lock lk(C.mu);
   auto [a, b] = C.map.equal_range(h);
   for (auto it = a; it != b; ++it)
-    if (matches(it->second, c, algo, tkey)) return it->second.form;  // another thread was first
+    if (matches(it->second, c, algo, tkey, k)) return it->second.form;  // another thread was first
   if (C.map.size() >= Cache::kMax) C.map.clear();
-  C.map.emplace(h, Entry{c.op, algo, c.group, c.inner, c.window, tkey, form});
+  C.map.emplace(h, Entry{c.op, algo, c.group, c.inner, c.window, k, tkey, form});
   return form;
 }
 
@@ -164,7 +168,12 @@ double CostForm::time_s(double n) const {
   return t;
 }
 
-CostForm make_cost_form(const Collective& c, const Topology& topo) {
+CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent conc) {
+  for (int j = 1; j < conc.copies; ++j)
+    for (int r : c.group)
+      if (r + j * conc.stride < 0 || r + j * conc.stride >= topo.num_gpus())
+        throw ParmError(fmt::format("collective '{}': concurrent copy {} (stride {}) names rank {}, outside the {} GPUs",
+                                    c.name, j, conc.stride, r + j * conc.stride, topo.num_gpus()));
   CostForm f;
   const int p = static_cast<int>(c.group.size());
   if (p < 2) {
@@ -217,6 +226,7 @@ CostForm make_cost_form(const Collective& c, const Topology& topo) {
   std::vector<double> load(topo.num_links(), 0.0), inv_bw(topo.num_links());
   for (int l = 0; l < topo.num_links(); ++l) inv_bw[l] = 1.0 / static_cast<double>(topo.link(l).bandwidth);
   std::vector<CostLine> line(X);
+  std::vector<int> touched;
   for (int lo = 0; lo < X;) {
     const int d = depth[plan.xfers[order[lo]].send_step];
     int hi = lo;
@@ -226,6 +236,16 @@ CostForm make_cost_form(const Collective& c, const Topology& topo) {
       const int x = order[i];
       for (int k = off[x]; k < off[x + 1]; ++k) load[arena[k]] += static_cast<double>(plan.xfers[x].bytes);
     }
+    // The concurrent copies' transfers of this round load their own routes.
+    for (int j = 1; j < conc.copies; ++j)
+      for (int i = lo; i < hi; ++i) {
+        const CollXfer& xf = plan.xfers[order[i]];
+        const Route& r = topo.route(c.group[xf.src] + j * conc.stride, c.group[xf.dst] + j * conc.stride);
+        for (int l : r.links) {
+          load[l] += static_cast<double>(xf.bytes);
+          touched.push_back(l);
+        }
+      }
     for (int i = lo; i < hi; ++i) {
       const int x = order[i];
       double t = 0.0;
@@ -234,6 +254,8 @@ CostForm make_cost_form(const Collective& c, const Topology& topo) {
     }
     for (int i = lo; i < hi; ++i)
       for (int k = off[order[i]]; k < off[order[i] + 1]; ++k) load[arena[k]] = 0.0;
+    for (int l : touched) load[l] = 0.0;
+    touched.clear();
     lo = hi;
   }
 
@@ -346,6 +368,12 @@ CollectiveCosts::CollectiveCosts(const Topology& topo) : topo_(topo), key_(topol
 
 std::shared_ptr<const CostForm> CollectiveCosts::form(const Collective& c) const {
   return cached_form(c, topo_, key_);
+}
+
+double CollectiveCosts::time_s(const Collective& c, double bytes, Concurrent k) const {
+  if (c.group.size() < 2) return 0.0;
+  if (!(bytes > 0)) return 0.0;
+  return cached_form(c, topo_, key_, k)->time_s(bytes);
 }
 
 double CollectiveCosts::time_s(const Collective& c, double bytes) const {

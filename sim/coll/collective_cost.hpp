@@ -57,8 +57,17 @@ struct CostForm {
   double time_s(double n) const;
 };
 
+// Copies of a collective that run at the same time on other ranks: copy j
+// (1 <= j < copies) is the same plan on the group's ranks + j * stride (the
+// MoE layer's G EP groups, or its N_EP MP groups, all run at once). Their
+// transfers load the same links in the same rounds; the form times copy 0.
+struct Concurrent {
+  int copies = 1;
+  int stride = 0;
+};
+
 // Builds the form from a fresh plan (no cache). Throws ParmError as make_plan does.
-CostForm make_cost_form(const Collective& c, const Topology& topo);
+CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent k = {});
 
 // The cached form for c's (op, resolved algorithm, group, inner, window) on
 // topo; c.bytes is ignored (except for alltoallv, whose form is built fresh
@@ -82,6 +91,8 @@ class CollectiveCosts {
   std::shared_ptr<const CostForm> form(const Collective& c) const;
   double time_s(const Collective& c) const { return time_s(c, static_cast<double>(c.bytes)); }
   double time_s(const Collective& c, double bytes) const;
+  // With `k.copies - 1` copies of c running at the same time (see Concurrent).
+  double time_s(const Collective& c, double bytes, Concurrent k) const;
 
  private:
   const Topology& topo_;

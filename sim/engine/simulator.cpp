@@ -159,7 +159,8 @@ class Engine {
     if (t.kind == TaskKind::compute) {
       res_.trace[id].bytes = t.bytes;
       res_.trace[id].flops = t.flops;
-      events_.push(now_ + compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype, cal_, task_kind(t.name), t.shape), id);
+      const Time k = compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype, cal_, task_kind(t.name), t.shape);
+      events_.push(now_ + t.host_wait + k + gpu_.launch * (t.launches - 1), id);
       return;
     }
     CollState& s = coll_[t.collective];

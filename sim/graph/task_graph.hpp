@@ -13,6 +13,8 @@
 // cycle), every group member has exactly one part of each collective, buffers
 // named by tasks exist on the task's rank.
 #include <cstdint>
+
+#include "sim/core/time.hpp"
 #include <string>
 #include <vector>
 
@@ -85,6 +87,11 @@ struct Task {
   std::uint64_t bytes = 0;  // bytes read + written in memory
   DType dtype = DType::fp32;
   std::vector<std::int64_t> shape;  // gemm: {m, n, k} or {m, n, k, batch}; empty = unknown
+  // Timing (executors ignore these): the small kernels this task stands for,
+  // each paying the GPU's launch floor; and how long the GPU idles for the
+  // host before it (a device-to-host sync drains the launch queue).
+  int launches = 1;
+  Time host_wait;
   // collective
   int collective = -1;
   std::vector<std::string> inputs, outputs;  // buffer names on `rank`

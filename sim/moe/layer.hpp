@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "sim/core/time.hpp"
@@ -21,15 +22,35 @@ namespace parmsim {
 class YamlReader;
 struct GpuProfile;
 struct Calibration;
+class CollectiveCosts;
 }  // namespace parmsim
 
 namespace parmsim::moe {
+
+// Which DeepSpeed-MoE the baseline is (docs/moe-costs.md):
+//   v0_14_4  DeepSpeed-MoE 0.7 .. 0.14.4, what Parm measured against: with
+//            expert sharding every MP rank sends the full, identical dispatch
+//            buffer; one ESP AllReduce per local expert, forward and backward;
+//   v0_14_5  0.14.5 and later: duplicates dropped before each AlltoAll and
+//            gathered over MP after it;
+//   lean     parmsim's earlier idealised baseline: one ESP AllReduce of the
+//            whole buffer, an fp16/bf16 gate without gating tensors or host sync,
+//            local experts as one batched GEMM (for ablations).
+enum class DsMoe { v0_14_4, v0_14_5, lean };
+// How tokens are dispatched to and combined from expert slots, in every schedule:
+//   einsum  DeepSpeed-MoE's dense einsums over the [S, E, C] masks (GEMMs of 2*S*E*C*M FLOPs);
+//   index   gather/scatter kernels that move each token row once (Tutel, FSMoE): memory copies.
+enum class Dispatch { einsum, index };
+const char* to_string(DsMoe v);
+const char* to_string(Dispatch v);
 
 struct LayerSpec {
   std::int64_t B = 4, L = 512, M = 1024, H = 4096, E = 32, k = 2;
   double f = 1.2;
   int mp = 4;  // N_MP = N_ESP = G
   DType dtype = DType::fp32;
+  DsMoe ds_moe = DsMoe::v0_14_4;
+  Dispatch dispatch = Dispatch::einsum;
 };
 
 enum class Split { before_gate, after_order };
@@ -53,7 +74,7 @@ const std::vector<std::string>& preset_names();
 // Every combination of the builder's options (for --search).
 std::vector<ScheduleOptions> search_space();
 
-// Keys: B, L, M, H, E, k, f, mp, dtype; split, gather, fuse_dispatch,
+// Keys: B, L, M, H, E, k, f, mp, dtype, ds_moe, dispatch; split, gather, fuse_dispatch,
 // fuse_combine, chunks, a2a_algo. Unknown keys and bad values are ParmErrors
 // naming the key. `opts` may be null when options are not accepted.
 void set_key(LayerSpec* spec, ScheduleOptions* opts, const std::string& key, const std::string& value,
@@ -121,6 +142,12 @@ struct MoeOp {
   OpKind kernel_op = OpKind::elementwise;
   std::uint64_t flops = 0, bytes = 0;
   std::array<std::int64_t, 4> shape{};  // kernel gemm: m, n, k, batch (0 = unknown)
+  // iorder: independent blocks of tokens and slots (the gathered [G, E, T, M]
+  // buffer of G members, each combining its own S/G tokens): one batched einsum.
+  int blocks = 1;
+  // experts: one ESP AllReduce of its output rows after each local expert
+  // (forward), of its input gradient (backward): DeepSpeed-MoE with expert sharding.
+  bool allreduce_each = false;
   const char* label = "";  // a literal: op lists are built a million times a second by the model
 };
 
@@ -139,11 +166,19 @@ TaskGraph build_training_graph(const std::vector<MoeOp>& fwd, const std::vector<
                                const Dims& d, const ScheduleOptions& o);
 
 // Alpha-beta parameters of the closed form (PARM.md, "Cost model").
+// The closed form's collective costs. With a topology (alpha_beta_from_topology
+// sets it), each collective is timed by the cost form of the very plan the
+// simulator runs on the layer's groups (sim/coll/collective_cost.hpp): route
+// latencies, per-round link loads, the critical path; so the closed form and
+// the simulator differ only by overlap and contention across collectives.
+// Without one, the paper's ring forms over the two alpha-beta pairs below.
 struct AlphaBeta {
   double alpha_intra = 0, beta_intra = 0;  // seconds, seconds per byte
   double alpha_inter = 0, beta_inter = 0;  // beta_inter already times GPUs per NIC
   // Measured collectives replace these forms where an entry matches (op, group size, link).
   const Calibration* calibration = nullptr;
+  const Topology* topo = nullptr;
+  std::shared_ptr<const CollectiveCosts> costs;  // bound to *topo
 };
 AlphaBeta alpha_beta_from_topology(const Topology& t);
 

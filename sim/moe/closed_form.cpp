@@ -1,0 +1,197 @@
+// The closed-form (alpha-beta) time of a layer's op lists.
+#include "sim/moe/layer.hpp"
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <span>
+
+#include "sim/core/error.hpp"
+#include "sim/calib/calibration.hpp"
+#include "sim/coll/collective_cost.hpp"
+#include "sim/compute/gpu_profile.hpp"
+#include "sim/moe/layer_kernels.hpp"
+
+namespace parmsim::moe {
+
+// ---------------------------------------------------------------- closed form
+
+AlphaBeta alpha_beta_from_topology(const Topology& t) {
+  AlphaBeta ab;
+  const int gpn = t.gpus_per_node();
+  const Route intra = gpn > 1 ? t.route(0, 1) : (t.num_gpus() > 1 ? t.route(0, 1) : Route{});
+  auto set = [](const Route& r, double* a, double* b) {
+    *a = r.latency.to_seconds();
+    *b = r.links.empty() ? 0.0 : 1.0 / static_cast<double>(r.bottleneck);
+  };
+  set(intra, &ab.alpha_intra, &ab.beta_intra);
+  if (t.num_nodes() > 1) {
+    set(t.route(0, gpn), &ab.alpha_inter, &ab.beta_inter);
+    int nics = 0;
+    for (int v = 0; v < t.num_devices(); ++v)
+      if (t.device(v).node == 0 && t.device(v).kind == DeviceKind::nic) ++nics;
+    // GPUs of a node share its NICs: inter-node beta times GPUs per NIC.
+    const double share = static_cast<double>(gpn) / std::max(1, nics);
+    ab.beta_inter *= std::max(1.0, share);
+  } else {
+    ab.alpha_inter = ab.alpha_intra;
+    ab.beta_inter = ab.beta_intra;
+  }
+  ab.topo = &t;
+  ab.costs = std::make_shared<const CollectiveCosts>(t);
+  return ab;
+}
+
+namespace {
+
+struct Costs {
+  const AlphaBeta& ab;
+  const Dims& d;
+  const std::string& a2a_algo;
+  bool ep_inter;  // EP groups cross nodes
+  double a(bool inter) const { return inter ? ab.alpha_inter : ab.alpha_intra; }
+  double b(bool inter) const { return inter ? ab.beta_inter : ab.beta_intra; }
+  // Ring-style forms with group size p, n bytes (PARM.md): the fallback without a topology.
+  double ring(double n, int p, bool inter) const {
+    if (p < 2) return 0;
+    return (p - 1) * a(inter) + n * (p - 1) / p * b(inter);
+  }
+  // The cost form of the plan the simulator runs, on group 0 of this kind
+  // (groups of a kind are alike: MP groups are G consecutive ranks, EP groups
+  // stride G), or `fallback` without a topology.
+  double planned(CollOp op, GroupKind kind, const std::string& algo, double n, double fallback) const {
+    if (!ab.costs) return fallback;
+    Collective c;
+    c.op = op;
+    c.algo = algo;
+    const int P = d.P, G = d.G;
+    if (kind == GroupKind::ep)
+      for (int r = 0; r < P; r += G) c.group.push_back(r);
+    else if (kind == GroupKind::world)
+      for (int r = 0; r < P; ++r) c.group.push_back(r);
+    else
+      for (int r = 0; r < G; ++r) c.group.push_back(r);
+    // Every group of the kind runs at once: EP groups are copies of group 0
+    // shifted by 1 rank, MP groups by G ranks; they share NICs and PCIe links.
+    Concurrent k;
+    if (kind == GroupKind::ep) k = {G, 1};
+    else if (kind != GroupKind::world) k = {d.n_ep, G};
+    if (op == CollOp::saa)
+      c.inner = G;
+    else if (c.group.size() < 2)
+      return 0;
+    return ab.costs->time_s(c, n, k);
+  }
+  // A measured cost when the calibration has this (op, group size, link), else `form`.
+  double measured(CollOp op, int p, bool inter, double n, double form) const {
+    if (ab.calibration && p >= 2)
+      if (const CalibratedCollective* e = ab.calibration->find(op, p, inter))
+        return e->time(static_cast<std::uint64_t>(n)).to_seconds();
+    return form;
+  }
+  double a2a(double n) const {
+    if (d.n_ep < 2) return 0;
+    return measured(CollOp::alltoall, d.n_ep, ep_inter, n,
+                    planned(CollOp::alltoall, GroupKind::ep, a2a_algo, n, ring(n, d.n_ep, ep_inter)));
+  }
+  double ag(double n) const {
+    return measured(CollOp::allgather, d.G, false, n,
+                    planned(CollOp::allgather, GroupKind::mp, "", n, ring(n, d.G, false)));
+  }
+  double rs(double n) const {
+    return measured(CollOp::reducescatter, d.G, false, n,
+                    planned(CollOp::reducescatter, GroupKind::mp, "", n, ring(n, d.G, false)));
+  }
+  double ar(double n) const {
+    return measured(CollOp::allreduce, d.G, false, n,
+                    planned(CollOp::allreduce, GroupKind::mp, "", n, 2 * ring(n, d.G, false)));
+  }
+  double ar_ep(double n) const {
+    return measured(CollOp::allreduce, d.n_ep, ep_inter, n,
+                    planned(CollOp::allreduce, GroupKind::ep, "", n, 2 * ring(n, d.n_ep, ep_inter)));
+  }
+  // The fused collective: the released kernel's plan; without a topology, the
+  // paper's form over W = N_EP rounds: round i's AlltoAll chunk goes out on one
+  // chain, its AllGather to the G-1 node peers when the chunk is in and the
+  // previous gather is done.
+  double saa(double n) const {
+    const int W = d.n_ep;
+    const double chunk = n / W;
+    const double tx = a(ep_inter) + chunk * b(ep_inter);
+    const double tg = d.G > 1 ? ab.alpha_intra + (d.G - 1) * chunk * ab.beta_intra : 0.0;
+    double g_end = 0;
+    for (int i = 0; i < W; ++i) g_end = std::max(i * tx, g_end) + tg;
+    return planned(CollOp::saa, GroupKind::world, "", n, std::max(g_end, (W - 1) * tx));
+  }
+};
+
+}  // namespace
+
+double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                  const AlphaBeta& ab, const GpuProfile& gpu) {
+  const Costs c{ab, d, o.a2a_algo, ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra};
+  const double bytes = d.dtype_bytes;
+  double t = 0;
+  for (const MoeOp& op : ops) {
+    const double n = static_cast<double>(op.elems) * bytes;
+    switch (op.kind) {
+      case MoeStep::gate:
+      case MoeStep::order:
+      case MoeStep::iorder:
+      case MoeStep::experts:
+      case MoeStep::kernel:
+      case MoeStep::slot_slice: {
+        double one = 0;
+        for (const auto& k : kernels(op, s, d)) {
+          std::string kind;  // only needed to look up a calibration table
+          if (ab.calibration) kind = op.backward ? std::string("bwd_") + k.name : std::string(k.name);
+          one += kernel_time(k, s.dtype, gpu, ab.calibration, kind).to_seconds();
+        }
+        if (op.kind == MoeStep::experts) {
+          const double reps = static_cast<double>(expert_repeats(s, d));
+          one *= reps;
+          if (op.allreduce_each) one += reps * c.ar(static_cast<double>(expert_elems(op, s, d)) * bytes);
+        }
+        t += one;
+        break;
+      }
+      case MoeStep::a2a:
+        t += c.a2a(n);
+        break;
+      case MoeStep::ag:
+        t += c.ag(n);
+        break;
+      case MoeStep::rs:
+        t += c.rs(n);
+        break;
+      case MoeStep::ar:
+        t += op.group == GroupKind::ep ? c.ar_ep(n) : c.ar(n);
+        break;
+      case MoeStep::saa:
+        t += c.saa(n);
+        break;
+      case MoeStep::rs_then: {
+        const int ch = op.chunks;
+        const double t1 = c.rs(n / ch);
+        const double t2 = op.then == MoeStep::saa ? c.saa(n / ch / d.G) : c.a2a(n / ch / d.G);
+        t += t1 + (ch - 1) * std::max(t1, t2) + t2;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return t;
+}
+
+ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab,
+                      const GpuProfile& gpu) {
+  const auto fwd = forward_ops(s, d, o);
+  const auto bwd = backward_ops(fwd, s, d, o);
+  return {model_time(fwd, s, d, o, ab, gpu), model_time(bwd, s, d, o, ab, gpu)};
+}
+
+}  // namespace parmsim::moe
+

@@ -1,0 +1,461 @@
+// Task graphs of a layer's op lists, with the data bindings executors use.
+#include "sim/moe/layer.hpp"
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <span>
+
+#include "sim/core/error.hpp"
+#include "sim/moe/layer_kernels.hpp"
+
+namespace parmsim::moe {
+
+// ---------------------------------------------------------------- task graph
+
+namespace {
+
+// The builder also gives every task its data: buffers (the same names on
+// every rank), the CPU kernel to run and its arguments, so that executors can
+// run the graph with real tensors. The simulator ignores the data. Tracked
+// state: the buffer the next op reads, the current expert capacity C, and the
+// layout of combine-side buffers:
+//   0  [E, C, M]           one member's slots
+//   1  [G, E, C, M]        every MP member's slots, members hold different tokens
+//   2  [G, E, Tl, M]       every MP member's share of the slots (split after Order)
+class GraphBuilder {
+ public:
+  GraphBuilder(const LayerSpec& s, const Dims& d, const ScheduleOptions& o)
+      : s_(s), d_(d), o_(o), g_(make_groups(d.P, d.G)), b_(d.P), prev_(d.P, -1) {
+    b_.add_stream_all("compute");
+    b_.add_stream_all("comm");
+    b_.add_stream_all("rs");
+    const std::int64_t M = s.M, h = s.H / d.G;
+    buf("x", d.S * M);
+    buf("Wg", M * s.E);
+    buf("W1", d.E_local * M * h);
+    buf("W2", d.E_local * h * M);
+  }
+
+  void add(const MoeOp& op) {
+    if (op.backward && !in_backward_) start_backward();
+    switch (op.kind) {
+      case MoeStep::gate:
+        return op.backward ? gate_bwd(op) : gate(op);
+      case MoeStep::order:
+        return op.backward ? order_bwd(op) : order(op);
+      case MoeStep::slot_slice:
+        return slot_slice(op);
+      case MoeStep::experts:
+        return op.backward ? experts_bwd(op) : experts(op);
+      case MoeStep::iorder:
+        return op.backward ? iorder_bwd(op) : iorder(op);
+      case MoeStep::kernel:
+        return kernel_task(op);
+      case MoeStep::split:
+      case MoeStep::mp_gather_free:
+        return;  // views: no work, no task
+      case MoeStep::rs_then:
+        return rs_then(op);
+      case MoeStep::a2a:
+        return coll_step(CollOp::alltoall, GroupKind::ep, op, 1);
+      case MoeStep::saa:
+        return coll_step(CollOp::saa, GroupKind::world, op, d_.G);
+      case MoeStep::rs:
+        return coll_step(CollOp::reducescatter, op.group, op, 0);
+      case MoeStep::ag:
+        if (std::string(op.label) == "route_allgather") {
+          collective(CollOp::allgather, GroupKind::mp, op.elems, "comm", op.label, "route", "route_all", 0, 1);
+          buf("route_all", op.elems);
+          route_ = "route_all";
+          return;
+        }
+        if (op.backward && std::string(op.label) == "bwd_mp_split_allgather" && dx_started_) {
+          // MP-Split's adjoint after the gate: gather every member's dx rows.
+          buf("dx", d_.S * s_.M);
+          collective(CollOp::allgather, GroupKind::mp, op.elems, "comm", op.label, "dxl", "dx", 0, s_.M);
+          return;
+        }
+        if (op.group == GroupKind::mp && !op.backward && std::string(op.label) == "mp_allgather" && cur_ == "outl") {
+          buf("out", d_.S * s_.M);
+          collective(CollOp::allgather, GroupKind::mp, op.elems, "comm", op.label, "outl", "out", 0, s_.M);
+          cur_ = "out";
+          return;
+        }
+        return coll_step(CollOp::allgather, op.group, op, -1);
+      case MoeStep::ar: {
+        // In place: the ESP AllReduce on the current buffer, or the gate gradient's over MP.
+        const bool gate_grad = std::string(op.label) == "gate_grad_allreduce";
+        const std::string target = gate_grad ? "dWg" : cur_;
+        collective(CollOp::allreduce, op.group, op.elems, "comm", op.label, target, target, 0, gate_grad ? s_.E : s_.M);
+        return;
+      }
+    }
+  }
+
+  TaskGraph build() && { return std::move(b_).build(); }
+  // Dry: ops set up buffers and state but emit no tasks (a backward-only
+  // graph replays its forward pass this way).
+  void set_dry(bool dry) { dry_ = dry; }
+
+ private:
+  static std::int64_t cdiv(std::int64_t n, std::int64_t c) { return (n + c - 1) / c; }
+  int mp_index(int r) const { return r % d_.G; }
+
+  void buf(const std::string& name, std::int64_t elems) {
+    auto it = size_.find(name);
+    if (it != size_.end()) {
+      if (it->second != elems)
+        throw ParmError(fmt::format("internal: buffer '{}' declared with {} and {} elements", name, it->second, elems));
+      return;
+    }
+    size_[name] = elems;
+    // Routing metadata (expert, slot, weight triples; gate probabilities and
+    // their gradients) stays fp32; activations and weights are of the layer's dtype.
+    const bool meta = name == "route" || name == "route_all" || name == "probs" || name == "dw";
+    const DType dt = meta ? DType::fp32 : s_.dtype;
+    for (int r = 0; r < d_.P; ++r) b_.add_buffer({r, name, static_cast<std::uint64_t>(elems), dt});
+  }
+
+  void start_backward() {
+    in_backward_ = true;
+    buf("dout", d_.S * s_.M);
+    buf("dWg", s_.M * s_.E);
+    buf("dW1", size_["W1"]);
+    buf("dW2", size_["W2"]);
+    cur_ = "dout";
+    offset_next_ = false;
+  }
+
+  void chain(int rank, int task) {
+    if (prev_[rank] >= 0) b_.add_dep(task, prev_[rank]);
+    prev_[rank] = task;
+  }
+
+  // One compute task per rank from a Kernel, with data bindings.
+  void compute(const Kernel& k, bool bwd, const std::string& kname, const std::vector<std::string>& in,
+               const std::vector<std::string>& out, const std::function<std::vector<std::int64_t>(int)>& args) {
+    if (dry_) return;
+    for (int r = 0; r < d_.P; ++r) {
+      Task t;
+      t.name = fmt::format("{}{}#{}@{}", bwd ? "bwd_" : "", k.name, n_++, r);
+      t.rank = r;
+      t.stream = 0;
+      t.op = k.op;
+      t.flops = k.flops;
+      t.bytes = k.bytes;
+      t.dtype = k.dtype.value_or(s_.dtype);
+      if (!k.dims().empty()) t.shape.assign(k.shape.begin(), k.shape.end());
+      t.launches = k.launches;
+      t.host_wait = k.host_wait;
+      t.kernel = kname;
+      t.inputs = in;
+      t.outputs = out;
+      t.iargs = args(r);
+      chain(r, b_.add_task(t));
+    }
+  }
+  // Timing-only kernels of an op (the extra kernels of a fused op).
+  void timing_only(const std::vector<Kernel>& ks, bool bwd) {
+    for (const Kernel& k : ks) compute(k, bwd, "", {}, {}, [](int) { return std::vector<std::int64_t>{}; });
+  }
+  // An op's kernels: the first carries the data binding (the executors' kernel
+  // does the op's whole work), the others are timing only.
+  void emit(const std::vector<Kernel>& ks, bool bwd, const std::string& kname, const std::vector<std::string>& in,
+            const std::vector<std::string>& out, const std::function<std::vector<std::int64_t>(int)>& args) {
+    compute(ks[0], bwd, kname, in, out, args);
+    timing_only({ks.begin() + 1, ks.end()}, bwd);
+  }
+
+  std::int64_t tok_begin(int r, std::int64_t count) const { return count == d_.S ? 0 : mp_index(r) * count; }
+
+  void gate(const MoeOp& op) {
+    const auto ks = kernels(op, s_, d_);
+    count_ = op.tokens;
+    C_ = o_.parm && o_.split == Split::before_gate ? d_.T_parm : d_.T_base;
+    buf("probs", count_ * s_.E);
+    buf("route", count_ * s_.k * 3);
+    route_ = "route";
+    emit(ks, false, "moe_gate", {"x", "Wg"}, {"probs", "route"},
+         [&](int r) { return std::vector<std::int64_t>{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, C_}; });
+  }
+
+  void order(const MoeOp& op) {
+    buf("disp", s_.E * C_ * s_.M);
+    emit(kernels(op, s_, d_), false, "moe_order", {"x", "route"}, {"disp"},
+         [&](int r) { return std::vector<std::int64_t>{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, C_}; });
+    cur_ = "disp";
+  }
+
+  void slot_slice(const MoeOp& op) {
+    const std::int64_t Tl = cdiv(C_, d_.G);
+    buf("displ", s_.E * Tl * s_.M);
+    const std::int64_t C = C_;
+    emit(kernels(op, s_, d_), false, "moe_slot_slice", {"disp"}, {"displ"}, [&, C, Tl](int r) {
+      return std::vector<std::int64_t>{s_.E, C, Tl, s_.M, mp_index(r)};
+    });
+    full_C_ = C_;
+    C_ = Tl;
+    slot_split_ = true;
+    cur_ = "displ";
+  }
+
+  void experts(const MoeOp& op) {
+    const std::int64_t h = s_.H / d_.G, n = size_[cur_];
+    const std::int64_t X = n / (d_.E_local * C_ * s_.M);
+    buf("eout", n);
+    buf("h1", X * d_.E_local * C_ * h);
+    const std::int64_t C = C_;
+    expert_loop(op, [&] {
+      emit(kernels(op, s_, d_), false, "moe_experts", {cur_, "W1", "W2"}, {"eout", "h1"}, [&, X, C, h](int) {
+        return std::vector<std::int64_t>{X, d_.E_local, C, s_.M, h};
+      });
+    }, "eout");
+    ein_ = cur_;
+    cur_ = "eout";
+  }
+
+  void experts_bwd(const MoeOp& op) {
+    const std::int64_t h = s_.H / d_.G, n = size_[ein_];
+    const std::int64_t X = n / (d_.E_local * C_ * s_.M);
+    buf("dein", n);
+    const std::int64_t C = C_;
+    expert_loop(op, [&] {
+      emit(kernels(op, s_, d_), true, "moe_experts_bwd", {cur_, ein_, "h1", "W1", "W2"}, {"dein", "dW1", "dW2"},
+           [&, X, C, h](int) { return std::vector<std::int64_t>{X, d_.E_local, C, s_.M, h}; });
+    }, "dein");
+    cur_ = "dein";
+  }
+
+  // The experts op: its local experts one after another (expert_repeats), each
+  // followed, with `allreduce_each`, by the ESP AllReduce of its rows. The
+  // first expert's first kernel runs every expert's data (`data`), the last
+  // AllReduce sums the whole buffer `target`; the rest are timing only, so
+  // executors compute the same values while the simulator times the sequence.
+  void expert_loop(const MoeOp& op, const std::function<void()>& data, const std::string& target) {
+    const std::int64_t n = expert_repeats(s_, d_);
+    const auto ks = kernels(op, s_, d_);
+    for (std::int64_t e = 0; e < n; ++e) {
+      if (e == 0)
+        data();
+      else
+        timing_only(ks, op.backward);
+      if (!op.allreduce_each) continue;
+      const std::string label = op.backward ? "bwd_esp_allreduce" : "esp_allreduce";
+      const std::int64_t elems = expert_elems(op, s_, d_);
+      if (e + 1 < n)
+        collective(CollOp::allreduce, GroupKind::esp, elems, "comm", label, "", "", 0, s_.M);
+      else
+        collective(CollOp::allreduce, GroupKind::esp, elems, "comm", label, target, target, 0, s_.M);
+    }
+  }
+
+  // Layout of a buffer of combine-side slots of this size.
+  int layout_of(std::int64_t n) const {
+    if (n == s_.E * C_ * s_.M) return 0;
+    return slot_split_ ? 2 : 1;
+  }
+
+  std::vector<std::int64_t> iorder_args(int r) const {
+    return {tok_begin(r, icount_), icount_, s_.M, s_.E, s_.k, C_, layout_, d_.G, icount_ / d_.G};
+  }
+
+  void iorder(const MoeOp& op) {
+    icount_ = op.tokens;
+    layout_ = layout_of(size_[cur_]);
+    const std::string out = icount_ == d_.S ? "out" : "outl";
+    buf(out, icount_ * s_.M);
+    comb_ = cur_;
+    emit(kernels(op, s_, d_), false, "moe_iorder", {cur_, route_}, {out}, [&](int r) { return iorder_args(r); });
+    cur_ = out;
+  }
+
+  void iorder_bwd(const MoeOp& op) {
+    icount_ = op.tokens;
+    layout_ = layout_of(size_[comb_]);
+    buf("dcomb", size_[comb_]);
+    buf("dw", icount_ * s_.k);
+    emit(kernels(op, s_, d_), true, "moe_iorder_bwd", {"dout", comb_, route_}, {"dcomb", "dw"},
+         [&](int r) { return iorder_args(r); });
+    cur_ = "dcomb";
+    // A gathered layout: the next collective sends this member's part only.
+    offset_next_ = layout_ != 0;
+  }
+
+  void order_bwd(const MoeOp& op) {
+    dx_started_ = true;
+    // Parm with the split before the gate gathers every member's dx rows
+    // afterwards (bwd_mp_split_allgather), so it writes its own rows apart,
+    // even when the MP group has one member.
+    const bool gathered = o_.parm && o_.split == Split::before_gate;
+    const std::string out = count_ == d_.S && !gathered ? "dx" : "dxl";
+    buf(out, count_ * s_.M);
+    const int layout = size_[cur_] == s_.E * C_ * s_.M ? 0 : 2;
+    emit(kernels(op, s_, d_), true, "moe_order_bwd", {cur_, route_ == "route_all" ? "route" : route_}, {out},
+         [&, layout](int r) {
+              return std::vector<std::int64_t>{tok_begin(r, count_),       count_, s_.M, s_.E, s_.k,
+                                               slot_split_ ? full_C_ : C_, layout, d_.G, C_};
+            });
+    dx_ = out;
+  }
+
+  void gate_bwd(const MoeOp& op) {
+    const auto ks = kernels(op, s_, d_);
+    // dw covers icount_ tokens; the gate saw count_ of them, starting at this member's offset.
+    emit(ks, true, "moe_gate_bwd", {"dw", "probs", "route", "x", "Wg"}, {"dWg", dx_}, [&](int r) {
+      const std::int64_t dw_off = icount_ == count_ ? 0 : mp_index(r) * count_;
+      return std::vector<std::int64_t>{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, dw_off};
+    });
+  }
+
+  void kernel_task(const MoeOp& op) {
+    compute(kernels(op, s_, d_)[0], op.backward, "", {}, {}, [](int) { return std::vector<std::int64_t>{}; });
+  }
+
+  // A collective that maps the current buffer to `label`.out. grow: output =
+  // input x grow; 0 = ReduceScatter (input / G); -1 = AllGather (x group size).
+  void coll_step(CollOp cop, GroupKind kind, const MoeOp& op, int grow) {
+    std::int64_t in = size_[cur_];
+    std::uint64_t off = 0;
+    if (offset_next_) {
+      in /= d_.G;
+      off = 1;  // per rank: mp_index * in, set in collective()
+      offset_next_ = false;
+    }
+    const std::int64_t gsize = kind == GroupKind::ep ? d_.n_ep : d_.G;
+    const std::int64_t out = grow > 0 ? in * grow : grow == 0 ? in / gsize : in * gsize;
+    const std::string name = std::string(op.backward ? "g." : "") + op.label + ".out";
+    buf(name, out);
+    collective(cop, kind, op.elems, "comm", op.label, cur_, name, off ? static_cast<std::uint64_t>(in) : 0, s_.M);
+    if (cop == CollOp::allgather && op.group == GroupKind::mp && !op.backward) layout_ = slot_split_ ? 2 : 1;
+    cur_ = name;
+  }
+
+  void rs_then(const MoeOp& op) {
+    const std::int64_t c = op.chunks;
+    const std::int64_t in = size_[cur_];
+    const std::string rs_out = std::string(op.backward ? "g." : "") + op.label + ".rs",
+                      out_name = std::string(op.backward ? "g." : "") + op.label + ".out";
+    const std::int64_t mid = in / d_.G;
+    const std::int64_t out = op.then == MoeStep::saa ? mid * d_.G : mid;
+    buf(rs_out, mid);
+    buf(out_name, out);
+    const std::int64_t cw = cdiv(s_.M, c);
+    std::vector<int> start = prev_;
+    std::vector<int> last(d_.P, -1);
+    for (std::int64_t j = 0; j < c; ++j) {
+      const std::int64_t c0 = j * cw, cn = std::min(s_.M, c0 + cw) - c0;
+      if (cn <= 0) break;
+      const std::string tag = c > 1 ? fmt::format("{}[{}]", op.label, j) : std::string(op.label);
+      prev_ = start;
+      collective(CollOp::reducescatter, op.group, cdiv(op.elems, c), "rs", tag + ".rs", cur_, rs_out, 0, s_.M, c0,
+                 c > 1 ? cn : 0);
+      if (j == 0)
+        for (int r = 0; r < d_.P; ++r) start[r] = -1;  // later chunks follow on the rs stream
+      const std::vector<int> after_rs = prev_;
+      if (op.then == MoeStep::saa)
+        collective(CollOp::saa, GroupKind::world, cdiv(op.elems, c) / d_.G, "comm", tag + ".saa", rs_out, out_name, 0,
+                   s_.M, c0, c > 1 ? cn : 0, last);
+      else
+        collective(CollOp::alltoall, GroupKind::ep, cdiv(op.elems, c) / d_.G, "comm", tag + ".a2a", rs_out, out_name, 0,
+                   s_.M, c0, c > 1 ? cn : 0, last);
+      last = prev_;
+      prev_ = after_rs;
+    }
+    prev_ = last;
+    cur_ = out_name;
+  }
+
+  // One collective per group of `kind`; each rank's part depends on prev_ and
+  // on `extra` (when given), and becomes the new prev_. `offset_per_mp`: the
+  // send buffer starts at mp_index * offset_per_mp on each rank.
+  void collective(CollOp op, GroupKind kind, std::int64_t elems, const std::string& stream, const std::string& label,
+                  const std::string& send, const std::string& recv, std::uint64_t offset_per_mp, std::int64_t row,
+                  std::int64_t c0 = 0, std::int64_t cn = 0, const std::vector<int>& extra = {}) {
+    if (dry_) return;
+    std::vector<std::vector<int>> groups;
+    if (kind == GroupKind::ep)
+      groups = g_.ep;
+    else if (kind == GroupKind::world)
+      groups = {std::vector<int>()};
+    else
+      groups = g_.mp;
+    if (kind == GroupKind::world)
+      for (int r = 0; r < d_.P; ++r) groups[0].push_back(r);
+    const std::uint64_t bytes = static_cast<std::uint64_t>(elems) * static_cast<std::uint64_t>(d_.dtype_bytes);
+    for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+      const bool solo = groups[gi].size() < 2 && op != CollOp::saa;
+      Collective c;
+      c.name = fmt::format("{}#{}.{}", label, n_, gi);
+      c.op = op;
+      c.group = groups[gi];
+      c.bytes = bytes;
+      c.inner = op == CollOp::saa ? d_.G : 0;
+      if (op == CollOp::alltoall) c.algo = o_.a2a_algo;
+      c.send_buf = send;
+      c.recv_buf = recv;
+      if (offset_per_mp) {
+        for (int r : c.group) c.member_send_offset.push_back(offset_per_mp * static_cast<std::uint64_t>(mp_index(r)));
+        c.send_count = offset_per_mp;
+      }
+      c.row = static_cast<std::uint64_t>(row);
+      c.col_begin = static_cast<std::uint64_t>(c0);
+      c.col_count = static_cast<std::uint64_t>(cn);
+      if (solo) {
+        // A group of one moves no bytes; it still has to put its data in place.
+        c.bytes = 0;
+      }
+      const auto ids = b_.add_collective_tasks(c, stream, c.name);
+      for (std::size_t m = 0; m < ids.size(); ++m) {
+        const int r = groups[gi][m];
+        if (!extra.empty() && extra[r] >= 0) b_.add_dep(ids[m], extra[r]);
+        chain(r, ids[m]);
+      }
+    }
+    ++n_;
+  }
+
+  const LayerSpec& s_;
+  const Dims& d_;
+  const ScheduleOptions& o_;
+  Groups g_;
+  TaskGraphBuilder b_;
+  std::vector<int> prev_;
+  int n_ = 0;
+  std::map<std::string, std::int64_t> size_;
+  std::string cur_ = "x", route_ = "route", ein_, comb_, dx_ = "dx";
+  std::int64_t C_ = 0, full_C_ = 0, count_ = 0, icount_ = 0;
+  int layout_ = 0;
+  bool slot_split_ = false, in_backward_ = false, offset_next_ = false, dx_started_ = false, dry_ = false;
+};
+
+}  // namespace
+
+TaskGraph build_graph(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o) {
+  GraphBuilder gb(s, d, o);
+  for (const MoeOp& op : ops) gb.add(op);
+  return std::move(gb).build();
+}
+
+TaskGraph build_backward_graph(const std::vector<MoeOp>& fwd, const std::vector<MoeOp>& bwd, const LayerSpec& s,
+                               const Dims& d, const ScheduleOptions& o) {
+  GraphBuilder gb(s, d, o);
+  gb.set_dry(true);
+  for (const MoeOp& op : fwd) gb.add(op);
+  gb.set_dry(false);
+  for (const MoeOp& op : bwd) gb.add(op);
+  return std::move(gb).build();
+}
+
+TaskGraph build_training_graph(const std::vector<MoeOp>& fwd, const std::vector<MoeOp>& bwd, const LayerSpec& s,
+                               const Dims& d, const ScheduleOptions& o) {
+  GraphBuilder gb(s, d, o);
+  for (const MoeOp& op : fwd) gb.add(op);
+  for (const MoeOp& op : bwd) gb.add(op);
+  return std::move(gb).build();
+}
+
+
+}  // namespace parmsim::moe

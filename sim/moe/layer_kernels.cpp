@@ -1,0 +1,172 @@
+#include "sim/moe/layer_kernels.hpp"
+
+#include "sim/compute/gpu_profile.hpp"
+
+namespace parmsim::moe {
+
+namespace {
+
+using u64 = std::uint64_t;
+
+// Kernels DeepSpeed-MoE's gate launches per forward call, counted from
+// top1gating (sharded_moe.py v0.14.4 L181-285: softmax, argmax, one_hot as
+// zeros + scatter, the expert-count sum, the l_aux means, RTS noise, its
+// product and top-C selection, zeros + scatter of the kept tokens, the mask
+// product, cumsum, the slot arithmetic, the gates' product, one_hot of the
+// slots and its cast, the outer product and the bool mask): about 28. top2gating
+// (L288-369) repeats the per-choice part: about 22 more per extra choice.
+// Counted by us from the source; a profile of the real layer would pin it.
+int gate_launches(std::int64_t k) {
+  return 28 + 22 * static_cast<int>(k - 1);
+}
+
+// Bytes the gate's small kernels move: ~16 B per [S, E] element per kernel
+// over [S, E] tensors (an fp32 or int64 read and a write), the slot one-hots
+// ([S, C] int64 then fp32, per choice), and the [S, E, C] tensors: one fp32
+// outer product per choice (their fp32 sum for top-2) and the bool mask
+// (sharded_moe.py L280-283, L362-367).
+u64 gate_bytes(u64 t, u64 E, u64 C, u64 k) {
+  const u64 se = 16 * t * E * static_cast<u64>(gate_launches(static_cast<std::int64_t>(k)) - 6);
+  const u64 sc = k * 12 * t * C;
+  const u64 sec = t * E * C * (4 * k + (k > 1 ? 4 * k + 4 : 0) + 5);
+  return se + sc + sec;
+}
+
+Kernel gemm(const char* name, u64 m, u64 n, u64 k, u64 batch, u64 b) {
+  Kernel g;
+  g.name = name;
+  g.op = OpKind::gemm;
+  g.flops = 2 * m * n * k * batch;
+  g.bytes = (m * k + k * n + m * n) * batch * b;
+  g.shape = {static_cast<std::int64_t>(m), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k),
+             static_cast<std::int64_t>(batch)};
+  return g;
+}
+
+Kernel mem(const char* name, OpKind op, u64 bytes, int launches = 1) {
+  Kernel k;
+  k.name = name;
+  k.op = op;
+  k.bytes = bytes;
+  k.launches = launches;
+  return k;
+}
+
+// The capacity a gate over t tokens works with.
+u64 gate_capacity(u64 t, const Dims& d) {
+  return t == static_cast<u64>(d.S) ? static_cast<u64>(d.T_base) : static_cast<u64>(d.T_parm);
+}
+
+}  // namespace
+
+Time kernel_time(const Kernel& k, DType layer_dtype, const GpuProfile& gpu, const Calibration* cal,
+                 std::string_view task_kind) {
+  return k.host_wait +
+         compute_time(gpu, k.op, k.flops, k.bytes, k.dtype.value_or(layer_dtype), cal, task_kind, k.dims()) +
+         gpu.launch * (k.launches - 1);
+}
+
+std::int64_t expert_repeats(const LayerSpec& s, const Dims& d) {
+  return s.ds_moe == DsMoe::lean ? 1 : d.E_local;
+}
+
+std::int64_t expert_elems(const MoeOp& o, const LayerSpec& s, const Dims& d) {
+  return o.elems / expert_repeats(s, d);
+}
+
+std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
+  const u64 b = static_cast<u64>(d.dtype_bytes);
+  const u64 M = s.M, E = s.E, t = o.tokens, h = s.H / d.G, k = s.k;
+  const bool lean = s.ds_moe == DsMoe::lean;
+  const bool einsum = s.dispatch == Dispatch::einsum;
+  switch (o.kind) {
+    case MoeStep::gate: {
+      if (lean) {  // parmsim's earlier gate: one GEMM in the layer's dtype, one softmax/top-k
+        const u64 w = o.backward ? 2 : 1;
+        Kernel g = gemm("gate_gemm", t, E, M, 1, b);
+        g.flops *= w;
+        g.bytes *= w;
+        return {g, mem("softmax_topk", OpKind::topk, 2 * t * E * b)};
+      }
+      // DeepSpeed-MoE: "Everything is in fp32 in this function": the input is
+      // cast to fp32 (L433) and the logits are an fp32 GEMM (L437).
+      const u64 C = gate_capacity(t, d);
+      if (!o.backward) {
+        Kernel cast = mem("gate_cast", OpKind::elementwise, t * M * (b + 4));
+        Kernel g = gemm("gate_gemm", t, E, M, 1, 4);
+        g.dtype = DType::fp32;
+        Kernel gating = mem("gating", OpKind::topk, gate_bytes(t, E, C, k), gate_launches(s.k));
+        gating.dtype = DType::fp32;
+        // exp_counts.to('cpu') (L209, L369): the host waits for the gate's kernels.
+        Kernel sync = mem("exp_counts_sync", OpKind::copy, 8 * E);
+        sync.host_wait = Time::ns(kHostSyncNs);
+        return {cast, g, gating, sync};
+      }
+      // Backward: through the outer products and softmax (autograd of the
+      // elementwise chain, about half as many kernels), the gate GEMM's data and
+      // weight gradients in fp32, and the cast back.
+      Kernel gating = mem("gating_bwd", OpKind::elementwise, 8 * k * t * E * C + 12 * t * E, gate_launches(s.k) / 2);
+      gating.dtype = DType::fp32;
+      Kernel dg = gemm("gate_dgrad", t, M, E, 1, 4);
+      dg.dtype = DType::fp32;
+      Kernel wg = gemm("gate_wgrad", M, E, t, 1, 4);
+      wg.dtype = DType::fp32;
+      return {gating, dg, wg, mem("gate_cast_bwd", OpKind::elementwise, t * M * (b + 4))};
+    }
+    case MoeStep::order: {
+      const u64 C = static_cast<u64>(o.elems) / (E * M);
+      if (!einsum) return {mem("order", OpKind::order, (t * M + static_cast<u64>(o.elems)) * b)};
+      // einsum("sec,sm->ecm") (L531) over the dispatch mask cast to the input
+      // dtype: [E*C, S] x [S, M]. Backward: the tokens' gradient [S, E*C] x [E*C, M].
+      if (o.backward) return {gemm("dispatch_einsum_bwd", t, M, E * C, 1, b)};
+      return {mem("dispatch_mask_cast", OpKind::elementwise, t * E * C * (1 + b)),
+              gemm("dispatch_einsum", E * C, M, t, 1, b)};
+    }
+    case MoeStep::iorder: {
+      const u64 blocks = static_cast<u64>(o.blocks), tb = t / blocks;
+      const u64 C = static_cast<u64>(o.elems) / (blocks * E * M);
+      if (!einsum) return {mem("iorder", OpKind::iorder, (t * M + static_cast<u64>(o.elems)) * b)};
+      // einsum("sec,ecm->sm") (L577) with the fp32 combine weights cast to the
+      // input dtype: [S, E*C] x [E*C, M], per block. Backward: the expert
+      // output's gradient [E*C, S] x [S, M] and the combine weights' [S, M] x [M, E*C].
+      if (o.backward)
+        return {gemm("combine_einsum_bwd_data", E * C, M, tb, blocks, b),
+                gemm("combine_einsum_bwd_weights", tb, E * C, M, blocks, b)};
+      return {mem("combine_weights_cast", OpKind::elementwise, t * E * C * (4 + b)),
+              gemm("combine_einsum", tb, M, E * C, blocks, b)};
+    }
+    case MoeStep::experts: {
+      // One local expert's rows; `lean`: all local experts as one batched GEMM.
+      const u64 reps = static_cast<u64>(expert_repeats(s, d));
+      const u64 batch = lean ? static_cast<u64>(d.E_local) : 1;
+      const u64 rows = static_cast<u64>(o.elems) / M / reps / batch;
+      Kernel act = mem("expert_act", OpKind::activation, (o.backward ? 3 : 2) * rows * h * b * batch);
+      if (!o.backward) return {gemm("expert_fc1", rows, h, M, batch, b), act, gemm("expert_fc2", rows, M, h, batch, b)};
+      if (lean) {  // parmsim's earlier backward: data and weight gradients as one kernel of twice the work
+        Kernel fc2 = gemm("expert_fc2", rows, M, h, batch, b), fc1 = gemm("expert_fc1", rows, h, M, batch, b);
+        for (Kernel* x : {&fc2, &fc1}) {
+          x->flops *= 2;
+          x->bytes *= 2;
+        }
+        return {fc2, act, fc1};
+      }
+      return {gemm("expert_fc2_dgrad", rows, h, M, 1, b), gemm("expert_fc2_wgrad", h, M, rows, 1, b), act,
+              gemm("expert_fc1_dgrad", rows, M, h, 1, b), gemm("expert_fc1_wgrad", M, h, rows, 1, b)};
+    }
+    case MoeStep::kernel: {
+      Kernel x;
+      x.name = o.label;
+      x.op = o.kernel_op;
+      x.flops = o.flops;
+      x.bytes = o.bytes;
+      x.shape = o.shape;
+      return {x};
+    }
+    case MoeStep::slot_slice:
+      return {mem("slot_slice", OpKind::copy, 2 * static_cast<u64>(o.elems) * b)};
+    default:
+      return {};
+  }
+}
+
+}  // namespace parmsim::moe

@@ -1,0 +1,55 @@
+#pragma once
+// The compute kernels of one MoE op on one rank: FLOPs, bytes, GEMM shape,
+// launches and host waits. Shared by the task-graph builder and the closed
+// form, so the simulator and the model time the same kernels. What each cost
+// models, with the DeepSpeed-MoE source lines: docs/moe-costs.md.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sim/core/time.hpp"
+#include "sim/moe/layer.hpp"
+
+namespace parmsim::moe {
+
+struct Kernel {
+  const char* name = "";
+  OpKind op = OpKind::elementwise;
+  std::uint64_t flops = 0, bytes = 0;
+  std::array<std::int64_t, 4> shape{};  // gemm: m, n, k, batch (0 = unknown)
+  std::optional<DType> dtype;           // unset: the layer's dtype
+  int launches = 1;                     // small kernels this one stands for
+  Time host_wait;                       // the GPU idles for the host this long first
+  std::span<const std::int64_t> dims() const {
+    return shape[0] > 0 ? std::span<const std::int64_t>(shape.data(), 4) : std::span<const std::int64_t>();
+  }
+};
+
+// A device-to-host copy that the host waits on (`exp_counts.to('cpu')`)
+// drains the GPU's queue: the GPU idles while the host returns from the sync
+// and launches the next kernel. "CUDA API call overhead adds on the order of
+// 10 us per kernel launch" (Modal GPU glossary, perf/overhead), which is
+// the order we charge once per sync.
+inline constexpr std::int64_t kHostSyncNs = 10'000;
+
+
+// What the simulator charges for one task made of this kernel (the engine's
+// rule: host wait + kernel cost + a launch floor per extra small kernel).
+// `task_kind` names a calibration table ("bwd_expert_fc1"); empty: none.
+Time kernel_time(const Kernel& k, DType layer_dtype, const GpuProfile& gpu, const Calibration* cal,
+                 std::string_view task_kind);
+
+// The kernels of a compute op (gate, order, iorder, slot_slice, kernel) in
+// order; for `experts`, the kernels of ONE local expert (see expert_repeats).
+std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d);
+// How many times the expert kernels run, one after another: DeepSpeed-MoE's
+// Experts.forward loops over its local experts (deepspeed/moe/experts.py
+// L28-38, v0.14.4); `lean` runs them as one batched GEMM (1).
+std::int64_t expert_repeats(const LayerSpec& s, const Dims& d);
+// Elements of one local expert's rows (its share of the experts op's buffer).
+std::int64_t expert_elems(const MoeOp& o, const LayerSpec& s, const Dims& d);
+
+}  // namespace parmsim::moe

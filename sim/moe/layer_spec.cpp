@@ -1,0 +1,260 @@
+// Layer keys, schedule presets and the search space; MP/EP/ESP groups and derived sizes.
+#include "sim/moe/layer.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <span>
+
+#include "sim/core/error.hpp"
+
+namespace parmsim::moe {
+
+// ---------------------------------------------------------------- options
+
+std::string ScheduleOptions::describe() const {
+  if (!parm) return "baseline";
+  return fmt::format("split={},gather={},fuse_dispatch={},fuse_combine={},chunks={},a2a_algo={}",
+                     split == Split::before_gate ? "before_gate" : "after_order",
+                     gather == Gather::after_iorder ? "after_iorder" : "before_iorder", fuse_dispatch ? 1 : 0,
+                     fuse_combine ? 1 : 0, chunks, a2a_algo);
+}
+
+const std::vector<std::string>& preset_names() {
+  static const std::vector<std::string> n = {"baseline", "s1", "s2"};
+  return n;
+}
+
+ScheduleOptions preset(const std::string& name) {
+  ScheduleOptions o;
+  o.name = name;
+  if (name == "baseline") {
+    o.parm = false;
+  } else if (name == "s1") {
+    // defaults: split before gate, gather after I-Order, nothing fused
+  } else if (name == "s2") {
+    o.gather = Gather::before_iorder;
+    o.fuse_dispatch = true;
+    o.fuse_combine = true;
+    // One chunk: no source describes S2 pipelining its ReduceScatter into the
+    // SAA; `chunks` stays an option for what-ifs and --search.
+  } else {
+    throw ParmError(fmt::format("unknown schedule '{}': expected baseline, s1, s2, auto or all", name));
+  }
+  return o;
+}
+
+std::vector<ScheduleOptions> search_space() {
+  std::vector<ScheduleOptions> out;
+  for (Split sp : {Split::before_gate, Split::after_order})
+    for (Gather ga : {Gather::after_iorder, Gather::before_iorder})
+      for (bool fd : {false, true})
+        for (bool fc : {false, true}) {
+          if (fc && ga != Gather::before_iorder) continue;  // nothing to fuse with
+          // Slots split after Order: I-Order needs every member's slots, so it
+          // must follow the MP-AllGather (an I-Order on a slice of the slots
+          // would leave partial sums, not a slice of the output).
+          if (sp == Split::after_order && ga != Gather::before_iorder) continue;
+          for (int c : {1, 2, 4}) {
+            ScheduleOptions o;
+            o.name = "custom";
+            o.split = sp;
+            o.gather = ga;
+            o.fuse_dispatch = fd;
+            o.fuse_combine = fc;
+            o.chunks = c;
+            out.push_back(o);
+          }
+        }
+  return out;
+}
+
+namespace {
+
+std::int64_t parse_int(const std::string& key, const std::string& v, const std::string& where, std::int64_t lo) {
+  try {
+    std::size_t used = 0;
+    const long long x = std::stoll(v, &used);
+    if (used != v.size()) throw std::invalid_argument("x");
+    if (x < lo) throw ParmError(fmt::format("{}: key '{}': expected an integer >= {}, got '{}'", where, key, lo, v));
+    return x;
+  } catch (const std::logic_error&) {
+    throw ParmError(fmt::format("{}: key '{}': expected an integer, got '{}'", where, key, v));
+  }
+}
+
+bool parse_bool(const std::string& key, const std::string& v, const std::string& where) {
+  if (v == "1" || v == "true") return true;
+  if (v == "0" || v == "false") return false;
+  throw ParmError(fmt::format("{}: key '{}': expected true/false or 1/0, got '{}'", where, key, v));
+}
+
+}  // namespace
+
+void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std::string& v, const std::string& where) {
+  if (key == "B")
+    s->B = parse_int(key, v, where, 1);
+  else if (key == "L")
+    s->L = parse_int(key, v, where, 1);
+  else if (key == "M")
+    s->M = parse_int(key, v, where, 1);
+  else if (key == "H")
+    s->H = parse_int(key, v, where, 1);
+  else if (key == "E")
+    s->E = parse_int(key, v, where, 1);
+  else if (key == "k")
+    s->k = parse_int(key, v, where, 1);
+  else if (key == "mp")
+    s->mp = static_cast<int>(parse_int(key, v, where, 1));
+  else if (key == "f") {
+    try {
+      std::size_t used = 0;
+      s->f = std::stod(v, &used);
+      if (used != v.size() || !(s->f > 0) || !std::isfinite(s->f)) throw std::invalid_argument("x");
+    } catch (const std::logic_error&) {
+      throw ParmError(fmt::format("{}: key 'f': expected a capacity factor > 0, got '{}'", where, v));
+    }
+  } else if (key == "dtype") {
+    try {
+      s->dtype = parse_dtype(v);
+    } catch (const ParmError& e) {
+      throw ParmError(fmt::format("{}: key 'dtype': {}", where, e.what()));
+    }
+  } else if (key == "ds_moe") {
+    if (v == "0.14.4")
+      s->ds_moe = DsMoe::v0_14_4;
+    else if (v == "0.14.5")
+      s->ds_moe = DsMoe::v0_14_5;
+    else if (v == "lean")
+      s->ds_moe = DsMoe::lean;
+    else
+      throw ParmError(fmt::format("{}: key 'ds_moe': expected 0.14.4, 0.14.5 or lean, got '{}'", where, v));
+  } else if (key == "dispatch") {
+    if (v == "einsum")
+      s->dispatch = Dispatch::einsum;
+    else if (v == "index")
+      s->dispatch = Dispatch::index;
+    else
+      throw ParmError(fmt::format("{}: key 'dispatch': expected einsum or index, got '{}'", where, v));
+  } else if (o && key == "split") {
+    if (v == "before_gate")
+      o->split = Split::before_gate;
+    else if (v == "after_order")
+      o->split = Split::after_order;
+    else
+      throw ParmError(fmt::format("{}: key 'split': expected before_gate or after_order, got '{}'", where, v));
+    o->name = "custom";
+  } else if (o && key == "gather") {
+    if (v == "after_iorder")
+      o->gather = Gather::after_iorder;
+    else if (v == "before_iorder")
+      o->gather = Gather::before_iorder;
+    else
+      throw ParmError(fmt::format("{}: key 'gather': expected after_iorder or before_iorder, got '{}'", where, v));
+    o->name = "custom";
+  } else if (o && key == "fuse_dispatch") {
+    o->fuse_dispatch = parse_bool(key, v, where);
+    o->name = "custom";
+  } else if (o && key == "fuse_combine") {
+    o->fuse_combine = parse_bool(key, v, where);
+    o->name = "custom";
+  } else if (o && key == "chunks") {
+    o->chunks = static_cast<int>(parse_int(key, v, where, 1));
+    o->name = "custom";
+  } else if (o && key == "a2a_algo") {
+    if (v != "pairwise" && v != "direct")
+      throw ParmError(fmt::format("{}: key 'a2a_algo': expected pairwise or direct, got '{}'", where, v));
+    o->a2a_algo = v;
+  } else {
+    throw ParmError(
+        fmt::format("{}: unknown layer key '{}'; layer keys: B, L, M, H, E, k, f, mp, dtype, ds_moe, dispatch{}", where, key,
+                    o ? "; schedule options: split, gather, fuse_dispatch, fuse_combine, chunks, a2a_algo" : ""));
+  }
+}
+
+void apply_assignments(LayerSpec* s, ScheduleOptions* o, const std::vector<std::string>& kv, const std::string& where) {
+  for (const std::string& a : kv) {
+    const auto eq = a.find('=');
+    if (eq == std::string::npos || eq == 0) throw ParmError(fmt::format("{}: '{}' is not key=value", where, a));
+    set_key(s, o, a.substr(0, eq), a.substr(eq + 1), where);
+  }
+}
+
+const char* to_string(DsMoe v) {
+  return v == DsMoe::v0_14_4 ? "0.14.4" : v == DsMoe::v0_14_5 ? "0.14.5" : "lean";
+}
+const char* to_string(Dispatch v) {
+  return v == Dispatch::einsum ? "einsum" : "index";
+}
+
+std::string spec_string(const LayerSpec& s) {
+  std::string out = fmt::format("B={},L={},M={},H={},E={},k={},f={},mp={},dtype={}", s.B, s.L, s.M, s.H, s.E, s.k, s.f,
+                                s.mp, to_string(s.dtype));
+  // Only what differs from the defaults, so existing spec strings keep their form.
+  if (s.ds_moe != DsMoe::v0_14_4) out += fmt::format(",ds_moe={}", to_string(s.ds_moe));
+  if (s.dispatch != Dispatch::einsum) out += fmt::format(",dispatch={}", to_string(s.dispatch));
+  return out;
+}
+
+// ---------------------------------------------------------------- groups, dims
+
+Groups make_groups(int P, int G) {
+  if (G <= 0 || P <= 0 || P % G != 0) throw ParmError(fmt::format("mp={} must divide the number of GPUs P={}", G, P));
+  Groups g;
+  g.P = P;
+  g.G = G;
+  g.n_ep = P / G;
+  g.mp.assign(g.n_ep, {});
+  g.ep.assign(G, {});
+  g.mp_of.assign(P, 0);
+  g.ep_of.assign(P, 0);
+  for (int r = 0; r < P; ++r) {
+    g.mp[r / G].push_back(r);
+    g.ep[r % G].push_back(r);
+    g.mp_of[r] = r / G;
+    g.ep_of[r] = r % G;
+  }
+  return g;
+}
+
+namespace {
+// ceil(k * f * tokens / E), with f a decimal: a tiny epsilon keeps 153.6000000001 from rounding to 155.
+std::int64_t capacity(std::int64_t k, double f, std::int64_t tokens, std::int64_t E) {
+  const double t = static_cast<double>(k) * f * static_cast<double>(tokens) / static_cast<double>(E);
+  return static_cast<std::int64_t>(std::ceil(t - 1e-9));
+}
+}  // namespace
+
+Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
+  Dims d;
+  d.P = P;
+  d.G = s.mp;
+  if (s.mp < 1) throw ParmError("mp must be at least 1");
+  if (gpus_per_node % s.mp != 0)
+    throw ParmError(fmt::format("mp={} must divide the GPUs of a node ({}): MP and ESP groups stay inside a node", s.mp,
+                                gpus_per_node));
+  if (P % s.mp != 0) throw ParmError(fmt::format("mp={} must divide the number of GPUs P={}", s.mp, P));
+  d.n_ep = P / s.mp;
+  if (s.E % d.n_ep != 0)
+    throw ParmError(
+        fmt::format("E={} experts must be divisible by the expert-parallel size N_EP = P/mp = {}", s.E, d.n_ep));
+  if (s.k > s.E) throw ParmError(fmt::format("top-k k={} exceeds the number of experts E={}", s.k, s.E));
+  d.S = s.B * s.L;
+  if (d.S % s.mp != 0)
+    throw ParmError(
+        fmt::format("B*L = {} tokens must be divisible by mp={} (MP-Split keeps S/mp tokens per rank)", d.S, s.mp));
+  d.E_local = s.E / d.n_ep;
+  d.T_base = capacity(s.k, s.f, d.S, s.E);
+  d.T_parm = capacity(s.k, s.f, d.S / s.mp, s.E);
+  if (d.T_parm < 1 || d.T_base < 1)
+    throw ParmError(fmt::format("capacity of zero tokens per expert: k*f*B*L/(mp*E) = {}*{}*{}/({}*{}) < 1", s.k, s.f,
+                                d.S, s.mp, s.E));
+  if (s.H % s.mp != 0) throw ParmError(fmt::format("H={} must be divisible by mp={} (expert sharding)", s.H, s.mp));
+  d.dtype_bytes = dtype_bytes(s.dtype);
+  return d;
+}
+
+
+}  // namespace parmsim::moe

@@ -1,0 +1,228 @@
+// The three schedules (and every option combination) as forward op lists, and
+// the backward list derived from a forward one by reversal and adjoints.
+#include "sim/moe/layer.hpp"
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <span>
+
+#include "sim/core/error.hpp"
+
+namespace parmsim::moe {
+
+// ---------------------------------------------------------------- op lists
+
+namespace {
+
+MoeOp coll_op(MoeStep k, GroupKind g, std::int64_t elems, const char* label) {
+  MoeOp o{k};
+  o.group = g;
+  o.elems = elems;
+  o.label = label;
+  return o;
+}
+
+MoeOp compute_op(MoeStep k, std::int64_t tokens, std::int64_t elems, const char* label) {
+  MoeOp o{k};
+  o.tokens = tokens;
+  o.elems = elems;
+  o.label = label;
+  return o;
+}
+
+}  // namespace
+
+std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const ScheduleOptions& o) {
+  std::vector<MoeOp> v;
+  const std::int64_t M = s.M, G = d.G;
+  if (!o.parm) {
+    // DeepSpeed-MoE (docs/moe-costs.md): every MP rank gates and dispatches
+    // the same S tokens (MoE runs on the TP-replicated layernorm output).
+    const std::int64_t D = s.E * d.T_base * M;
+    // 0.14.5+ drops the MP duplicates before each AlltoAll and gathers them
+    // back over MP after it (sharded_moe.py v0.14.5 L536-586): a free narrow,
+    // an AlltoAll of D/G, an AllGather of D. Before, with expert sharding,
+    // every MP rank sent all of D (v0.14.4 L536-543 drop only without ESP).
+    const bool drop = s.ds_moe == DsMoe::v0_14_5 && G > 1;
+    v.push_back(compute_op(MoeStep::gate, d.S, 0, "gate"));
+    v.push_back(compute_op(MoeStep::order, d.S, D, "order"));
+    if (drop) {
+      v.push_back(coll_op(MoeStep::split, GroupKind::mp, D, "drop_tokens"));
+      v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D / G, "dispatch_a2a"));
+      v.push_back(coll_op(MoeStep::ag, GroupKind::mp, D, "gather_tokens"));
+    } else {
+      v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D, "dispatch_a2a"));
+    }
+    MoeOp ex = compute_op(MoeStep::experts, 0, D, "experts");
+    // Megatron-DeepSpeed's RowParallelLinear ends each sharded expert with an
+    // AllReduce over TP (mappings.py L76-105 @c2402048), one per local expert.
+    ex.allreduce_each = s.ds_moe != DsMoe::lean && G > 1;
+    v.push_back(ex);
+    if (s.ds_moe == DsMoe::lean) v.push_back(coll_op(MoeStep::ar, GroupKind::esp, D, "esp_allreduce"));
+    if (drop) {
+      v.push_back(coll_op(MoeStep::split, GroupKind::mp, D, "drop_tokens"));
+      v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D / G, "combine_a2a"));
+      v.push_back(coll_op(MoeStep::ag, GroupKind::mp, D, "gather_tokens"));
+    } else {
+      v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D, "combine_a2a"));
+    }
+    v.push_back(compute_op(MoeStep::iorder, d.S, D, "iorder"));
+    return v;
+  }
+  if (o.fuse_combine && o.gather != Gather::before_iorder)
+    throw ParmError("fuse_combine needs gather=before_iorder (the MP-AllGather must follow the combine AlltoAll)");
+  if (o.chunks < 1) throw ParmError("chunks must be at least 1");
+  if (o.split == Split::after_order && o.gather != Gather::before_iorder)
+    throw ParmError("split=after_order needs gather=before_iorder (I-Order must see every member's slots)");
+  std::int64_t Dl = 0;  // per-rank dispatch buffer after MP-Split (D/G)
+  if (o.split == Split::before_gate) {
+    Dl = s.E * d.T_parm * M;
+    v.push_back(coll_op(MoeStep::split, GroupKind::mp, d.S * M, "mp_split"));
+    v.push_back(compute_op(MoeStep::gate, d.S / G, 0, "gate"));
+    v.push_back(compute_op(MoeStep::order, d.S / G, Dl, "order"));
+  } else {
+    const std::int64_t Tl = (d.T_base + G - 1) / G;
+    Dl = s.E * Tl * M;
+    v.push_back(compute_op(MoeStep::gate, d.S, 0, "gate"));
+    v.push_back(compute_op(MoeStep::order, d.S, s.E * d.T_base * M, "order"));
+    // Keep this member's share of every expert's slots (a copy), then the split.
+    v.push_back(compute_op(MoeStep::slot_slice, d.S, Dl, "slot_slice"));
+    v.push_back(coll_op(MoeStep::split, GroupKind::mp, G * Dl, "mp_split"));
+  }
+  const std::int64_t Dfull = G * Dl;
+  if (o.fuse_dispatch) {
+    v.push_back(coll_op(MoeStep::saa, GroupKind::world, Dl, "dispatch_saa"));
+  } else {
+    v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, Dl, "dispatch_a2a"));
+    v.push_back(coll_op(MoeStep::ag, GroupKind::esp, Dfull, "esp_allgather"));
+  }
+  v.push_back(compute_op(MoeStep::experts, 0, Dfull, "experts"));
+  MoeOp rs = coll_op(MoeStep::rs_then, GroupKind::esp, Dfull, "esp_rs_combine");
+  rs.chunks = o.chunks;
+  if (o.gather == Gather::after_iorder) {
+    rs.then = MoeStep::a2a;
+    v.push_back(rs);
+    v.push_back(compute_op(MoeStep::iorder, d.S / G, Dl, "iorder"));
+    v.push_back(coll_op(MoeStep::ag, GroupKind::mp, d.S * M, "mp_allgather"));
+  } else {
+    rs.then = o.fuse_combine ? MoeStep::saa : MoeStep::a2a;
+    // I-Order on all S tokens needs every MP member's routing (expert, slot,
+    // weight per token choice): a small AllGather over MP.
+    if (o.split == Split::before_gate)
+      v.push_back(coll_op(MoeStep::ag, GroupKind::mp, d.S * s.k * 3, "route_allgather"));
+    v.push_back(rs);
+    if (!o.fuse_combine) v.push_back(coll_op(MoeStep::ag, GroupKind::mp, Dfull, "mp_allgather"));
+    MoeOp io = compute_op(MoeStep::iorder, d.S, Dfull, "iorder");
+    // Split before the gate: member g's S/G tokens were routed to its own
+    // block of slots, so the combine is G independent einsums.
+    if (o.split == Split::before_gate) io.blocks = static_cast<int>(G);
+    v.push_back(io);
+  }
+  return v;
+}
+
+std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& spec, const Dims& d,
+                                const ScheduleOptions& o) {
+  // 1. Reverse and take adjoints, expanding fused ops into primitives.
+  //    - MP-Split (a view of replicated tokens): AllGather over MP.
+  //    - MP-AllGather (its result is consumed redundantly by every MP rank,
+  //      so every rank holds the same gradient): a free slice.
+  //    - ESP-AllGather (feeds a different expert shard on each rank):
+  //      ReduceScatter over ESP, and the other way round.
+  //    - AlltoAll: AlltoAll. AllReduce: AllReduce.
+  //    Primitives that come from a fused forward op are marked, so the pass
+  //    below fuses them again.
+  struct Prim {
+    MoeOp op;
+    bool fused = false;
+  };
+  std::vector<Prim> prim;
+  const std::int64_t G = d.G;
+  auto ag = [](GroupKind g, std::int64_t n, const char* l) { return coll_op(MoeStep::ag, g, n, l); };
+  for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
+    const MoeOp& f = *it;
+    switch (f.kind) {
+      case MoeStep::split:
+        prim.push_back({ag(GroupKind::mp, f.elems, "bwd_mp_split_allgather")});
+        break;
+      case MoeStep::slot_slice:
+        break;  // its adjoint is the AllGather above; Order's backward reads that layout
+      case MoeStep::gate: {
+        MoeOp x = f;
+        x.backward = true;
+        prim.push_back({x});
+        // With MP split before the gate, each MP rank saw other tokens: the
+        // replicated gate weights' gradient is summed over the MP group.
+        if (o.parm && o.split == Split::before_gate)
+          prim.push_back({coll_op(MoeStep::ar, GroupKind::mp, spec.M * spec.E, "gate_grad_allreduce")});
+        break;
+      }
+      case MoeStep::ag:
+        if (f.group == GroupKind::mp)
+          prim.push_back({coll_op(MoeStep::mp_gather_free, GroupKind::mp, f.elems, "bwd_mp_allgather_slice")});
+        else
+          prim.push_back({coll_op(MoeStep::rs, f.group, f.elems, "bwd_esp_allgather")});
+        break;
+      case MoeStep::rs:
+        prim.push_back({ag(f.group, f.elems, "bwd_esp_reducescatter")});
+        break;
+      case MoeStep::saa:  // dispatch: AllGather_esp(AlltoAll(x))
+        prim.push_back({coll_op(MoeStep::rs, GroupKind::esp, G * f.elems, "bwd_dispatch_rs"), true});
+        prim.push_back({coll_op(MoeStep::a2a, GroupKind::ep, f.elems, "bwd_dispatch_a2a"), true});
+        break;
+      case MoeStep::rs_then: {
+        // ReduceScatter_esp(n), then AlltoAll(n/G) (and, fused, the MP-AllGather,
+        // whose adjoint is free): adjoint = AlltoAll(n/G), then AllGather_esp(n).
+        const bool fz = f.then == MoeStep::saa;
+        prim.push_back({coll_op(MoeStep::a2a, GroupKind::ep, f.elems / G, "bwd_combine_a2a"), fz});
+        prim.push_back({ag(GroupKind::esp, f.elems, "bwd_combine_esp_allgather"), fz});
+        break;
+      }
+      default: {
+        MoeOp x = f;
+        x.backward = true;
+        prim.push_back({x});
+      }
+    }
+  }
+  // The baseline's AllReduce sums fc2's partial outputs; its adjoint is the
+  // identity, and fc1's input gradient needs an AllReduce after the experts.
+  for (std::size_t i = 0; i + 1 < prim.size(); ++i)
+    if (prim[i].op.kind == MoeStep::ar && prim[i + 1].op.kind == MoeStep::experts) std::swap(prim[i], prim[i + 1]);
+  // 2. Fuse as the forward pass did: an AlltoAll followed by an ESP-AllGather
+  //    of G times its size becomes an SAA when the pair came from a fused op;
+  //    an ESP-ReduceScatter followed by an AlltoAll of 1/G its size becomes a
+  //    chunked pipeline when the schedule pipelines or the pair was fused.
+  std::vector<MoeOp> out;
+  for (std::size_t i = 0; i < prim.size(); ++i) {
+    const MoeOp& a = prim[i].op;
+    const bool has_next = i + 1 < prim.size();
+    if (has_next && a.kind == MoeStep::a2a && prim[i].fused && prim[i + 1].fused &&
+        prim[i + 1].op.kind == MoeStep::ag && prim[i + 1].op.elems == G * a.elems) {
+      out.push_back(coll_op(MoeStep::saa, GroupKind::world, a.elems, "bwd_combine_saa"));
+      out.back().backward = true;
+      ++i;
+      continue;
+    }
+    if (has_next && a.kind == MoeStep::rs && prim[i + 1].op.kind == MoeStep::a2a &&
+        prim[i + 1].op.elems * G == a.elems && (o.chunks > 1 || prim[i].fused)) {
+      MoeOp p = coll_op(MoeStep::rs_then, a.group, a.elems, "bwd_dispatch_rs_a2a");
+      p.then = MoeStep::a2a;
+      p.chunks = o.chunks;
+      p.backward = true;
+      out.push_back(p);
+      ++i;
+      continue;
+    }
+    MoeOp x = a;
+    x.backward = true;
+    out.push_back(x);
+  }
+  return out;
+}
+
+
+}  // namespace parmsim::moe
