@@ -10,6 +10,8 @@ out=${OUT:-out}
 mkdir -p "$out"
 echo "== 1296-layer paper grid (2 testbeds x 648 layers, baseline/S1/S2, flow network)"
 $bin sweep experiments/paper-grid.yaml -o "$out/paper-grid.csv"
+echo "== ablation: the paper grid under each baseline, dispatch and SAA model (10368 layers)"
+$bin sweep experiments/ablation.yaml -o "$out/ablation.csv"
 for s in whatif-clusters whatif-nic-bandwidth whatif-nvlink-bandwidth; do
   echo "== what-if: $s"
   $bin sweep experiments/$s.yaml -o "$out/$s.csv"
@@ -29,6 +31,10 @@ $bin calibrate --backend cpu -o "$out/cpu-calibration.yaml" > /dev/null
 $bin execute --backend cpu --schedule s1 --set B=2,M=64,H=128 --trace "$out/cpu-exec.csv"
 $bin compare --measured "$out/cpu-exec.csv" -t topologies/cpu-host.yaml --calibration "$out/cpu-calibration.yaml" \
   -o "$out/compare-cpu.csv"
+echo "== GEMM model against published measurements"
+$bin validate gemm validation/gemm.csv | tail -n 12
+echo "== the paper side by side, and the ablation (also in $out/paper-comparison.md)"
+/usr/bin/python3 scripts/paper_tables.py --results "$out"
 echo "== figures"
 /usr/bin/python3 plots/make_figures.py --results "$out" --out "$out/figures"
 echo "== summary: speedup over the baseline per testbed (simulated)"

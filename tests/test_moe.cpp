@@ -307,3 +307,28 @@ TEST_CASE("DeepSpeed-MoE's dispatch and combine are dense einsums", "[moe][kerne
   CHECK(iok[1].shape == std::array<std::int64_t, 4>{512, 1024, 1024, 4});
   CHECK(iok[1].flops == 2ULL * 512 * 1024 * 1024 * 4);
 }
+
+TEST_CASE("DeepSpeed-MoE 0.14.5 drops the MP duplicates before each AlltoAll", "[moe][sizes]") {
+  // Paper layer with f = 1: D = 4194304 (see "message sizes"); G = 4.
+  LayerSpec s = paper_layer();
+  s.f = 1.0;
+  s.ds_moe = DsMoe::v0_14_5;
+  const Dims d = make_dims(s, 32, 4);
+  const auto f = forward_ops(s, d, preset("baseline"));
+  // Two AlltoAlls of D/G = 1048576 (v0.14.4: D), two AllGathers over MP back to D.
+  CHECK(of_kind(f, MoeStep::a2a).size() == 2);
+  for (const MoeOp* o : of_kind(f, MoeStep::a2a)) CHECK(o->elems == 1048576);
+  CHECK(of_kind(f, MoeStep::ag).size() == 2);
+  for (const MoeOp* o : of_kind(f, MoeStep::ag)) CHECK(o->elems == 4194304);
+  // Backward: the gathers' adjoints are free narrows, the drops' are AllGathers.
+  const auto b = backward_ops(f, s, d, preset("baseline"));
+  CHECK(of_kind(b, MoeStep::mp_gather_free).size() == 2);
+  CHECK(of_kind(b, MoeStep::ag).size() == 2);
+  // The simulator moves a quarter of 0.14.4's inter-node bytes.
+  const Topology t = topo("parm-32gpu");
+  LayerSpec old = s;
+  old.ds_moe = DsMoe::v0_14_4;
+  const std::uint64_t x5 = run_schedule(LayerRun{t, s, "flow"}, preset("baseline")).inter_node_bytes;
+  const std::uint64_t x4 = run_schedule(LayerRun{t, old, "flow"}, preset("baseline")).inter_node_bytes;
+  CHECK(x5 * 4 == x4);
+}

@@ -35,6 +35,11 @@ struct LayerArgs {
     moe::LayerSpec s = exec::small_layer();
     const auto kv = split_assignments(set);
     moe::apply_assignments(&s, custom, kv, "--set");
+    // 0.14.5's dropped duplicates are modelled for timing only: its AlltoAlls
+    // move D/G while the executors' data bindings follow the 0.14.4 layout.
+    if (s.ds_moe == moe::DsMoe::v0_14_5)
+      throw ParmError("--set ds_moe=0.14.5: the executors run the 0.14.4 and lean baselines only (0.14.5 is timed by "
+                      "the simulator: parmsim layer)");
     *has_custom = false;
     for (const auto& x : kv) {
       const std::string k = x.substr(0, x.find('='));

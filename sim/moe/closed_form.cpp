@@ -50,6 +50,7 @@ struct Costs {
   const AlphaBeta& ab;
   const Dims& d;
   const std::string& a2a_algo;
+  const std::string& saa_algo;
   bool ep_inter;  // EP groups cross nodes
   double a(bool inter) const { return inter ? ab.alpha_inter : ab.alpha_intra; }
   double b(bool inter) const { return inter ? ab.beta_inter : ab.beta_intra; }
@@ -123,7 +124,7 @@ struct Costs {
     const double tg = d.G > 1 ? ab.alpha_intra + (d.G - 1) * chunk * ab.beta_intra : 0.0;
     double g_end = 0;
     for (int i = 0; i < W; ++i) g_end = std::max(i * tx, g_end) + tg;
-    return planned(CollOp::saa, GroupKind::world, "", n, std::max(g_end, (W - 1) * tx));
+    return planned(CollOp::saa, GroupKind::world, saa_algo, n, std::max(g_end, (W - 1) * tx));
   }
 };
 
@@ -131,7 +132,7 @@ struct Costs {
 
 double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
                   const AlphaBeta& ab, const GpuProfile& gpu) {
-  const Costs c{ab, d, o.a2a_algo, ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra};
+  const Costs c{ab, d, o.a2a_algo, s.saa_algo, ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra};
   const double bytes = d.dtype_bytes;
   double t = 0;
   for (const MoeOp& op : ops) {

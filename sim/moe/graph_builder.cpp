@@ -394,6 +394,7 @@ class GraphBuilder {
       c.bytes = bytes;
       c.inner = op == CollOp::saa ? d_.G : 0;
       if (op == CollOp::alltoall) c.algo = o_.a2a_algo;
+      if (op == CollOp::saa) c.algo = s_.saa_algo;
       c.send_buf = send;
       c.recv_buf = recv;
       if (offset_per_mp) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sim/core/time.hpp"
@@ -51,6 +52,9 @@ struct LayerSpec {
   DType dtype = DType::fp32;
   DsMoe ds_moe = DsMoe::v0_14_4;
   Dispatch dispatch = Dispatch::einsum;
+  // The fused AlltoAll+AllGather's algorithm (sim/coll): "released" (the Parm
+  // authors' kernel) or "pipelined" (rail-wise rounds, parmsim's earlier reading).
+  std::string saa_algo = "released";
 };
 
 enum class Split { before_gate, after_order };
@@ -74,7 +78,7 @@ const std::vector<std::string>& preset_names();
 // Every combination of the builder's options (for --search).
 std::vector<ScheduleOptions> search_space();
 
-// Keys: B, L, M, H, E, k, f, mp, dtype, ds_moe, dispatch; split, gather, fuse_dispatch,
+// Keys: B, L, M, H, E, k, f, mp, dtype, ds_moe, dispatch, saa; split, gather, fuse_dispatch,
 // fuse_combine, chunks, a2a_algo. Unknown keys and bad values are ParmErrors
 // naming the key. `opts` may be null when options are not accepted.
 void set_key(LayerSpec* spec, ScheduleOptions* opts, const std::string& key, const std::string& value,

@@ -131,6 +131,10 @@ void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std
       s->ds_moe = DsMoe::lean;
     else
       throw ParmError(fmt::format("{}: key 'ds_moe': expected 0.14.4, 0.14.5 or lean, got '{}'", where, v));
+  } else if (key == "saa") {
+    if (v != "released" && v != "pipelined")
+      throw ParmError(fmt::format("{}: key 'saa': expected released or pipelined, got '{}'", where, v));
+    s->saa_algo = v;
   } else if (key == "dispatch") {
     if (v == "einsum")
       s->dispatch = Dispatch::einsum;
@@ -169,7 +173,7 @@ void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std
     o->a2a_algo = v;
   } else {
     throw ParmError(
-        fmt::format("{}: unknown layer key '{}'; layer keys: B, L, M, H, E, k, f, mp, dtype, ds_moe, dispatch{}", where, key,
+        fmt::format("{}: unknown layer key '{}'; layer keys: B, L, M, H, E, k, f, mp, dtype, ds_moe, dispatch, saa{}", where, key,
                     o ? "; schedule options: split, gather, fuse_dispatch, fuse_combine, chunks, a2a_algo" : ""));
   }
 }
@@ -195,6 +199,7 @@ std::string spec_string(const LayerSpec& s) {
   // Only what differs from the defaults, so existing spec strings keep their form.
   if (s.ds_moe != DsMoe::v0_14_4) out += fmt::format(",ds_moe={}", to_string(s.ds_moe));
   if (s.dispatch != Dispatch::einsum) out += fmt::format(",dispatch={}", to_string(s.dispatch));
+  if (s.saa_algo != "released") out += fmt::format(",saa={}", s.saa_algo);
   return out;
 }
 

@@ -63,9 +63,9 @@ std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const Schedule
     v.push_back(ex);
     if (s.ds_moe == DsMoe::lean) v.push_back(coll_op(MoeStep::ar, GroupKind::esp, D, "esp_allreduce"));
     if (drop) {
-      v.push_back(coll_op(MoeStep::split, GroupKind::mp, D, "drop_tokens"));
+      v.push_back(coll_op(MoeStep::split, GroupKind::mp, D, "drop_tokens_combine"));
       v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D / G, "combine_a2a"));
-      v.push_back(coll_op(MoeStep::ag, GroupKind::mp, D, "gather_tokens"));
+      v.push_back(coll_op(MoeStep::ag, GroupKind::mp, D, "gather_tokens_combine"));
     } else {
       v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D, "combine_a2a"));
     }

@@ -23,7 +23,7 @@ const Section kSweep{
      {"schedules", "list", "[baseline, s1, s2]", "schedules to run (baseline always runs: speedups need it)"},
      {"topologies", "list", "required", "sweep.topologies[]"},
      {"grid", "map", "required",
-      "layer key -> list of values: B, L, M, H, E, k, f, mp, dtype, experts_per_gpu (E = value * GPUs)"},
+      "layer key -> list of values: B, L, M, H, E, k, f, mp, dtype, ds_moe, dispatch, saa, experts_per_gpu (E = value * GPUs)"},
      {"skip_invalid", "bool", "false", "leave out impossible combinations instead of failing"}}};
 const Section kTopo{"sweep.topologies[]",
                     "A topology file, with fixed overrides and a grid of overrides crossed with the layer grid.",
