@@ -29,7 +29,7 @@ std::vector<const MoeOp*> of_kind(const std::vector<MoeOp>& ops, MoeStep k) {
 
 }  // namespace
 
-TEST_CASE("ranks map to MP, EP and ESP groups as in PARM.md", "[moe][groups]") {
+TEST_CASE("ranks map to MP, EP and ESP groups as in docs/parm.md", "[moe][groups]") {
   const Groups g = make_groups(32, 4);
   CHECK(g.n_ep == 8);
   CHECK(g.mp.size() == 8);
@@ -43,7 +43,7 @@ TEST_CASE("ranks map to MP, EP and ESP groups as in PARM.md", "[moe][groups]") {
   CHECK_THROWS_WITH(make_groups(32, 5), Catch::Contains("mp=5 must divide"));
 }
 
-TEST_CASE("message sizes follow PARM.md's tables", "[moe][sizes]") {
+TEST_CASE("message sizes follow the sizes of docs/parm.md", "[moe][sizes]") {
   // B=4, L=512 -> S = 2048 tokens; k=2, f=1, E=32, M=1024, mp=G=4, P=32.
   // Baseline T = k f S / E = 2*2048/32 = 128; D = E T M = 32*128*1024 = 4194304.
   // Parm T = k f (S/G) / E = 2*512/32 = 32; D/G = 32*32*1024 = 1048576. O = S M = 2097152.
@@ -250,7 +250,7 @@ TEST_CASE("every searched option combination builds and simulates", "[moe][searc
 
 TEST_CASE("with one MP member S1 and S2 are the baseline", "[moe][model]") {
   // mp = 1: no MP-Split, no ESP, the SAA has one inner member; S1 and S2 move
-  // the same bytes through the same kernels as DeepSpeed-MoE (PARM.md). Within
+  // the same bytes through the same kernels as DeepSpeed-MoE (docs/parm.md). Within
   // 3% in the simulator and in the closed form.
   const Topology t = topo("parm-32gpu");
   LayerSpec s = paper_layer();

@@ -1,5 +1,5 @@
 #pragma once
-// Least-squares fits of t = alpha + beta * n (PARM.md's cost model) and the
+// Least-squares fits of t = alpha + beta * n (the paper's cost model, docs/parm.md) and the
 // error of a fit on points it did not see.
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 #pragma once
 // The task graph: the one intermediate representation that the simulator and
-// every executor consume (DESIGN.md, "The task graph is the contract").
+// every executor consume (docs/task-graph.md).
 //
 // - ranks 0..R-1, one per GPU;
 // - buffers per rank (name, element count, dtype);

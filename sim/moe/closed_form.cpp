@@ -54,7 +54,7 @@ struct Costs {
   bool ep_inter;  // EP groups cross nodes
   double a(bool inter) const { return inter ? ab.alpha_inter : ab.alpha_intra; }
   double b(bool inter) const { return inter ? ab.beta_inter : ab.beta_intra; }
-  // Ring-style forms with group size p, n bytes (PARM.md): the fallback without a topology.
+  // Ring-style forms with group size p, n bytes (docs/parm.md): the fallback without a topology.
   double ring(double n, int p, bool inter) const {
     if (p < 2) return 0;
     return (p - 1) * a(inter) + n * (p - 1) / p * b(inter);

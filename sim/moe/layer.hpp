@@ -1,5 +1,5 @@
 #pragma once
-// One MoE layer under MP + EP + ESP (PARM.md): its spec, the rank-to-group
+// One MoE layer under MP + EP + ESP (docs/parm.md): its spec, the rank-to-group
 // mapping, the three schedules as operation sequences, their task graphs and
 // their closed-form (alpha-beta) times.
 //
@@ -60,7 +60,7 @@ struct LayerSpec {
 enum class Split { before_gate, after_order };
 enum class Gather { after_iorder, before_iorder };
 
-// Builder options: every choice PARM.md marks as reconstructed.
+// Builder options: every choice docs/parm.md marks as our reading.
 struct ScheduleOptions {
   std::string name;  // "baseline", "s1", "s2" or "custom"
   bool parm = true;  // false: DeepSpeed-MoE baseline (the other fields are ignored)
@@ -87,7 +87,7 @@ void apply_assignments(LayerSpec* spec, ScheduleOptions* opts, const std::vector
                        const std::string& where);
 std::string spec_string(const LayerSpec& s);
 
-// Groups (PARM.md): ranks numbered node by node; MP (= ESP) groups are G
+// Groups (docs/parm.md): ranks numbered node by node; MP (= ESP) groups are G
 // consecutive ranks; EP groups take the ranks with the same MP index.
 struct Groups {
   int P = 0, G = 0, n_ep = 0;
@@ -169,7 +169,7 @@ TaskGraph build_backward_graph(const std::vector<MoeOp>& fwd, const std::vector<
 TaskGraph build_training_graph(const std::vector<MoeOp>& fwd, const std::vector<MoeOp>& bwd, const LayerSpec& s,
                                const Dims& d, const ScheduleOptions& o);
 
-// Alpha-beta parameters of the closed form (PARM.md, "Cost model").
+// Alpha-beta parameters of the closed form (docs/parm.md, "Closed form").
 // The closed form's collective costs. With a topology (alpha_beta_from_topology
 // sets it), each collective is timed by the cost form of the very plan the
 // simulator runs on the layer's groups (sim/coll/collective_cost.hpp): route
