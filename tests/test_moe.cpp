@@ -332,3 +332,55 @@ TEST_CASE("DeepSpeed-MoE 0.14.5 drops the MP duplicates before each AlltoAll", "
   const std::uint64_t x4 = run_schedule(LayerRun{t, old, "flow"}, preset("baseline")).inter_node_bytes;
   CHECK(x5 * 4 == x4);
 }
+
+TEST_CASE("layers whose counts would pass 2^60 are refused, naming the keys", "[moe][errors][overflow]") {
+  auto dims = [](const std::vector<std::string>& kv) {
+    LayerSpec s;
+    ScheduleOptions o = preset("s1");
+    apply_assignments(&s, &o, kv, "--set");
+    return make_dims(s, 32, 4);
+  };
+  // 2^32 x 2^32 wrapped the 64-bit FLOP count and printed a plausible time.
+  CHECK_THROWS_WITH(dims({"M=4294967296", "H=4294967296"}),
+                    Catch::Contains("keys 'M', 'H'") && Catch::Contains("overflows"));
+  CHECK_THROWS_WITH(dims({"B=9223372036854775807"}), Catch::Contains("keys 'B', 'L'"));
+  CHECK_THROWS_WITH(dims({"B=9223372036854775808"}),
+                    Catch::Contains("key 'B': expected an integer in [1, 9223372036854775807]"));
+  CHECK_THROWS_WITH(dims({"f=1e20"}), Catch::Contains("'f'") && Catch::Contains("the capacity"));
+  CHECK_THROWS_WITH(dims({"f=inf"}), Catch::Contains("capacity factor > 0"));
+  CHECK_THROWS_WITH(dims({"M=1099511627776"}), Catch::Contains("'M'") && Catch::Contains("overflows"));
+  CHECK_THROWS_WITH(dims({"B=65536", "L=65536", "E=64"}), Catch::Contains("the gate's masks"));
+  CHECK_THROWS_WITH(dims({"E=2097152"}), Catch::Contains("key 'E': expected an integer in [1, 1048576]"));
+  // Keys stored as int no longer truncate: 2^32 + 4 was mp=4.
+  CHECK_THROWS_WITH(dims({"mp=4294967300"}), Catch::Contains("key 'mp': expected an integer in [1, 65536]"));
+  CHECK_THROWS_WITH(dims({"chunks=1000000"}), Catch::Contains("key 'chunks': expected an integer in [1, 1024]"));
+  // Specs built in code (not through set_key) and clusters of no GPU.
+  CHECK_THROWS_WITH(make_dims(paper_layer(), 0, 0), Catch::Contains("at least one GPU"));
+  LayerSpec e = paper_layer();
+  e.E = std::int64_t{1} << 40;
+  CHECK_THROWS_WITH(make_dims(e, 32, 4), Catch::Contains("key 'E'"));
+
+  // Just inside the bound: every count the schedules form is exact.
+  LayerSpec s = paper_layer();
+  s.M = std::int64_t{1} << 24;
+  s.H = std::int64_t{1} << 22;
+  const Dims d = make_dims(s, 32, 4);
+  for (const std::string& name : preset_names()) {
+    const ScheduleOptions o = preset(name);
+    auto ops = forward_ops(s, d, o);
+    const auto bwd = backward_ops(ops, s, d, o);
+    ops.insert(ops.end(), bwd.begin(), bwd.end());
+    for (const MoeOp& op : ops) {
+      CHECK(op.elems >= 0);
+      for (const Kernel& k : kernels(op, s, d)) {
+        CHECK(k.flops < (std::uint64_t{1} << 63));
+        CHECK(k.bytes < (std::uint64_t{1} << 63));
+        if (k.op != OpKind::gemm) continue;
+        long double want = 2;
+        for (std::int64_t x : k.shape) want *= static_cast<long double>(x);
+        if (op.backward && s.ds_moe == DsMoe::lean) continue;
+        CHECK(static_cast<long double>(k.flops) == want);
+      }
+    }
+  }
+}

@@ -28,8 +28,9 @@ void add_calibrate(CLI::App& app) {
       ->check(CLI::ExistingFile);
   c->add_option("--backend", a->backend, "executor to measure when not importing: cpu (for GPUs, import nccl-tests results)")
       ->capture_default_str();
-  c->add_option("--gpus", a->gpus, "ranks for --backend cpu")->capture_default_str();
-  c->add_option("--node-gpus", a->node_gpus, "ranks per node for --backend cpu (default: all)");
+  c->add_option("--gpus", a->gpus, "ranks for --backend cpu")->capture_default_str()->check(int_in(1, 1024));
+  c->add_option("--node-gpus", a->node_gpus, "ranks per node for --backend cpu (default: all)")
+      ->check(int_in(0, 1024));
   c->add_flag("--quick", a->quick, "a smaller grid of layers (for tests)");
   c->add_option("--op", a->op, "the collective, when neither the file nor its name says");
   c->add_option("--topology", a->topology, "name of the cluster the measurements come from (recorded in the file)");

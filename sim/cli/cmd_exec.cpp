@@ -16,6 +16,9 @@ namespace parmsim::cli {
 
 namespace {
 
+// The executors run every rank (CPU: a thread per rank and stream) at once.
+constexpr int kMaxExecRanks = 1024;
+
 struct LayerArgs {
   std::string set, schedule = "all";
   int gpus = 8, node_gpus = 0;
@@ -27,9 +30,11 @@ struct LayerArgs {
     c->add_option("--schedule", schedule, "baseline | s1 | s2 | all | search (every builder option)")
         ->capture_default_str();
     c->add_option("--gpus", gpus, "ranks (cpu: a thread per rank and stream; cuda: ranks on one GPU, or mpirun -np)")
-        ->capture_default_str();
-    c->add_option("--node-gpus", node_gpus, "GPUs per node (default: all ranks on one node)");
-    c->add_option("--seed", seed, "random inputs and weights")->capture_default_str();
+        ->capture_default_str()
+        ->check(int_in(1, kMaxExecRanks));
+    c->add_option("--node-gpus", node_gpus, "GPUs per node (default: all ranks on one node)")
+        ->check(int_in(0, kMaxExecRanks));
+    c->add_option("--seed", seed, "random inputs and weights")->capture_default_str()->check(uint64_any());
   }
   moe::LayerSpec spec(moe::ScheduleOptions* custom, bool* has_custom) const {
     moe::LayerSpec s = exec::small_layer();
@@ -78,11 +83,15 @@ struct BackendArgs {
     c->add_option("--backend", backend,
                   "cpu | cuda (cuda: every rank on one GPU (loopback), or one process per GPU under mpirun -np N)")
         ->capture_default_str();
-    c->add_option("--device", cuda.device, "GPU index (default: 0, or the local rank under mpirun)");
+    c->add_option("--device", cuda.device, "GPU index (default: 0, or the local rank under mpirun)")
+        ->check(int_in(0, 1023));
     if (timing) {
-      c->add_option("--warmup", cuda.warmup, "cuda: runs before the measured ones")->capture_default_str();
+      c->add_option("--warmup", cuda.warmup, "cuda: runs before the measured ones")
+          ->capture_default_str()
+          ->check(int_in(0, 100000));
       c->add_option("--reps", cuda.reps, "cuda: measured runs (the trace holds medians and p10/p90)")
-          ->capture_default_str();
+          ->capture_default_str()
+          ->check(int_in(1, 100000));
     } else {
       cuda.warmup = 0, cuda.reps = 1;
     }
@@ -111,7 +120,8 @@ void add_exec(CLI::App& app) {
   auto vb = std::make_shared<BackendArgs>();
   va->add(v);
   vb->add(v, false);
-  v->add_option("--tolerance", *tol, "largest max-relative error accepted (default: 1e-5; 2e-2 for fp16/bf16)");
+  v->add_option("--tolerance", *tol, "largest max-relative error accepted (default: 1e-5; 2e-2 for fp16/bf16)")
+      ->check(finite_at_least(0));
   v->callback([va, vb, tol] {
     moe::ScheduleOptions custom = moe::preset("s1");
     bool has_custom = false;

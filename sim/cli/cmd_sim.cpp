@@ -58,8 +58,11 @@ void add_collective(CLI::App& app) {
   c->add_option("--network,-n", a->network, network_help())->capture_default_str();
   c->add_option("--gpus", a->gpus, "group: all, 0-7, 0,8,16 (sendrecv: the first sends to the second)")
       ->capture_default_str();
-  c->add_option("--inner", a->inner, "saa: inner AllGather group size (default: GPUs per node)");
-  c->add_option("--window", a->window, "direct: peers in flight at once (0 = all)")->capture_default_str();
+  c->add_option("--inner", a->inner, "saa: inner AllGather group size (default, 0: GPUs per node)")
+      ->check(int_in(0, 1048576));
+  c->add_option("--window", a->window, "direct: peers in flight at once (0 = all)")
+      ->capture_default_str()
+      ->check(int_in(0, 1048576));
   c->add_flag("--json", a->json, "print a JSON list of {bytes, time_us, algbw_GBps, busbw_GBps}");
   c->callback([a] {
     const Topology topo = a->topo.load();
@@ -171,8 +174,8 @@ void add_topology(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   a->topo.add(c);
-  c->add_option("--route", a->src, "print the route from this GPU ...");
-  c->add_option("--to", a->dst, "... to this GPU");
+  c->add_option("--route", a->src, "print the route from this GPU ...")->check(int_in(0, 2147483647));
+  c->add_option("--to", a->dst, "... to this GPU")->check(int_in(0, 2147483647));
   c->callback([a] {
     const Topology t = a->topo.load();
     std::map<std::string, int> kinds;

@@ -23,7 +23,9 @@ void add_sweep(CLI::App& app) {
   c->add_option("spec", a->spec, "sweep YAML (see experiments/)")->required()->check(CLI::ExistingFile);
   c->add_option("-o,--output", a->out,
                 "results CSV; STEM.run.json (input hash, version, settings) is written beside it");
-  c->add_option("-j,--jobs", a->jobs, "threads (default: all cores)");
+  c->add_option("-j,--jobs", a->jobs,
+                "threads (default, 0: all cores; at most 4 per core and one per configuration are started)")
+      ->check(int_in(0, 2147483647));
   c->add_flag("--resume", a->resume, "keep the complete rows of an interrupted run (OUTPUT.partial) and run the rest");
   c->add_flag("-q,--quiet", a->quiet, "no progress output");
   add_calibration_option(c, a->calibration);

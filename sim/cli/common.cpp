@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
 #include "sim/calib/calibration.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
@@ -86,6 +90,47 @@ std::vector<std::string> split_assignments(const std::string& s) {
   for (const auto& p : split(s, ','))
     if (!p.empty()) out.push_back(p);
   return out;
+}
+
+CLI::Validator int_in(long long lo, long long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        const std::string want = fmt::format("expected an integer in [{}, {}], got '{}'", lo, hi, v);
+        if (v.empty()) return want;
+        errno = 0;
+        char* end = nullptr;
+        const long long x = std::strtoll(v.c_str(), &end, 10);
+        if (errno == ERANGE || end != v.c_str() + v.size() || x < lo || x > hi) return want;
+        return {};
+      },
+      fmt::format("INT in [{}, {}]", lo, hi));
+}
+
+CLI::Validator uint64_any() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        const std::string want = fmt::format("expected an integer in [0, {}], got '{}'", UINT64_MAX, v);
+        if (v.empty() || v[0] < '0' || v[0] > '9') return want;
+        errno = 0;
+        char* end = nullptr;
+        std::strtoull(v.c_str(), &end, 10);
+        if (errno == ERANGE || end != v.c_str() + v.size()) return want;
+        return {};
+      },
+      "UINT64");
+}
+
+CLI::Validator finite_at_least(double lo) {
+  return CLI::Validator(
+      [lo](std::string& v) -> std::string {
+        const std::string want = fmt::format("expected a finite number >= {:g}, got '{}'", lo, v);
+        if (v.empty()) return want;
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (end != v.c_str() + v.size() || !std::isfinite(x) || !(x >= lo)) return want;
+        return {};
+      },
+      fmt::format("FLOAT >= {:g}", lo));
 }
 
 }  // namespace parmsim::cli

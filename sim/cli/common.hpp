@@ -23,6 +23,15 @@ std::shared_ptr<const Calibration> load_calibration_arg(const std::string& file)
 // "a=1,b=2" -> {"a=1", "b=2"}.
 std::vector<std::string> split_assignments(const std::string& s);
 
+// Option checks (->check(...)): CLI11 reports a failure as one line naming the
+// option, e.g. "--gpus: expected an integer in [1, 1024], got '0'", and exits 105.
+// An integer in [lo, hi] (checked on the text, so values beyond the type are caught too).
+CLI::Validator int_in(long long lo, long long hi);
+// An unsigned 64-bit integer (no sign: "-1" would wrap).
+CLI::Validator uint64_any();
+// A finite number >= lo (no nan, no inf).
+CLI::Validator finite_at_least(double lo);
+
 void add_subcommands(CLI::App& app);
 void add_collective(CLI::App& app);
 void add_simulate(CLI::App& app);

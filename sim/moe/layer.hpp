@@ -78,6 +78,11 @@ const std::vector<std::string>& preset_names();
 // Every combination of the builder's options (for --search).
 std::vector<ScheduleOptions> search_space();
 
+// Bounds of single keys; B, L, M, H are bounded through the counts they form
+// (make_dims: at most 2^60 elements, bytes or FLOPs each).
+constexpr std::int64_t kMaxExperts = 1 << 20;  // E
+constexpr int kMaxMp = 1 << 16;                // mp
+constexpr int kMaxChunks = 1024;               // chunks
 // Keys: B, L, M, H, E, k, f, mp, dtype, ds_moe, dispatch, saa; split, gather, fuse_dispatch,
 // fuse_combine, chunks, a2a_algo. Unknown keys and bad values are ParmErrors
 // naming the key. `opts` may be null when options are not accepted.
@@ -98,7 +103,8 @@ struct Groups {
 Groups make_groups(int P, int G);
 
 // Sizes derived from a spec on P GPUs with `gpus_per_node` per node.
-// Throws ParmError for impossible combinations.
+// Throws ParmError for impossible combinations, and for layers whose element,
+// byte or FLOP counts would pass 2^60 (the error names the keys involved).
 struct Dims {
   int P = 0, G = 0, n_ep = 0;
   std::int64_t S = 0;        // tokens per GPU entering the layer (B*L)

@@ -73,13 +73,20 @@ std::vector<ScheduleOptions> search_space() {
 
 namespace {
 
-std::int64_t parse_int(const std::string& key, const std::string& v, const std::string& where, std::int64_t lo) {
+std::int64_t parse_int(const std::string& key, const std::string& v, const std::string& where, std::int64_t lo,
+                       std::int64_t hi = INT64_MAX) {
+  auto range = [&] {
+    return hi == INT64_MAX ? fmt::format(">= {}", lo) : fmt::format("in [{}, {}]", lo, hi);
+  };
   try {
     std::size_t used = 0;
     const long long x = std::stoll(v, &used);
     if (used != v.size()) throw std::invalid_argument("x");
-    if (x < lo) throw ParmError(fmt::format("{}: key '{}': expected an integer >= {}, got '{}'", where, key, lo, v));
+    if (x < lo || x > hi)
+      throw ParmError(fmt::format("{}: key '{}': expected an integer {}, got '{}'", where, key, range(), v));
     return x;
+  } catch (const std::out_of_range&) {
+    throw ParmError(fmt::format("{}: key '{}': expected an integer in [{}, {}], got '{}'", where, key, lo, hi, v));
   } catch (const std::logic_error&) {
     throw ParmError(fmt::format("{}: key '{}': expected an integer, got '{}'", where, key, v));
   }
@@ -103,11 +110,11 @@ void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std
   else if (key == "H")
     s->H = parse_int(key, v, where, 1);
   else if (key == "E")
-    s->E = parse_int(key, v, where, 1);
+    s->E = parse_int(key, v, where, 1, kMaxExperts);
   else if (key == "k")
     s->k = parse_int(key, v, where, 1);
   else if (key == "mp")
-    s->mp = static_cast<int>(parse_int(key, v, where, 1));
+    s->mp = static_cast<int>(parse_int(key, v, where, 1, kMaxMp));
   else if (key == "f") {
     try {
       std::size_t used = 0;
@@ -165,7 +172,7 @@ void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std
     o->fuse_combine = parse_bool(key, v, where);
     o->name = "custom";
   } else if (o && key == "chunks") {
-    o->chunks = static_cast<int>(parse_int(key, v, where, 1));
+    o->chunks = static_cast<int>(parse_int(key, v, where, 1, kMaxChunks));
     o->name = "custom";
   } else if (o && key == "a2a_algo") {
     if (v != "pairwise" && v != "direct")
@@ -226,9 +233,42 @@ Groups make_groups(int P, int G) {
 
 namespace {
 // ceil(k * f * tokens / E), with f a decimal: a tiny epsilon keeps 153.6000000001 from rounding to 155.
+double capacity_real(std::int64_t k, double f, std::int64_t tokens, std::int64_t E) {
+  return std::ceil(static_cast<double>(k) * f * static_cast<double>(tokens) / static_cast<double>(E) - 1e-9);
+}
 std::int64_t capacity(std::int64_t k, double f, std::int64_t tokens, std::int64_t E) {
-  const double t = static_cast<double>(k) * f * static_cast<double>(tokens) / static_cast<double>(E);
-  return static_cast<std::int64_t>(std::ceil(t - 1e-9));
+  return static_cast<std::int64_t>(capacity_real(k, f, tokens, E));
+}
+
+// The element, byte and FLOP counts the layer forms from its keys are 64-bit
+// (schedule_ops, layer_kernels, graph_builder); each is checked here against
+// 2^60, which leaves 8x headroom for the dtype's bytes and the backward's
+// factors. `keys` names the keys the count grows with, most specific first.
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 60;
+
+[[noreturn]] void too_large(const LayerSpec& s, double v, std::initializer_list<const char*> keys, const char* what) {
+  std::string names, values;
+  for (const char* k : keys) {
+    const std::string key = k;
+    const std::string val = key == "B"   ? std::to_string(s.B)
+                            : key == "L" ? std::to_string(s.L)
+                            : key == "M" ? std::to_string(s.M)
+                            : key == "H" ? std::to_string(s.H)
+                            : key == "E" ? std::to_string(s.E)
+                            : key == "k" ? std::to_string(s.k)
+                                         : fmt::format("{:g}", s.f);
+    names += (names.empty() ? "" : ", ") + fmt::format("'{}'", key);
+    values += (values.empty() ? "" : ", ") + key + "=" + val;
+  }
+  throw ParmError(fmt::format(
+      "layer too large: key{} {} ({}): {} = {:.3g} overflows the simulator's 64-bit counts (at most 2^60 = {:.3g})",
+      keys.size() > 1 ? "s" : "", names, values, what, v, static_cast<double>(kMaxCount)));
+}
+
+// The factors of each product are bounded by the checks before it, so no
+// product here exceeds 2^127.
+void check_count(const LayerSpec& s, __int128 v, std::initializer_list<const char*> keys, const char* what) {
+  if (v > kMaxCount) too_large(s, static_cast<double>(v), keys, what);
 }
 }  // namespace
 
@@ -236,7 +276,19 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
   Dims d;
   d.P = P;
   d.G = s.mp;
+  if (P < 1 || gpus_per_node < 1)
+    throw ParmError(fmt::format("a layer needs at least one GPU (P={}, GPUs per node {})", P, gpus_per_node));
   if (s.mp < 1) throw ParmError("mp must be at least 1");
+  if (s.B < 1 || s.L < 1 || s.M < 1 || s.H < 1 || s.E < 1 || s.k < 1)
+    throw ParmError(fmt::format("layer keys B, L, M, H, E, k must be at least 1 ({})", spec_string(s)));
+  if (s.E > kMaxExperts) throw ParmError(fmt::format("key 'E': {} experts, at most {}", s.E, kMaxExperts));
+  if (!std::isfinite(s.f) || !(s.f > 0)) throw ParmError(fmt::format("key 'f': expected a capacity factor > 0, got {}", s.f));
+  using i128 = __int128;
+  const i128 S = i128{s.B} * s.L;
+  check_count(s, S, {"B", "L"}, "the tokens B*L");
+  check_count(s, i128{s.M} * s.H, {"M", "H"}, "an expert's weights M*H");
+  check_count(s, i128{s.M} * s.E, {"M", "E"}, "the gate's weights M*E");
+  check_count(s, S * s.M, {"M", "B", "L"}, "the layer's input B*L*M");
   if (gpus_per_node % s.mp != 0)
     throw ParmError(fmt::format("mp={} must divide the GPUs of a node ({}): MP and ESP groups stay inside a node", s.mp,
                                 gpus_per_node));
@@ -247,6 +299,20 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
         fmt::format("E={} experts must be divisible by the expert-parallel size N_EP = P/mp = {}", s.E, d.n_ep));
   if (s.k > s.E) throw ParmError(fmt::format("top-k k={} exceeds the number of experts E={}", s.k, s.E));
   d.S = s.B * s.L;
+  {
+    // The capacity (tokens per expert buffer) and every count formed from it.
+    const double t = capacity_real(s.k, s.f, d.S, s.E);
+    if (!(t <= static_cast<double>(kMaxCount))) too_large(s, t, {"f", "k", "B", "L", "E"}, "the capacity k*f*B*L/E");
+    const i128 C = static_cast<i128>(t), k = s.k, E = s.E, M = s.M, H = s.H, G = s.mp;
+    check_count(s, S * E, {"B", "L", "E"}, "the gate's probabilities B*L*E");
+    check_count(s, S * E * C, {"f", "k", "B", "L", "E"}, "the gate's masks B*L*E*C");
+    check_count(s, S * E * C * (8 * k + 9) + 352 * k * S * E + 12 * k * S * C, {"f", "k", "B", "L", "E"},
+                "the gate's bytes ~8*k*B*L*E*C");
+    check_count(s, E * (C + G) * M, {"M", "f", "k", "B", "L", "E"}, "the dispatch buffer E*C*M");
+    check_count(s, 2 * S * E * C * M, {"M", "f", "k", "B", "L", "E"}, "the dispatch einsum's FLOPs 2*B*L*E*C*M");
+    check_count(s, 2 * E * (C + G) * M * H, {"M", "H", "f", "k", "B", "L", "E"},
+                "the experts' FLOPs 2*E*C*M*H");
+  }
   if (d.S % s.mp != 0)
     throw ParmError(
         fmt::format("B*L = {} tokens must be divisible by mp={} (MP-Split keeps S/mp tokens per rank)", d.S, s.mp));

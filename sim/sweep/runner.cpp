@@ -13,6 +13,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "sim/compute/gpu_profile.hpp"
@@ -164,7 +165,9 @@ void write_run_json(const Spec& spec, const RunOptions& opt, const RunSummary& s
 
 RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
   RunOptions opt = opt_in;
-  if (opt.threads <= 0) opt.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // 0: one thread per core; never more than 4 per core (more only contend).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  opt.threads = opt.threads <= 0 ? cores : std::min(opt.threads, 4 * cores);
   const auto t0 = std::chrono::steady_clock::now();
   const std::string partial = opt.out + ".partial";
   RunSummary sum;
@@ -236,8 +239,15 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
       progress.update(done_count);
     }
   };
+  // No more threads than this rank has configurations. Should the system
+  // refuse a thread, the ones started do the work (none started: the error).
+  const int want = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(opt.threads), mine.size()));
   std::vector<std::thread> pool;
-  for (int t = 0; t < opt.threads; ++t) pool.emplace_back(worker);
+  try {
+    for (int t = 0; t < want; ++t) pool.emplace_back(worker);
+  } catch (const std::system_error& e) {
+    if (pool.empty()) throw ParmError(fmt::format("sweep: cannot start a thread: {}", e.what()));
+  }
   for (auto& th : pool) th.join();
   if (failure) std::rethrow_exception(failure);
 

@@ -16,7 +16,7 @@ namespace parmsim::sweep {
 
 struct RunOptions {
   std::string out;
-  int threads = 0;  // 0 = all cores
+  int threads = 0;  // 0 = all cores; capped at 4 per core, and at one per configuration
   bool resume = false;
   bool progress = true;
   int mpi_rank = 0, mpi_size = 1;

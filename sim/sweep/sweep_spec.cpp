@@ -168,7 +168,7 @@ Spec load_spec(const std::string& file, const std::string& calibration_file) {
           } catch (const std::logic_error&) {
             per_gpu = 0;
           }
-          if (per_gpu < 1) grid.at(key).fail("positive integers");
+          if (per_gpu < 1 || per_gpu > moe::kMaxExperts) grid.at(key).fail(fmt::format("integers in [1, {}]", moe::kMaxExperts));
           continue;
         }
         try {

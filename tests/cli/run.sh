@@ -126,5 +126,18 @@ fi
 "$bin" simulate -t topologies/dgx-h100.yaml -g $D/cycle.yaml --csv "$tmp/never.csv" > /dev/null 2>&1
 if [ ! -e "$tmp/never.csv" ] && [ -z "$(ls "$tmp" | grep tmp)" ]; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL no half-written output"; fi
 
+# Out-of-range options and impossible sizes: one line naming the option or key, never a crash.
+check opt-verify-gpus-zero "$bin" verify --gpus 0
+check opt-verify-tolerance-nan "$bin" verify --tolerance nan
+check opt-execute-reps-zero "$bin" execute --reps 0 --trace "$tmp/never.csv"
+check layer-overflow "$bin" layer -t topologies/parm-32gpu.yaml --set M=4294967296,H=4294967296
+check layer-overflow-tokens "$bin" layer -t topologies/parm-32gpu.yaml --set B=9223372036854775807
+check layer-overflow-capacity "$bin" layer -t topologies/parm-32gpu.yaml --set f=1e20
+# More threads than cores or configurations: capped, and the CSV lands in place.
+if "$bin" sweep $D/small-sweep.yaml -o "$tmp/jmax.csv" -j 100000 -q &&
+   "$bin" sweep $D/small-sweep.yaml -o "$tmp/j1.csv" -j 1 -q &&
+   cmp -s "$tmp/jmax.csv" "$tmp/j1.csv" && [ ! -e "$tmp/jmax.csv.partial" ]; then
+  passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL sweep -j 100000"; fi
+
 echo "cli: $passes passed, $fails failed"
 [ "$fails" = 0 ]
