@@ -103,7 +103,7 @@ CLI::Validator int_in(long long lo, long long hi) {
         if (errno == ERANGE || end != v.c_str() + v.size() || x < lo || x > hi) return want;
         return {};
       },
-      fmt::format("INT in [{}, {}]", lo, hi));
+      fmt::format("in [{}, {}]", lo, hi));
 }
 
 CLI::Validator uint64_any() {
@@ -117,7 +117,7 @@ CLI::Validator uint64_any() {
         if (errno == ERANGE || end != v.c_str() + v.size()) return want;
         return {};
       },
-      "UINT64");
+      "");
 }
 
 CLI::Validator finite_at_least(double lo) {
@@ -130,7 +130,7 @@ CLI::Validator finite_at_least(double lo) {
         if (end != v.c_str() + v.size() || !std::isfinite(x) || !(x >= lo)) return want;
         return {};
       },
-      fmt::format("FLOAT >= {:g}", lo));
+      fmt::format("finite, >= {:g}", lo));
 }
 
 }  // namespace parmsim::cli
