@@ -137,17 +137,22 @@ void add_exec(CLI::App& app) {
                                    gpu->world_size() > 1 ? fmt::format("{} processes, NCCL", gpu->world_size())
                                                          : std::string("loopback"))
                      : std::string("cpu"));
-      fmt::print("{:<40} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6}\n", "schedule", "dropped", "output",
-                 "input_grad", "gate_grad", "fc1_grad", "fc2_grad", "");
     }
+    // The schedule column is as wide as the longest name: search variants print in full.
+    const auto schedules = va->schedules(custom, has_custom);
+    std::size_t w = 8;
+    for (const auto& o : schedules) w = std::max(w, o.name.size());
+    if (lead)
+      fmt::print("{:<{}} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>6}\n", "schedule", w, "dropped", "output",
+                 "input_grad", "gate_grad", "fc1_grad", "fc2_grad", "");
     bool ok = true;
-    for (const auto& o : va->schedules(custom, has_custom)) {
+    for (const auto& o : schedules) {
       exec::VerifyResult r = exec::verify_schedule(s, cl, o, va->seed, nullptr, gpu.get());
       for (auto& e : r.errors) e.max_rel_error = sweep::mpi::allreduce_max(e.max_rel_error);
       const bool pass = r.worst() <= limit;
       ok = ok && pass;
       if (!lead) continue;
-      fmt::print("{:<40} {:>10}", o.name.size() > 40 ? o.name.substr(0, 40) : o.name, r.dropped);
+      fmt::print("{:<{}} {:>10}", o.name, w, r.dropped);
       for (const auto& e : r.errors) fmt::print(" {:>12.3e}", e.max_rel_error);
       fmt::print(" {:>6}\n", pass ? "ok" : "FAIL");
     }

@@ -71,6 +71,10 @@ assert j['search']['tried']==30 and j['search']['best_total_us'] <= j['schedules
 # verify: every schedule within tolerance, exit 0; a tolerance nobody meets fails.
 if "$bin" verify --gpus 8 --node-gpus 4 --set mp=4,E=16,f=0.5 > "$tmp/v.txt" 2>&1 && [ "$(grep -c ' ok$' "$tmp/v.txt")" = 3 ]; then
   passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL verify"; cat "$tmp/v.txt"; fi
+# verify --schedule search: all 30 variants pass and each prints its full name (the
+# longest ends in a2a_algo=pairwise; names were cut at 40 characters before).
+if "$bin" verify --schedule search > "$tmp/vs.txt" 2>&1 && [ "$(grep -c 'chunks=[124],a2a_algo=pairwise .* ok$' "$tmp/vs.txt")" = 30 ]; then
+  passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL verify search names"; cat "$tmp/vs.txt"; fi
 if "$bin" verify --tolerance 1e-12 > "$tmp/v2.txt" 2>&1; then fails=$((fails + 1)); echo "FAIL verify tolerance"; else
   grep -q "exceeds the tolerance" "$tmp/v2.txt" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL verify message"; }; fi
 # execute: a measured trace in the simulator's CSV format.
