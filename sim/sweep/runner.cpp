@@ -79,8 +79,18 @@ class Progress {
     const auto now = std::chrono::steady_clock::now();
     const double el = std::chrono::duration<double>(now - start_).count();
     if (!final && el - last_ < (tty_ ? 0.1 : 5.0)) return;
+    // ETA from the recent rate (a moving average over reports), not the mean
+    // since the start: a grid's configurations get costlier as it goes (larger
+    // topologies come last), and the mean rate promised seconds for minutes.
+    if (last_ > -1e8 && el > last_ && done >= last_done_) {
+      const double inst = static_cast<double>(done - last_done_) / (el - last_);
+      rate_ = rate_ > 0 ? 0.7 * rate_ + 0.3 * inst : inst;
+    }
     last_ = el;
-    const double eta = done > 0 ? el / done * (total_ - done) : 0;
+    last_done_ = done;
+    const double mean = el > 0 ? static_cast<double>(done) / el : 0;
+    const double rate = rate_ > 0 ? rate_ : mean;
+    const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : 0;
     if (tty_) {
       const int w = 30, fill = total_ ? static_cast<int>(w * done / total_) : w;
       std::fprintf(stderr, "\r[%s%s] %zu/%zu configurations, %.1f s, ETA %.1f s ", std::string(fill, '#').c_str(),
@@ -95,7 +105,8 @@ class Progress {
   std::size_t total_;
   bool enabled_, tty_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  double last_ = -1e9;
+  double last_ = -1e9, rate_ = 0;  // -1e9: the first update prints at once
+  std::size_t last_done_ = 0;
 };
 
 // Complete configurations at the head of a partial file: returns how many,
