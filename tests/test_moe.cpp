@@ -384,3 +384,29 @@ TEST_CASE("layers whose counts would pass 2^60 are refused, naming the keys", "[
     }
   }
 }
+
+TEST_CASE("the closed form times what the simulator runs", "[moe][model]") {
+  // Baseline and S1 are chains without overlap: the closed form (the same
+  // kernels, each collective by the cost form of its plan with the layer's
+  // concurrent groups) must equal the flow simulation; S2 overlaps its two
+  // streams, which only the simulator sees, so it may differ, but not by 10%.
+  for (const char* name : {"parm-32gpu", "pcie-8gpu"}) {
+    INFO(name);
+    const Topology t = topo(name);
+    for (int mp : {2, 4}) {
+      LayerSpec s = paper_layer();
+      s.mp = mp;
+      s.E = t.num_gpus();
+      const LayerRun run{t, s, "flow"};
+      for (const char* sched : {"baseline", "s1", "s2"}) {
+        INFO(sched << " mp=" << mp);
+        const ScheduleResult r = run_schedule(run, preset(sched));
+        const double sim = r.total().to_seconds(), model = r.model_total_s();
+        if (std::string(sched) == "s2")
+          CHECK(std::abs(model / sim - 1) < 0.10);
+        else
+          CHECK(model == Approx(sim).epsilon(0.005));
+      }
+    }
+  }
+}
