@@ -124,6 +124,10 @@ const GpuProfile& gpu_profile(const std::string& name) {
   throw ParmError(fmt::format("unknown GPU profile '{}'; known profiles: {}", name, known));
 }
 
+Time with_launches(const GpuProfile& gpu, Time cost, int launches, Time host_wait) {
+  return host_wait + cost + gpu.launch * (launches - 1);
+}
+
 std::string_view task_kind(std::string_view task_name) {
   return task_name.substr(0, task_name.find('#'));
 }

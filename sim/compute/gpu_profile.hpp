@@ -53,6 +53,11 @@ struct Calibration;
 Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
                   const Calibration* cal = nullptr, std::string_view kind = {},
                   std::span<const std::int64_t> shape = {});
+// A task that stands for `launches` small kernels of total cost `cost`, after
+// the GPU idled `host_wait` for the host (a device-to-host sync): each kernel
+// past the first pays the launch floor again. The engine and the MoE layer's
+// closed form both time compute tasks by this rule.
+Time with_launches(const GpuProfile& gpu, Time cost, int launches, Time host_wait);
 std::string_view task_kind(std::string_view task_name);  // "expert_fc1#12@3" -> "expert_fc1"
 
 }  // namespace parmsim

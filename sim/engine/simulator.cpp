@@ -160,7 +160,7 @@ class Engine {
       res_.trace[id].bytes = t.bytes;
       res_.trace[id].flops = t.flops;
       const Time k = compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype, cal_, task_kind(t.name), t.shape);
-      events_.push(now_ + t.host_wait + k + gpu_.launch * (t.launches - 1), id);
+      events_.push(now_ + with_launches(gpu_, k, t.launches, t.host_wait), id);
       return;
     }
     CollState& s = coll_[t.collective];

@@ -59,30 +59,29 @@ struct Costs {
     if (p < 2) return 0;
     return (p - 1) * a(inter) + n * (p - 1) / p * b(inter);
   }
-  // The cost form of the plan the simulator runs, on group 0 of this kind
-  // (groups of a kind are alike: MP groups are G consecutive ranks, EP groups
-  // stride G), or `fallback` without a topology.
+  // Group 0 of each kind (groups of a kind are alike: MP groups are G
+  // consecutive ranks, EP groups stride G), built once per evaluation: the
+  // closed form asks for a dozen collectives on them.
+  mutable Collective ep_c, mp_c, world_c;
+  void init_groups() {
+    for (int r = 0; r < d.P; r += d.G) ep_c.group.push_back(r);
+    for (int r = 0; r < d.G; ++r) mp_c.group.push_back(r);
+    for (int r = 0; r < d.P; ++r) world_c.group.push_back(r);
+  }
+  // The cost form of the plan the simulator runs, on group 0 of this kind, or
+  // `fallback` without a topology. Every group of the kind runs at once: EP
+  // groups are copies of group 0 shifted by 1 rank, MP groups by G ranks; they
+  // share NICs and PCIe links.
   double planned(CollOp op, GroupKind kind, const std::string& algo, double n, double fallback) const {
     if (!ab.costs) return fallback;
-    Collective c;
+    Collective& c = kind == GroupKind::ep ? ep_c : kind == GroupKind::world ? world_c : mp_c;
+    if (op != CollOp::saa && c.group.size() < 2) return 0;
     c.op = op;
     c.algo = algo;
-    const int P = d.P, G = d.G;
-    if (kind == GroupKind::ep)
-      for (int r = 0; r < P; r += G) c.group.push_back(r);
-    else if (kind == GroupKind::world)
-      for (int r = 0; r < P; ++r) c.group.push_back(r);
-    else
-      for (int r = 0; r < G; ++r) c.group.push_back(r);
-    // Every group of the kind runs at once: EP groups are copies of group 0
-    // shifted by 1 rank, MP groups by G ranks; they share NICs and PCIe links.
-    Concurrent k;
-    if (kind == GroupKind::ep) k = {G, 1};
-    else if (kind != GroupKind::world) k = {d.n_ep, G};
-    if (op == CollOp::saa)
-      c.inner = G;
-    else if (c.group.size() < 2)
-      return 0;
+    c.inner = op == CollOp::saa ? d.G : 0;
+    const Concurrent k = kind == GroupKind::ep      ? Concurrent{d.G, 1}
+                         : kind == GroupKind::world ? Concurrent{}
+                                                    : Concurrent{d.n_ep, d.G};
     return ab.costs->time_s(c, n, k);
   }
   // A measured cost when the calibration has this (op, group size, link), else `form`.
@@ -132,7 +131,8 @@ struct Costs {
 
 double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
                   const AlphaBeta& ab, const GpuProfile& gpu) {
-  const Costs c{ab, d, o.a2a_algo, s.saa_algo, ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra};
+  Costs c{ab, d, o.a2a_algo, s.saa_algo, ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra};
+  if (ab.costs) c.init_groups();
   const double bytes = d.dtype_bytes;
   double t = 0;
   for (const MoeOp& op : ops) {

@@ -61,9 +61,9 @@ u64 gate_capacity(u64 t, const Dims& d) {
 
 Time kernel_time(const Kernel& k, DType layer_dtype, const GpuProfile& gpu, const Calibration* cal,
                  std::string_view task_kind) {
-  return k.host_wait +
-         compute_time(gpu, k.op, k.flops, k.bytes, k.dtype.value_or(layer_dtype), cal, task_kind, k.dims()) +
-         gpu.launch * (k.launches - 1);
+  return with_launches(
+      gpu, compute_time(gpu, k.op, k.flops, k.bytes, k.dtype.value_or(layer_dtype), cal, task_kind, k.dims()),
+      k.launches, k.host_wait);
 }
 
 std::int64_t expert_repeats(const LayerSpec& s, const Dims& d) {

@@ -37,7 +37,7 @@ inline constexpr std::int64_t kHostSyncNs = 10'000;
 
 
 // What the simulator charges for one task made of this kernel (the engine's
-// rule: host wait + kernel cost + a launch floor per extra small kernel).
+// rule, with_launches in sim/compute/gpu_profile.hpp).
 // `task_kind` names a calibration table ("bwd_expert_fc1"); empty: none.
 Time kernel_time(const Kernel& k, DType layer_dtype, const GpuProfile& gpu, const Calibration* cal,
                  std::string_view task_kind);

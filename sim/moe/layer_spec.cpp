@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <map>
+#include <utility>
 #include <span>
 
 #include "sim/core/error.hpp"
@@ -92,6 +94,20 @@ std::int64_t parse_int(const std::string& key, const std::string& v, const std::
   }
 }
 
+// The value named by `v` among `choices`, or a ParmError listing them ("expected a, b or c").
+template <typename T>
+T choose(const std::string& key, const std::string& v, const std::string& where,
+         std::initializer_list<std::pair<const char*, T>> choices) {
+  std::string names;
+  std::size_t i = 0;
+  for (const auto& [name, value] : choices) {
+    if (v == name) return value;
+    names += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(name);
+    ++i;
+  }
+  throw ParmError(fmt::format("{}: key '{}': expected {}, got '{}'", where, key, names, v));
+}
+
 bool parse_bool(const std::string& key, const std::string& v, const std::string& where) {
   if (v == "1" || v == "true") return true;
   if (v == "0" || v == "false") return false;
@@ -130,40 +146,17 @@ void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std
       throw ParmError(fmt::format("{}: key 'dtype': {}", where, e.what()));
     }
   } else if (key == "ds_moe") {
-    if (v == "0.14.4")
-      s->ds_moe = DsMoe::v0_14_4;
-    else if (v == "0.14.5")
-      s->ds_moe = DsMoe::v0_14_5;
-    else if (v == "lean")
-      s->ds_moe = DsMoe::lean;
-    else
-      throw ParmError(fmt::format("{}: key 'ds_moe': expected 0.14.4, 0.14.5 or lean, got '{}'", where, v));
+    s->ds_moe = choose<DsMoe>(key, v, where, {{"0.14.4", DsMoe::v0_14_4}, {"0.14.5", DsMoe::v0_14_5}, {"lean", DsMoe::lean}});
   } else if (key == "saa") {
-    if (v != "released" && v != "pipelined")
-      throw ParmError(fmt::format("{}: key 'saa': expected released or pipelined, got '{}'", where, v));
-    s->saa_algo = v;
+    s->saa_algo = choose<std::string>(key, v, where, {{"released", "released"}, {"pipelined", "pipelined"}});
   } else if (key == "dispatch") {
-    if (v == "einsum")
-      s->dispatch = Dispatch::einsum;
-    else if (v == "index")
-      s->dispatch = Dispatch::index;
-    else
-      throw ParmError(fmt::format("{}: key 'dispatch': expected einsum or index, got '{}'", where, v));
+    s->dispatch = choose<Dispatch>(key, v, where, {{"einsum", Dispatch::einsum}, {"index", Dispatch::index}});
   } else if (o && key == "split") {
-    if (v == "before_gate")
-      o->split = Split::before_gate;
-    else if (v == "after_order")
-      o->split = Split::after_order;
-    else
-      throw ParmError(fmt::format("{}: key 'split': expected before_gate or after_order, got '{}'", where, v));
+    o->split = choose<Split>(key, v, where, {{"before_gate", Split::before_gate}, {"after_order", Split::after_order}});
     o->name = "custom";
   } else if (o && key == "gather") {
-    if (v == "after_iorder")
-      o->gather = Gather::after_iorder;
-    else if (v == "before_iorder")
-      o->gather = Gather::before_iorder;
-    else
-      throw ParmError(fmt::format("{}: key 'gather': expected after_iorder or before_iorder, got '{}'", where, v));
+    o->gather =
+        choose<Gather>(key, v, where, {{"after_iorder", Gather::after_iorder}, {"before_iorder", Gather::before_iorder}});
     o->name = "custom";
   } else if (o && key == "fuse_dispatch") {
     o->fuse_dispatch = parse_bool(key, v, where);

@@ -47,28 +47,22 @@ std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const Schedule
     // an AlltoAll of D/G, an AllGather of D. Before, with expert sharding,
     // every MP rank sent all of D (v0.14.4 L536-543 drop only without ESP).
     const bool drop = s.ds_moe == DsMoe::v0_14_5 && G > 1;
+    auto alltoall = [&](const char* drop_label, const char* a2a_label, const char* gather_label) {
+      if (!drop) return v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D, a2a_label));
+      v.push_back(coll_op(MoeStep::split, GroupKind::mp, D, drop_label));
+      v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D / G, a2a_label));
+      v.push_back(coll_op(MoeStep::ag, GroupKind::mp, D, gather_label));
+    };
     v.push_back(compute_op(MoeStep::gate, d.S, 0, "gate"));
     v.push_back(compute_op(MoeStep::order, d.S, D, "order"));
-    if (drop) {
-      v.push_back(coll_op(MoeStep::split, GroupKind::mp, D, "drop_tokens"));
-      v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D / G, "dispatch_a2a"));
-      v.push_back(coll_op(MoeStep::ag, GroupKind::mp, D, "gather_tokens"));
-    } else {
-      v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D, "dispatch_a2a"));
-    }
+    alltoall("drop_tokens", "dispatch_a2a", "gather_tokens");
     MoeOp ex = compute_op(MoeStep::experts, 0, D, "experts");
     // Megatron-DeepSpeed's RowParallelLinear ends each sharded expert with an
     // AllReduce over TP (mappings.py L76-105 @c2402048), one per local expert.
     ex.allreduce_each = s.ds_moe != DsMoe::lean && G > 1;
     v.push_back(ex);
     if (s.ds_moe == DsMoe::lean) v.push_back(coll_op(MoeStep::ar, GroupKind::esp, D, "esp_allreduce"));
-    if (drop) {
-      v.push_back(coll_op(MoeStep::split, GroupKind::mp, D, "drop_tokens_combine"));
-      v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D / G, "combine_a2a"));
-      v.push_back(coll_op(MoeStep::ag, GroupKind::mp, D, "gather_tokens_combine"));
-    } else {
-      v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D, "combine_a2a"));
-    }
+    alltoall("drop_tokens_combine", "combine_a2a", "gather_tokens_combine");
     v.push_back(compute_op(MoeStep::iorder, d.S, D, "iorder"));
     return v;
   }
