@@ -1,5 +1,6 @@
 // parmsim layer
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <iostream>
 #include <memory>
@@ -35,7 +36,7 @@ const Section kLayerFile{"layer",
                           {"fuse_dispatch", "bool", "schedule", "AlltoAll + ESP-AllGather as one SAA"},
                           {"fuse_combine", "bool", "schedule", "AlltoAll + MP-AllGather as one SAA"},
                           {"chunks", "int", "schedule", "ReduceScatter -> AlltoAll pipeline chunks"},
-                          {"a2a_algo", "string", "pairwise", "pairwise | direct"}}};
+                          {"a2a_algo", "string", "p2p", "p2p (NCCL send/recv, PXN) | pairwise | direct"}}};
 SectionRegistrar reg(kLayerFile);
 
 std::string with_suffix(const std::string& path, const std::string& suffix) {
@@ -110,6 +111,20 @@ void add_layer(CLI::App& app) {
       moe::preset(a->schedule);  // validates
       names = {a->schedule};
       if (a->schedule != "baseline") names.insert(names.begin(), "baseline");
+    }
+    if (!a->trace.empty()) {
+      // Before simulating: every trace file can be written and none is an input.
+      struct stat st {};
+      if (::stat(a->trace.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        throw ParmError(fmt::format("--trace: '{}' is a directory; give a file name (the schedule and pass are "
+                                    "inserted before its extension)",
+                                    a->trace));
+      std::vector<NamedPath> outs;
+      for (const std::string& n : names)
+        for (const char* pass : {".forward", ".backward"}) outs.push_back({"--trace", with_suffix(a->trace, n + pass)});
+      check_outputs(outs, {{"the topology file", a->topo},
+                           {"the --layer file", a->layer_file},
+                           {"the calibration file", a->calibration}});
     }
     const moe::LayerRun run{topo, spec, a->network, cal.get()};
     std::vector<moe::ScheduleResult> results;

@@ -44,8 +44,8 @@ void add_collective(CLI::App& app) {
   auto* c = app.add_subcommand("collective", "simulate one collective over message sizes (an nccl-tests-like table)");
   struct Args {
     TopoArgs topo;
-    std::string op = "allreduce", bytes = "1MiB:256MiB", algo, network = "flow", gpus = "all";
-    int inner = 0, window = 0;
+    std::string op = "allreduce", bytes = "1MiB:256MiB", algo = "auto", proto, network = "flow", gpus = "all";
+    int inner = 0, window = 0, channels = 0;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -54,7 +54,13 @@ void add_collective(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--bytes,-b", a->bytes, "sizes: 1MiB,64MiB or FROM:TO (doubling); nccl-tests' size convention")
       ->capture_default_str();
-  c->add_option("--algo", a->algo, "ring | direct | pairwise | hierarchical | pipelined (default: per op)");
+  c->add_option("--algo", a->algo,
+                "auto (NCCL's choice per size) | ring | tree | nvls | nvls_tree | p2p (NCCL's algorithms) | "
+                "flat_ring | direct | pairwise | hierarchical (textbook) | released | pipelined (saa)")
+      ->capture_default_str();
+  c->add_option("--proto", a->proto, "NCCL protocol for ring/tree/nvls: ll | ll128 | simple (default: NCCL's choice)");
+  c->add_option("--channels", a->channels, "NCCL channels (rings or trees) for ring/tree/nvls (default: NCCL's count)")
+      ->check(int_in(1, 64));
   c->add_option("--network,-n", a->network, network_help())->capture_default_str();
   c->add_option("--gpus", a->gpus, "group: all, 0-7, 0,8,16 (sendrecv: the first sends to the second)")
       ->capture_default_str();
@@ -63,7 +69,7 @@ void add_collective(CLI::App& app) {
   c->add_option("--window", a->window, "direct: peers in flight at once (0 = all)")
       ->capture_default_str()
       ->check(int_in(0, 1048576));
-  c->add_flag("--json", a->json, "print a JSON list of {bytes, time_us, algbw_GBps, busbw_GBps}");
+  c->add_flag("--json", a->json, "print a JSON list of {bytes, time_us, algbw_GBps, busbw_GBps, algorithm}");
   c->callback([a] {
     const Topology topo = a->topo.load();
     const auto cal = load_calibration_arg(a->topo.calibration);
@@ -74,7 +80,9 @@ void add_collective(CLI::App& app) {
                       "'{}' (alltoallv needs a byte matrix: use `parmsim simulate` with a graph file)",
                       a->op));
     proto.group = parse_ranks(a->gpus, topo.num_gpus());
-    proto.algo = a->algo;
+    proto.algo = a->algo == "auto" ? "" : a->algo;
+    proto.proto = a->proto;
+    proto.channels = a->channels;
     proto.window = a->window;
     proto.name = a->op;
     if (proto.op == CollOp::sendrecv && proto.group.size() != 2)
@@ -84,11 +92,16 @@ void add_collective(CLI::App& app) {
     if (p < 2) throw ParmError("--gpus: a collective needs at least two GPUs");
     const std::vector<std::uint64_t> sizes = parse_sizes(a->bytes);
     make_network(a->network, topo);  // rejects an unknown model before any output
+    {
+      Collective probe = proto;  // rejects an unknown or inapplicable algorithm before any output
+      probe.bytes = sizes.empty() ? 1 : sizes.front();
+      make_plan(probe, topo);
+    }
     nlohmann::json out = nlohmann::json::array();
     if (!a->json)
-      fmt::print("# {} over {} GPUs of {} ({} network, {} algorithm)\n# {:>14} {:>14} {:>12} {:>12}\n", a->op, p,
-                 topo.name(), a->network, proto.algo.empty() ? default_algorithm(proto.op) : proto.algo, "size(B)",
-                 "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+      fmt::print("# {} over {} GPUs of {} ({} network, algorithm {})\n# {:>14} {:>14} {:>12} {:>12}  {}\n", a->op, p,
+                 topo.name(), a->network, a->algo, "size(B)", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+                 "algorithm/protocol/channels");
     for (std::uint64_t bytes : sizes) {
       int max_rank = 0;
       for (int r : proto.group) max_rank = std::max(max_rank, r);
@@ -105,11 +118,15 @@ void add_collective(CLI::App& app) {
       const double s = r.makespan.to_seconds();
       const double algbw = static_cast<double>(bytes) / s / 1e9;
       const double busbw = algbw * busbw_factor(proto.op, p);
+      const std::string ran = resolved_choice(c, topo);
       if (a->json)
-        out.push_back(
-            {{"bytes", bytes}, {"time_us", r.makespan.to_us()}, {"algbw_GBps", algbw}, {"busbw_GBps", busbw}});
+        out.push_back({{"bytes", bytes},
+                       {"time_us", r.makespan.to_us()},
+                       {"algbw_GBps", algbw},
+                       {"busbw_GBps", busbw},
+                       {"algorithm", ran}});
       else
-        fmt::print("  {:>14} {:>14.3f} {:>12.2f} {:>12.2f}\n", bytes, r.makespan.to_us(), algbw, busbw);
+        fmt::print("  {:>14} {:>14.3f} {:>12.2f} {:>12.2f}  {}\n", bytes, r.makespan.to_us(), algbw, busbw, ran);
     }
     if (a->json) std::cout << out.dump(1) << "\n";
   });

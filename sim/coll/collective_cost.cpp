@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "sim/coll/nccl_model.hpp"
 #include "sim/core/error.hpp"
 
 namespace parmsim {
@@ -93,7 +95,8 @@ void mix(std::uint64_t& h, const std::string& s) {
 
 struct Entry {
   CollOp op;
-  std::string algo;
+  std::string algo, proto;
+  int channels;
   std::vector<int> group;
   int inner, window;
   Concurrent k;
@@ -107,6 +110,8 @@ std::uint64_t key_hash(const Collective& c, const std::string& algo, std::uint64
   mix(h, static_cast<std::uint64_t>(k.stride));
   mix(h, static_cast<std::uint64_t>(c.op));
   mix(h, algo);
+  mix(h, c.proto);
+  mix(h, static_cast<std::uint64_t>(c.channels));
   mix(h, static_cast<std::uint64_t>(c.inner));
   mix(h, static_cast<std::uint64_t>(c.window));
   // The group: FNV-1a over pairs of ranks (cheap; hashed on every lookup), then one avalanche.
@@ -133,14 +138,15 @@ Cache& cache() {
 }
 
 bool matches(const Entry& e, const Collective& c, const std::string& algo, std::uint64_t topo, Concurrent k) {
-  return e.k.copies == k.copies && e.k.stride == k.stride && e.op == c.op && e.inner == c.inner && e.window == c.window && e.topo == topo && e.algo == algo &&
+  return e.k.copies == k.copies && e.k.stride == k.stride && e.op == c.op && e.inner == c.inner &&
+         e.window == c.window && e.topo == topo && e.algo == algo && e.proto == c.proto && e.channels == c.channels &&
          e.group == c.group;
 }
 
 std::shared_ptr<const CostForm> cached_form(const Collective& c, const Topology& topo, std::uint64_t tkey,
                                             Concurrent k = {}) {
   if (c.op == CollOp::alltoallv) return std::make_shared<const CostForm>(make_cost_form(c, topo, k));
-  const std::string& algo = c.algo.empty() ? default_algorithm(c.op) : c.algo;
+  const std::string algo = c.algo.empty() ? default_algorithm(c.op) : c.algo;
   const std::uint64_t h = key_hash(c, algo, tkey, k);
   Cache& C = cache();
   {
@@ -155,8 +161,71 @@ std::shared_ptr<const CostForm> cached_form(const Collective& c, const Topology&
   for (auto it = a; it != b; ++it)
     if (matches(it->second, c, algo, tkey, k)) return it->second.form;  // another thread was first
   if (C.map.size() >= Cache::kMax) C.map.clear();
-  C.map.emplace(h, Entry{c.op, algo, c.group, c.inner, c.window, k, tkey, form});
+  C.map.emplace(h, Entry{c.op, algo, c.proto, c.channels, c.group, c.inner, c.window, k, tkey, form});
   return form;
+}
+
+// NCCL's view of a group on a topology, cached (it costs a route lookup per member).
+NcclSystem cached_system(const Collective& c, const Topology& topo, std::uint64_t tkey) {
+  struct SysEntry {
+    std::uint64_t topo;
+    std::vector<int> group;
+    NcclSystem sys;
+  };
+  static std::shared_mutex mu;
+  static std::unordered_multimap<std::uint64_t, SysEntry> map;
+  Collective k;
+  k.group = c.group;
+  const std::uint64_t h = key_hash(k, "", tkey, {});
+  {
+    std::shared_lock lk(mu);
+    auto [a, b] = map.equal_range(h);
+    for (auto it = a; it != b; ++it)
+      if (it->second.topo == tkey && it->second.group == c.group) return it->second.sys;
+  }
+  NcclSystem sys = nccl_system(c.group, topo);
+  std::unique_lock lk(mu);
+  if (map.size() >= Cache::kMax) map.clear();
+  map.emplace(h, SysEntry{tkey, c.group, sys});
+  return sys;
+}
+
+// NCCL's pick for c at n bytes, when c runs one of NCCL's tuned algorithms.
+std::optional<NcclEstimate> nccl_at(const Collective& c, const Topology& topo, std::uint64_t tkey, double n) {
+  if (!nccl_tuned(c.op)) return std::nullopt;
+  const std::string algo = c.algo.empty() ? default_algorithm(c.op) : c.algo;
+  NcclAlgo forced{};
+  const bool named = parse_nccl_algo(algo, &forced);
+  if (algo != "auto" && !named) return std::nullopt;
+  std::optional<NcclProto> proto;
+  if (!c.proto.empty()) {
+    NcclProto p;
+    if (!parse_nccl_proto(c.proto, &p))
+      throw ParmError(fmt::format("collective '{}': unknown protocol '{}'; known: ll, ll128, simple", c.name, c.proto));
+    proto = p;
+  }
+  try {
+    return nccl_choose(c.op, cached_system(c, topo, tkey), n, named ? std::optional(forced) : std::nullopt, proto,
+                       c.channels);
+  } catch (const ParmError& e) {
+    throw ParmError(fmt::format("collective '{}': {}", c.name, e.what()));
+  }
+}
+
+// Seconds for c at n bytes: NCCL's algorithms as the model's latency plus the
+// slower of the links' time (the form, built without latency) and the model's
+// bandwidth; every other algorithm from its form.
+double timed(const Collective& c, const Topology& topo, std::uint64_t tkey, double n, Concurrent k) {
+  if (auto e = nccl_at(c, topo, tkey, n)) {
+    Collective f = c;
+    f.algo = to_string(e->algo);
+    f.proto = to_string(e->proto);
+    f.channels = e->channels;
+    const double links = cached_form(f, topo, tkey, k)->time_s(n);
+    return e->lat_us * 1e-6 + std::max(links, n / (e->bw_GBps * 1e9));
+  }
+  if (c.op == CollOp::alltoallv) return cached_form(c, topo, tkey, k)->time_s(1.0);
+  return cached_form(c, topo, tkey, k)->time_s(n);
 }
 
 }  // namespace
@@ -190,6 +259,22 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
     scale = static_cast<double>(kRefBytes);
     plan = make_plan(ref, topo);
   }
+  // NCCL's algorithms: the form holds the links' time only; the callers add
+  // the model's latency and bandwidth floor at the actual size.
+  if (plan.barrier)
+    for (Time& l : plan.latencies) l = Time{};
+  // The concurrent copies run the same algorithm on shifted groups.
+  std::vector<Collective> copy_c;
+  std::vector<CollPlan> copy_plan;
+  for (int j = 1; j < conc.copies; ++j) {
+    Collective cj = c;
+    if (c.op != CollOp::alltoallv) cj.bytes = kRefBytes;
+    for (int& r : cj.group) r += j * conc.stride;
+    copy_plan.push_back(make_plan(cj, topo));
+    if (copy_plan.back().xfers.size() != plan.xfers.size())
+      throw ParmError(fmt::format("internal: collective '{}': concurrent copy {} has another plan", c.name, j));
+    copy_c.push_back(std::move(cj));
+  }
   const int S = static_cast<int>(plan.steps.size());
   const int X = static_cast<int>(plan.xfers.size());
   f.transfers = plan.xfers.size();
@@ -210,9 +295,10 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
   // Routes (copied: above kRouteTableGpus the topology reuses one buffer).
   std::vector<int> arena, off(X + 1, 0);
   std::vector<double> lat(X);
+  Route scratch;
   for (int x = 0; x < X; ++x) {
     const CollXfer& xf = plan.xfers[x];
-    const Route& r = topo.route(c.group[xf.src], c.group[xf.dst]);
+    const Route& r = xfer_route(plan, xf, c.group, topo, scratch);
     lat[x] = r.latency.to_seconds();
     arena.insert(arena.end(), r.links.begin(), r.links.end());
     off[x + 1] = static_cast<int>(arena.size());
@@ -239,10 +325,10 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
     // The concurrent copies' transfers of this round load their own routes.
     for (int j = 1; j < conc.copies; ++j)
       for (int i = lo; i < hi; ++i) {
-        const CollXfer& xf = plan.xfers[order[i]];
-        const Route& r = topo.route(c.group[xf.src] + j * conc.stride, c.group[xf.dst] + j * conc.stride);
+        const CollPlan& pj = copy_plan[j - 1];
+        const Route& r = xfer_route(pj, pj.xfers[order[i]], copy_c[j - 1].group, topo, scratch);
         for (int l : r.links) {
-          load[l] += static_cast<double>(xf.bytes);
+          load[l] += static_cast<double>(pj.xfers[order[i]].bytes);
           touched.push_back(l);
         }
       }
@@ -333,6 +419,8 @@ std::uint64_t topology_fingerprint(const Topology& t) {
   mix(h, static_cast<std::uint64_t>(t.num_gpus()));
   mix(h, static_cast<std::uint64_t>(t.num_devices()));
   mix(h, static_cast<std::uint64_t>(t.num_links()));
+  mix(h, static_cast<std::uint64_t>(t.hints().nvls) << 1 | static_cast<std::uint64_t>(t.hints().amd_cpu));
+  mix(h, static_cast<std::uint64_t>(t.nics_per_node()));
   // Every link: FNV-1a over 64-bit words (cheap; called per free-function
   // lookup), then one avalanche.
   std::uint64_t f = 0xcbf29ce484222325ULL;
@@ -359,9 +447,8 @@ double collective_time_s(const Collective& c, const Topology& topo) {
 
 double collective_time_s(const Collective& c, const Topology& topo, double bytes) {
   if (c.group.size() < 2) return 0.0;
-  if (c.op == CollOp::alltoallv) return collective_cost_form(c, topo)->time_s(1.0);
-  if (!(bytes > 0)) return 0.0;
-  return collective_cost_form(c, topo)->time_s(bytes);
+  if (c.op != CollOp::alltoallv && !(bytes > 0)) return 0.0;
+  return timed(c, topo, topology_fingerprint(topo), bytes, {});
 }
 
 CollectiveCosts::CollectiveCosts(const Topology& topo) : topo_(topo), key_(topology_fingerprint(topo)) {}
@@ -372,15 +459,12 @@ std::shared_ptr<const CostForm> CollectiveCosts::form(const Collective& c) const
 
 double CollectiveCosts::time_s(const Collective& c, double bytes, Concurrent k) const {
   if (c.group.size() < 2) return 0.0;
-  if (!(bytes > 0)) return 0.0;
-  return cached_form(c, topo_, key_, k)->time_s(bytes);
+  if (c.op != CollOp::alltoallv && !(bytes > 0)) return 0.0;
+  return timed(c, topo_, key_, bytes, k);
 }
 
 double CollectiveCosts::time_s(const Collective& c, double bytes) const {
-  if (c.group.size() < 2) return 0.0;
-  if (c.op == CollOp::alltoallv) return form(c)->time_s(1.0);
-  if (!(bytes > 0)) return 0.0;
-  return form(c)->time_s(bytes);
+  return time_s(c, bytes, Concurrent{});
 }
 
 std::size_t collective_cost_cache_size() {

@@ -3,28 +3,62 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <cmath>
 #include <map>
+#include <optional>
 
+#include "sim/coll/nccl_model.hpp"
 #include "sim/core/error.hpp"
 
 namespace parmsim {
 
 const std::vector<std::string>& algorithm_names() {
-  static const std::vector<std::string> n = {"ring", "direct", "pairwise", "hierarchical", "released", "pipelined"};
+  static const std::vector<std::string> n = {"auto",      "ring",   "tree",     "nvls",         "nvls_tree", "p2p",
+                                             "flat_ring", "direct", "pairwise", "hierarchical", "released",  "pipelined"};
   return n;
 }
 
 std::string default_algorithm(CollOp op) {
-  switch (op) {
-    case CollOp::allreduce:
-    case CollOp::allgather:
-    case CollOp::reducescatter:
-      return "ring";
-    case CollOp::saa:
-      return "released";
-    default:
-      return "direct";
+  return op == CollOp::saa ? "released" : "auto";
+}
+
+const Route& xfer_route(const CollPlan& plan, const CollXfer& x, const std::vector<int>& group, const Topology& topo,
+                        Route& scratch) {
+  const Route* r = nullptr;
+  if (x.route >= 0) {
+    scratch.links = plan.routes[x.route];
+    scratch.latency = Time{};
+    scratch.bottleneck = UINT64_MAX;
+    for (int l : scratch.links) {
+      scratch.latency += topo.link(l).latency;
+      scratch.bottleneck = std::min(scratch.bottleneck, topo.link(l).bandwidth);
+    }
+    r = &scratch;
+  } else if (x.via >= 0) {
+    const Route& a = topo.route(group[x.src], x.via);
+    scratch.links = a.links;
+    scratch.latency = a.latency;
+    scratch.bottleneck = a.bottleneck;
+    const Route& b = topo.route(x.via, group[x.dst]);
+    scratch.links.insert(scratch.links.end(), b.links.begin(), b.links.end());
+    scratch.latency += b.latency;
+    scratch.bottleneck = std::min(scratch.bottleneck, b.bottleneck);
+    r = &scratch;
+  } else {
+    r = &topo.route(group[x.src], group[x.dst]);
   }
+  if (x.lat < 0) return *r;
+  if (r != &scratch) {
+    scratch.links = r->links;
+    scratch.bottleneck = r->bottleneck;
+  }
+  scratch.latency = plan.latencies[x.lat];
+  return scratch;
+}
+
+double xfer_cap(const CollPlan& plan, const CollXfer& x) {
+  if (plan.min_duration <= Time{}) return 0.0;
+  return static_cast<double>(x.bytes) / plan.min_duration.to_seconds();
 }
 
 double busbw_factor(CollOp op, int p) {
@@ -115,15 +149,164 @@ std::vector<std::vector<int>> by_node(const Collective& c, const Topology& topo)
   throw ParmError(fmt::format("collective '{}': algorithm '{}' does not implement {}", c.name, algo, to_string(c.op)));
 }
 
+// Members by node, nodes in order of their index, members in group order.
+std::vector<std::vector<int>> members_by_node(const Collective& c, const Topology& topo) {
+  std::map<int, std::vector<int>> m;
+  for (std::size_t i = 0; i < c.group.size(); ++i) m[topo.node_of(c.group[i])].push_back(static_cast<int>(i));
+  std::vector<std::vector<int>> out;
+  for (auto& [n, v] : m) out.push_back(std::move(v));
+  return out;
+}
+
+Time us_time(double us) {
+  return Time::ps(std::llround(us * 1e6));
+}
+
+double proto_efficiency(NcclProto p) {
+  // NCCL's model factors (tuning.cc): LL carries 8 data bytes per 16-byte
+  // line (0.5), LL128 120 of 128 (modelled as 0.92), Simple all.
+  return p == NcclProto::ll ? 0.5 : p == NcclProto::ll128 ? 0.92 : 1.0;
+}
+
+std::uint64_t wire(double payload, double eff) {
+  return static_cast<std::uint64_t>(std::ceil(payload / eff));
+}
+
+// The inter-node flows of NCCL's double binary tree over `nodes`: tree 0 is a
+// binary tree in heap order rooted at node 0, tree 1 its mirror (node i plays
+// node N-1-i), so a node interior in one tree is mostly a leaf in the other
+// (src/graph/trees.cc builds the same property with a bit-reversal order).
+// Each tree carries half the data up (reduce) and down (broadcast), spread
+// over the first `rails` members of each node (one channel per NIC).
+void tree_flows(const std::vector<std::vector<int>>& nodes, int rails, double bytes, double eff,
+                const std::vector<int>& step, CollPlan& plan) {
+  const int N = static_cast<int>(nodes.size());
+  if (N < 2) return;
+  for (int t = 0; t < 2; ++t)
+    for (int i = 1; i < N; ++i) {
+      int child = i, parent = (i - 1) / 2;
+      if (t == 1) child = N - 1 - i, parent = N - 1 - parent;
+      const auto& cv = nodes[child];
+      const auto& pv = nodes[parent];
+      const int k = std::max(1, std::min({rails, static_cast<int>(cv.size()), static_cast<int>(pv.size())}));
+      const std::uint64_t b = wire(bytes / 2 / k, eff);
+      for (int j = 0; j < k; ++j) {
+        plan.xfers.push_back({cv[j], pv[j], b, step[cv[j]], step[pv[j]]});
+        plan.xfers.push_back({pv[j], cv[j], b, step[pv[j]], step[cv[j]]});
+      }
+    }
+}
+
+// NVLS inside one node: every member sends `up` bytes to the switch and
+// receives `down` bytes from it (one-link routes).
+void nvls_flows(const std::vector<int>& v, const Collective& c, const Topology& topo, double up, double down,
+                double eff, const std::vector<int>& step, CollPlan& plan) {
+  const int m = static_cast<int>(v.size());
+  if (m < 2) return;
+  for (int j = 0; j < m; ++j) {
+    const int a = c.group[v[j]], b = c.group[v[(j + 1) % m]];
+    const int up = topo.route(a, b).links.front();  // copied: above 256 GPUs route() reuses one buffer
+    const int down = topo.route(b, a).links.back();
+    plan.routes.push_back({up});
+    plan.xfers.push_back({v[j], v[j], wire(up, eff), step[v[j]], step[v[j]], static_cast<int>(plan.routes.size()) - 1});
+    plan.routes.push_back({down});
+    plan.xfers.push_back(
+        {v[j], v[j], wire(down, eff), step[v[j]], step[v[j]], static_cast<int>(plan.routes.size()) - 1});
+  }
+}
+
+CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& sys, const NcclEstimate& e) {
+  CollPlan plan;
+  const int p = static_cast<int>(c.group.size());
+  std::vector<int> step(p);
+  for (int m = 0; m < p; ++m) {
+    CollStep st;
+    st.member = m;
+    plan.steps.push_back(st);
+    step[m] = m;
+  }
+  plan.barrier = true;
+  plan.latencies.push_back(us_time(e.lat_us));
+  const double S = static_cast<double>(c.bytes);
+  plan.min_duration = duration_for_rate(S, e.bw_GBps * 1e9);
+  plan.choice = e.label();
+  const double eff = proto_efficiency(e.proto);
+  const auto nodes = members_by_node(c, topo);
+  const int N = static_cast<int>(nodes.size());
+  const int rails = std::max(1, std::min(std::max(1, sys.nics), e.channels));
+  const bool ar = c.op == CollOp::allreduce;
+  switch (e.algo) {
+    case NcclAlgo::ring: {
+      const int nsteps = ar ? 2 * (p - 1) : p - 1;
+      const double B = nsteps * S / p;  // payload each member sends over the whole collective
+      for (int i = 0; i < N; ++i) {
+        const auto& v = nodes[i];
+        const auto& next = nodes[(i + 1) % N];
+        const int mv = static_cast<int>(v.size());
+        const int k = N > 1 ? std::min(rails, mv) : 0;
+        for (int j = 0; j < mv; ++j) {
+          const double inter = j < k ? B / k : 0.0;
+          const double intra = B - inter;
+          if (mv > 1 && intra > 0)
+            plan.xfers.push_back({v[j], v[(j + 1) % mv], wire(intra, eff), step[v[j]], step[v[(j + 1) % mv]]});
+          if (inter > 0) {
+            const int to = next[j % next.size()];
+            plan.xfers.push_back({v[j], to, wire(inter, eff), step[v[j]], step[to]});
+          }
+        }
+      }
+      break;
+    }
+    case NcclAlgo::tree:
+      for (const auto& v : nodes)
+        for (std::size_t j = 0; j + 1 < v.size(); ++j) {
+          plan.xfers.push_back({v[j], v[j + 1], wire(S, eff), step[v[j]], step[v[j + 1]]});
+          plan.xfers.push_back({v[j + 1], v[j], wire(S, eff), step[v[j + 1]], step[v[j]]});
+        }
+      tree_flows(nodes, rails, S, eff, step, plan);
+      break;
+    case NcclAlgo::nvls:
+    case NcclAlgo::nvls_tree:
+      for (const auto& v : nodes) {
+        const double n = static_cast<double>(v.size());
+        double up = S * (n + 1) / n, down = up;  // AllReduce: ld_reduce reads S, st multicasts S/n
+        if (c.op == CollOp::allgather) up = S / n, down = S * (n - 1) / n;
+        if (c.op == CollOp::reducescatter) up = S * (n - 1) / n, down = S / n;
+        nvls_flows(v, c, topo, up, down, eff, step, plan);
+      }
+      if (e.algo == NcclAlgo::nvls_tree) tree_flows(nodes, rails, S, eff, step, plan);
+      break;
+  }
+  for (CollXfer& x : plan.xfers) x.lat = 0;
+  return plan;
+}
+
+// The GPU through which `src` reaches `dst` on another node with PXN: the GPU
+// of src's node with dst's local index (on dst's rail), if there is one.
+int pxn_via(int src, int dst, const Topology& topo) {
+  if (topo.same_node(src, dst)) return -1;
+  const int g = topo.gpus_per_node();
+  const int via = topo.node_of(src) * g + dst % g;
+  return via == src ? -1 : via;
+}
+
+// Marks every transfer of `plan` as NCCL send/recv: p2p latency by path, PXN routes.
+void as_p2p(CollPlan& plan, const Collective& c, const Topology& topo) {
+  const NcclSystem sys = nccl_system(c.group, topo);
+  plan.latencies = {us_time(nccl_p2p_latency_us(sys, false)), us_time(nccl_p2p_latency_us(sys, true))};
+  for (CollXfer& x : plan.xfers) {
+    const int a = c.group[x.src], b = c.group[x.dst];
+    const bool inter = !topo.same_node(a, b);
+    x.lat = inter ? 1 : 0;
+    if (inter) x.via = pxn_via(a, b, topo);
+  }
+}
+
 }  // namespace
 
-CollPlan make_plan(const Collective& c, const Topology& topo) {
+// The textbook algorithms and SAA, step by step.
+CollPlan step_plan(const Collective& c, const Topology& topo, const std::string& algo) {
   const int p = static_cast<int>(c.group.size());
-  for (int r : c.group)
-    if (r >= topo.num_gpus())
-      throw ParmError(fmt::format("collective '{}' names rank {}, but topology '{}' has {} GPUs", c.name, r,
-                                  topo.name(), topo.num_gpus()));
-  const std::string algo = c.algo.empty() ? default_algorithm(c.op) : c.algo;
   Builder b(p);
   std::vector<int> all(p);
   for (int i = 0; i < p; ++i) all[i] = i;
@@ -132,7 +315,7 @@ CollPlan make_plan(const Collective& c, const Topology& topo) {
   auto uniform = [per](int, int) { return per; };
 
   if (c.op == CollOp::sendrecv) {
-    if (algo != "direct") unsupported(c, algo);
+    if (algo != "direct" && algo != "p2p") unsupported(c, algo);
     const int s0 = b.step(0), s1 = b.step(1);
     b.xfer(0, 1, S, s0, s1);
     return b.take();
@@ -199,7 +382,7 @@ CollPlan make_plan(const Collective& c, const Topology& topo) {
     return plan;
   }
 
-  if (algo == "ring") {
+  if (algo == "flat_ring") {
     switch (c.op) {
       case CollOp::allreduce:
         b.ring(all, 2 * (p - 1), per);
@@ -211,19 +394,22 @@ CollPlan make_plan(const Collective& c, const Topology& topo) {
       default:
         unsupported(c, algo);
     }
-  } else if (algo == "direct" || algo == "pairwise") {
+  } else if (algo == "direct" || algo == "pairwise" || algo == "p2p") {
     const int window = algo == "pairwise" ? 1 : c.window;
     switch (c.op) {
-      case CollOp::alltoall:
       case CollOp::allgather:
       case CollOp::reducescatter:
+        if (algo == "p2p") unsupported(c, algo);
+        b.rounds(all, window, uniform);
+        break;
+      case CollOp::alltoall:
         b.rounds(all, window, uniform);
         break;
       case CollOp::alltoallv:
         b.rounds(all, window, [&c](int i, int j) { return c.matrix[i][j]; });
         break;
       case CollOp::allreduce:
-        if (algo == "pairwise") unsupported(c, algo);
+        if (algo != "direct") unsupported(c, algo);
         b.rounds(all, window, uniform);  // reduce-scatter
         b.rounds(all, window, uniform);  // all-gather
         break;
@@ -273,6 +459,71 @@ CollPlan make_plan(const Collective& c, const Topology& topo) {
     throw ParmError(fmt::format("collective '{}': unknown algorithm '{}'; known: {}", c.name, algo, names));
   }
   return b.take();
+}
+
+namespace {
+
+std::optional<NcclProto> forced_proto(const Collective& c) {
+  if (c.proto.empty()) return std::nullopt;
+  NcclProto p;
+  if (!parse_nccl_proto(c.proto, &p))
+    throw ParmError(fmt::format("collective '{}': unknown protocol '{}'; known: ll, ll128, simple", c.name, c.proto));
+  return p;
+}
+
+// NCCL's algorithm for c, or nullopt for the step-by-step algorithms.
+std::optional<NcclEstimate> nccl_pick(const Collective& c, const Topology& topo, const std::string& algo) {
+  NcclAlgo forced{};
+  const bool named = parse_nccl_algo(algo, &forced);
+  if (algo != "auto" && !named) return std::nullopt;
+  if (!nccl_tuned(c.op)) {
+    if (named) unsupported(c, algo);
+    return std::nullopt;
+  }
+  if (c.channels < 0 || c.channels > 64)
+    throw ParmError(fmt::format("collective '{}': channels must be 1..64, got {}", c.name, c.channels));
+  const NcclSystem sys = nccl_system(c.group, topo);
+  try {
+    return nccl_choose(c.op, sys, static_cast<double>(c.bytes), named ? std::optional(forced) : std::nullopt,
+                       forced_proto(c), c.channels);
+  } catch (const ParmError& e) {
+    throw ParmError(fmt::format("collective '{}': {}", c.name, e.what()));
+  }
+}
+
+std::string resolve(const Collective& c) {
+  std::string algo = c.algo.empty() ? default_algorithm(c.op) : c.algo;
+  if (algo == "auto" && !nccl_tuned(c.op)) algo = c.op == CollOp::saa ? "released" : "p2p";
+  return algo;
+}
+
+}  // namespace
+
+std::string resolved_choice(const Collective& c, const Topology& topo) {
+  const std::string algo = resolve(c);
+  if (auto e = nccl_pick(c, topo, algo)) return e->label();
+  return algo;
+}
+
+CollPlan make_plan(const Collective& c, const Topology& topo) {
+  for (int r : c.group)
+    if (r < 0 || r >= topo.num_gpus())
+      throw ParmError(fmt::format("collective '{}' names rank {}, but topology '{}' has {} GPUs", c.name, r,
+                                  topo.name(), topo.num_gpus()));
+  const std::string algo = resolve(c);
+  if (auto e = nccl_pick(c, topo, algo)) {
+    if (c.group.size() < 2) return {};
+    const NcclSystem sys = nccl_system(c.group, topo);
+    return nccl_plan(c, topo, sys, *e);
+  }
+  if (!c.proto.empty() || c.channels != 0)
+    throw ParmError(fmt::format("collective '{}': proto and channels apply to NCCL's algorithms (auto, ring, tree, "
+                                "nvls, nvls_tree on allreduce, allgather, reducescatter), not to {} {}",
+                                c.name, algo, to_string(c.op)));
+  CollPlan plan = step_plan(c, topo, algo);
+  plan.choice = algo;
+  if (algo == "p2p" || c.op == CollOp::saa) as_p2p(plan, c, topo);
+  return plan;
 }
 
 }  // namespace parmsim

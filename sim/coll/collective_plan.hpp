@@ -9,7 +9,37 @@
 // has finished the collective when all its steps are complete.
 //
 // Algorithms (by name, `algorithm_names()`):
-//   ring          allreduce (2(p-1) steps), allgather, reducescatter (p-1 steps)
+//   auto          the default for every op but saa: NCCL's choice. AllReduce,
+//                 AllGather and ReduceScatter: the (algorithm, protocol,
+//                 channels) NCCL's tuner picks at this size on this topology
+//                 (nccl_model.hpp); AlltoAll, AlltoAllv, SendRecv: p2p.
+//   ring, tree, nvls, nvls_tree
+//                 NCCL's algorithms as NCCL runs them, forced (the protocol
+//                 and channels are still NCCL's unless Collective::proto /
+//                 channels force them). Each is a set of pipelined flows that
+//                 start together once every member has entered, carry all the
+//                 bytes the algorithm moves over each link, and take the
+//                 model's latency; no flow runs faster than the model's
+//                 bandwidth (see below):
+//                   ring: C channels, one ring each; on several nodes channel
+//                   i leaves and enters every node through NIC i mod nics
+//                   (rail), so a node's inter-node bytes are spread over its
+//                   NICs. Flows: per member, one to its ring successor in the
+//                   node and, on the members owning a rail, one to the same
+//                   member of the next node. tree: a chain inside each node
+//                   (up and down) and two complementary binary trees over the
+//                   nodes, each carrying half the data, on the rails. nvls:
+//                   every GPU sends to and receives from the NVSwitch what
+//                   NVLink SHARP moves (AllReduce (p+1)/p of the data each
+//                   way). nvls_tree: nvls inside each node, tree between nodes.
+//                 The protocol sets the bytes on the wire (LL 2x, LL128
+//                 1/0.92 of the data).
+//   p2p           grouped send/recv to every peer at once, as NCCL runs
+//                 AlltoAll: traffic to a GPU of another node first crosses
+//                 NVLink to the local GPU on the destination's rail and leaves
+//                 through that GPU's NIC (PXN). Latency: nccl_p2p_latency_us.
+//   flat_ring     textbook ring: one ring, 2(p-1) (AllReduce) or p-1
+//                 steps, each step a send/recv of 1/p of the data
 //   direct        every peer at once (or `window` peers per step): alltoall,
 //                 alltoallv, allgather, reducescatter, allreduce (RS then AG), sendrecv
 //   pairwise      p-1 steps, step i sends to member+i, receives from member-i:
@@ -31,13 +61,14 @@
 //                 only. Across nodes this world AlltoAll moves the same bytes
 //                 per node pair as the rail-wise one (pipelined); within a
 //                 node it adds the (G-1)/p * S of a member's chunks bound for
-//                 its own block.
+//                 its own block. Each round is NCCL send/recv: p2p latency
+//                 and PXN routes.
 //   pipelined     saa, rail-wise variant (parmsim's earlier reading of the
 //                 paper, kept for what-ifs): W = p/G rounds of S/W; round i
 //                 sends the AlltoAll chunk to the member with the same index
 //                 in block +i on one chain while the chunk of round i is sent
 //                 to the inner peers on a second chain (gather i waits for
-//                 AlltoAll round i and gather i-1).
+//                 AlltoAll round i and gather i-1). p2p latency and PXN routes.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -59,15 +90,38 @@ struct CollXfer {
   int src = 0, dst = 0;  // member indices
   std::uint64_t bytes = 0;
   int send_step = 0, recv_step = 0;
+  int route = -1;  // >= 0: these links (CollPlan::routes) instead of the topology's route
+  int via = -1;    // >= 0: routed through this GPU (rank), PXN: route(src, via) + route(via, dst)
+  int lat = -1;    // >= 0: CollPlan::latencies[lat] instead of the route's latency
 };
 
 struct CollPlan {
   std::vector<CollStep> steps;
   std::vector<CollXfer> xfers;
+  std::vector<std::vector<int>> routes;  // link ids, for CollXfer::route
+  std::vector<Time> latencies;           // for CollXfer::lat
+  // No step is ready before every member has entered (NCCL's algorithms:
+  // a ring or tree moves only once all its members run the kernel).
+  bool barrier = false;
+  // > 0: no transfer takes less than this from the end of its latency to its
+  // last byte (NCCL's model bandwidth: bytes / algorithm bandwidth).
+  Time min_duration;
+  std::string choice;  // what ran, e.g. "ring/simple/8" (NCCL algorithms) or the algorithm's name
 };
+
+// The links and latency transfer `x` of `plan` takes (custom route, PXN or
+// the topology's route), and its rate cap in bytes/s (0 = none).
+// `scratch` receives the links when they are not the topology's own route.
+const Route& xfer_route(const CollPlan& plan, const CollXfer& x, const std::vector<int>& group, const Topology& topo,
+                        Route& scratch);
+double xfer_cap(const CollPlan& plan, const CollXfer& x);
 
 const std::vector<std::string>& algorithm_names();
 std::string default_algorithm(CollOp op);
+
+// The algorithm make_plan runs for c (auto resolved, NCCL's choice at c.bytes
+// for the tuned ops), e.g. "ring/simple/8", "p2p", "released".
+std::string resolved_choice(const Collective& c, const Topology& topo);
 
 // Throws ParmError if the algorithm does not apply to the op or the group
 // (hierarchical needs the same number of members on every node it touches).

@@ -179,6 +179,20 @@ class Engine {
       }
       return;
     }
+    if (s.plan.barrier) {
+      // Nothing moves before every member has entered; then all start together.
+      if (++s.entered_count < static_cast<int>(s.entered.size())) return;
+      const auto& parts = g_.parts(t.collective);
+      for (std::size_t mm = 0; mm < parts.size(); ++mm) {
+        if (s.member_steps_left[mm] == 0) {
+          task_done(parts[mm]);
+          continue;
+        }
+        for (int st : s.member_steps.of(static_cast<int>(mm)))
+          if (s.step_deps_left[st] == 0) step_ready(t.collective, st);
+      }
+      return;
+    }
     if (s.member_steps_left[m] == 0) {
       task_done(id);
       return;
@@ -211,7 +225,7 @@ class Engine {
       ++res_.transfers;
       const std::uint64_t fid = flow_ids_.size();
       flow_ids_.emplace_back(c, x);
-      net_->start(fid, topo_.route(src, dst), xf.bytes, now_);
+      net_->start(fid, xfer_route(s.plan, xf, col.group, topo_, route_), xf.bytes, now_, xfer_cap(s.plan, xf));
     }
   }
 
@@ -278,6 +292,7 @@ class Engine {
   std::vector<int> member_index_, preds_left_;
   std::vector<char> started_, done_;
   std::vector<std::pair<int, int>> flow_ids_;
+  Route route_;  // scratch for xfer_route
   std::deque<int> ready_;
   EventQueue<int> events_;
   Time now_;

@@ -32,7 +32,11 @@ const Section kColl{
      {"group", "list", "required", "ranks, in member order"},
      {"bytes", "size", "required*", "nccl-tests size (not for alltoallv)"},
      {"matrix", "list", "alltoallv", "per-member rows of sizes sent to each member"},
-     {"algo", "string", "op default", "ring | direct | pairwise | hierarchical | pipelined"},
+     {"algo", "string", "auto",
+      "auto (NCCL's choice) | ring | tree | nvls | nvls_tree | p2p (NCCL's algorithms); flat_ring | direct | "
+      "pairwise | hierarchical (textbook); saa: released | pipelined"},
+     {"proto", "string", "NCCL's choice", "NCCL algorithms: ll | ll128 | simple"},
+     {"channels", "int", "NCCL's count", "NCCL algorithms: channels (rings or trees) to run"},
      {"window", "int", "0", "direct: peers in flight at once (0 = all)"},
      {"inner", "int", "saa", "saa: inner (AllGather) group size"}}};
 const Section kTask{
@@ -125,6 +129,10 @@ TaskGraph build(const YamlReader& top) {
         c.bytes = x.at("bytes").as_size();
       }
       c.algo = x.get_string("algo", "");
+      c.proto = x.get_string("proto", "");
+      if (!c.proto.empty() && c.proto != "ll" && c.proto != "ll128" && c.proto != "simple")
+        x.at("proto").fail("ll, ll128 or simple");
+      if (x.has("channels")) c.channels = static_cast<int>(x.at("channels").as_int(1, 64));
       c.window = static_cast<int>(x.has("window") ? x.at("window").as_int(0, 1 << 20) : 0);
       if (c.op == CollOp::saa) c.inner = static_cast<int>(x.at("inner").as_int(1, 1 << 20));
       if (colls.count(c.name)) x.at("name").fail("a collective name not used before");

@@ -57,7 +57,9 @@ struct Collective {
   std::vector<int> group;
   std::uint64_t bytes = 0;
   std::vector<std::vector<std::uint64_t>> matrix;
-  std::string algo;  // "" = the default for the op
+  std::string algo;  // "" = the default for the op (auto: NCCL's choice)
+  std::string proto;  // NCCL protocol for NCCL algorithms: "" = NCCL's choice, ll, ll128, simple
+  int channels = 0;   // NCCL algorithms: the graph's channels (0 = NCCL's count)
   int window = 0;    // direct: peers in flight at once (0 = all)
   int inner = 0;     // saa: inner group size
   int chunks = 1;    // pipelining chunks where the algorithm supports it

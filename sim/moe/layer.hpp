@@ -69,7 +69,7 @@ struct ScheduleOptions {
   bool fuse_dispatch = false;  // AlltoAll + ESP-AllGather -> SAA
   bool fuse_combine = false;   // AlltoAll + MP-AllGather -> SAA (needs gather = before_iorder)
   int chunks = 1;              // ReduceScatter -> AlltoAll/SAA pipeline chunks
-  std::string a2a_algo = "pairwise";
+  std::string a2a_algo = "p2p";  // NCCL grouped send/recv (torch all_to_all_single), PXN
   std::string describe() const;
 };
 

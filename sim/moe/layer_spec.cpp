@@ -168,8 +168,8 @@ void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std
     o->chunks = static_cast<int>(parse_int(key, v, where, 1, kMaxChunks));
     o->name = "custom";
   } else if (o && key == "a2a_algo") {
-    if (v != "pairwise" && v != "direct")
-      throw ParmError(fmt::format("{}: key 'a2a_algo': expected pairwise or direct, got '{}'", where, v));
+    if (v != "p2p" && v != "pairwise" && v != "direct")
+      throw ParmError(fmt::format("{}: key 'a2a_algo': expected p2p, pairwise or direct, got '{}'", where, v));
     o->a2a_algo = v;
   } else {
     throw ParmError(

@@ -1,5 +1,6 @@
 #include "sim/net/maxmin.hpp"
 
+#include <algorithm>
 #include <limits>
 
 namespace parmsim {
@@ -13,6 +14,11 @@ std::vector<double> max_min_rates(const std::vector<double>& capacity, const std
 
 void max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows,
                    MaxMinScratch& w, std::vector<double>& rate) {
+  max_min_rates(capacity, flows, {}, w, rate);
+}
+
+void max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows,
+                   std::span<const double> caps, MaxMinScratch& w, std::vector<double>& rate) {
   const std::size_t L = capacity.size(), F = flows.size();
   rate.assign(F, 0.0);
   // CSR index: flows on each link.
@@ -36,6 +42,20 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
   auto& cap = w.cap;
   auto& count = w.count;
   auto& active = w.active;
+  // Capped flows by increasing cap (ties by index): the next one to fix.
+  w.by_cap.clear();
+  for (std::size_t f = 0; f < caps.size(); ++f)
+    if (caps[f] > 0) w.by_cap.push_back(static_cast<std::uint32_t>(f));
+  std::stable_sort(w.by_cap.begin(), w.by_cap.end(), [&](std::uint32_t a, std::uint32_t b) { return caps[a] < caps[b]; });
+  std::size_t next_cap = 0;
+  auto fix = [&](std::uint32_t f, double r) {
+    w.fixed[f] = 1;
+    rate[f] = r;
+    for (int l : flows[f]) {
+      cap[l] -= r;
+      --count[l];
+    }
+  };
   while (!active.empty()) {
     // The bottleneck: smallest fair share; ties broken by lowest link id
     // (active stays sorted), so the result does not depend on hashing.
@@ -51,15 +71,21 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
     active.resize(keep);
     if (best < 0) break;
     if (share < 0) share = 0;  // rounding on a nearly exhausted link
+    // A cap below the bottleneck's share binds first: fix those flows at
+    // their caps and look for the bottleneck again.
+    while (next_cap < w.by_cap.size() && w.fixed[w.by_cap[next_cap]]) ++next_cap;
+    if (next_cap < w.by_cap.size() && caps[w.by_cap[next_cap]] < share) {
+      const double c0 = caps[w.by_cap[next_cap]];
+      while (next_cap < w.by_cap.size() && (w.fixed[w.by_cap[next_cap]] || caps[w.by_cap[next_cap]] <= c0)) {
+        if (!w.fixed[w.by_cap[next_cap]]) fix(w.by_cap[next_cap], c0);
+        ++next_cap;
+      }
+      continue;
+    }
     for (std::uint32_t i = w.start[best]; i < w.start[best + 1]; ++i) {
       const std::uint32_t f = w.on[i];
       if (w.fixed[f]) continue;
-      w.fixed[f] = 1;
-      rate[f] = share;
-      for (int l : flows[f]) {
-        cap[l] -= share;
-        --count[l];
-      }
+      fix(f, share);
     }
   }
 }

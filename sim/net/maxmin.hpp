@@ -23,8 +23,14 @@ struct MaxMinScratch {
   std::vector<double> cap;
   std::vector<int> active;
   std::vector<char> fixed;
+  std::vector<std::uint32_t> by_cap;
 };
 void max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows,
                    MaxMinScratch& scratch, std::vector<double>& rate);
+// With a rate cap per flow (`caps[f]` bytes/s, 0 = none; empty = no caps): a
+// capped flow is fixed at its cap as soon as the fair share on every link of
+// its path would exceed it, and the bandwidth it leaves goes to the others.
+void max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows,
+                   std::span<const double> caps, MaxMinScratch& scratch, std::vector<double>& rate);
 
 }  // namespace parmsim

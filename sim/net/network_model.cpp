@@ -29,13 +29,15 @@ class Analytical final : public NetworkModel {
     for (int l = 0; l < topo.num_links(); ++l) capacity_.push_back(topo.link(l).bandwidth);
   }
   std::string name() const override { return "analytical"; }
-  void start(std::uint64_t id, const Route& r, std::uint64_t bytes, Time now) override {
+  void start(std::uint64_t id, const Route& r, std::uint64_t bytes, Time now, double cap) override {
     if (bytes == 0 || r.links.empty()) {
       done_.push(now + r.latency, id);
       return;
     }
+    std::uint64_t rate = r.bottleneck;
+    if (cap > 0 && cap < static_cast<double>(rate)) rate = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(cap));
     const auto w = static_cast<std::uint32_t>(xfers_.size());
-    xfers_.push_back(Xfer{id, r.links, r.latency, duration_for(bytes, r.bottleneck), r.bottleneck});
+    xfers_.push_back(Xfer{id, r.links, r.latency, duration_for(bytes, rate), rate});
     const int port = r.links.front();
     if (port_[port].empty()) busy_ports_.insert(port);
     port_[port].push_back(w);
@@ -101,12 +103,12 @@ class FlowModel final : public NetworkModel {
   }
   std::string name() const override { return "flow"; }
 
-  void start(std::uint64_t id, const Route& r, std::uint64_t bytes, Time now) override {
+  void start(std::uint64_t id, const Route& r, std::uint64_t bytes, Time now, double cap) override {
     // The data phase begins once the route's latency has passed.
     const auto off = static_cast<std::uint32_t>(arena_.size());
     arena_.insert(arena_.end(), r.links.begin(), r.links.end());
     pending_.push(now + r.latency, Flow{id, off, static_cast<std::uint32_t>(r.links.size()), static_cast<double>(bytes),
-                                        0.0, Time::max(), seq_++});
+                                        0.0, Time::max(), seq_++, cap});
   }
 
   std::optional<Time> next_completion() override {
@@ -161,6 +163,7 @@ class FlowModel final : public NetworkModel {
     double rate;             // bytes/s
     Time finish;             // when `remaining` reaches zero at `rate`, rounded up
     std::uint64_t seq;
+    double cap;  // bytes/s, 0 = none
   };
 
   void solve() {
@@ -170,8 +173,15 @@ class FlowModel final : public NetworkModel {
     // Keep flows in start order so the solver sees the same input every run.
     std::sort(active_.begin(), active_.end(), [](const Flow& a, const Flow& b) { return a.seq < b.seq; });
     paths_.clear();
-    for (const Flow& f : active_) paths_.emplace_back(arena_.data() + f.off, f.len);
-    max_min_rates(capacity_, paths_, scratch_, rates_);
+    caps_.clear();
+    bool capped = false;
+    for (const Flow& f : active_) {
+      paths_.emplace_back(arena_.data() + f.off, f.len);
+      caps_.push_back(f.cap);
+      capped = capped || f.cap > 0;
+    }
+    max_min_rates(capacity_, paths_, capped ? std::span<const double>(caps_) : std::span<const double>(), scratch_,
+                  rates_);
     const std::vector<double>& rates = rates_;
     for (std::size_t i = 0; i < active_.size(); ++i) {
       Flow& f = active_[i];
@@ -186,7 +196,7 @@ class FlowModel final : public NetworkModel {
   std::vector<int> arena_;                   // route links of every flow, appended at start
   std::vector<std::span<const int>> paths_;  // solver input and scratch, reused
   MaxMinScratch scratch_;
-  std::vector<double> rates_;
+  std::vector<double> rates_, caps_;
   EventQueue<Flow> pending_;
   std::vector<Flow> active_, done_buf_;
   Time now_;

@@ -29,6 +29,18 @@ const char* to_string(DeviceKind k) {
   return "?";
 }
 
+const char* to_string(LinkClass c) {
+  switch (c) {
+    case LinkClass::nvlink:
+      return "nvlink";
+    case LinkClass::pcie:
+      return "pcie";
+    case LinkClass::network:
+      return "network";
+  }
+  return "?";
+}
+
 Topology::Topology(std::string name, std::string gpu_model, int gpus_per_node)
     : name_(std::move(name)), gpu_model_(std::move(gpu_model)), gpus_per_node_(gpus_per_node) {}
 
@@ -39,15 +51,34 @@ int Topology::add_device(Device d) {
       throw ParmError(fmt::format("topology {}: GPU {} added out of order", name_, d.name));
     gpu_vertex_.push_back(v);
   }
+  if (d.kind == DeviceKind::nic && d.node == 0) ++nics_per_node_;
   return v;
 }
 
 void Topology::add_link(int a, int b, std::uint64_t bw_ab, std::uint64_t bw_ba, Time latency) {
+  const DeviceKind ka = graph_[a].kind, kb = graph_[b].kind;
+  auto either = [&](DeviceKind k) { return ka == k || kb == k; };
+  LinkClass cls = LinkClass::pcie;
+  if (either(DeviceKind::network_switch))
+    cls = LinkClass::network;
+  else if (either(DeviceKind::nvswitch) || (ka == DeviceKind::gpu && kb == DeviceKind::gpu))
+    cls = LinkClass::nvlink;
   for (auto [from, to, bw] : {std::tuple{a, b, bw_ab}, std::tuple{b, a, bw_ba}}) {
     Link l{static_cast<int>(links_.size()), bw, latency};
     boost::add_edge(from, to, l, graph_);
     links_.push_back(l);
     link_ends_.emplace_back(from, to);
+    link_class_.push_back(cls);
+  }
+}
+
+void Topology::apply_efficiency(const LinkEfficiency& e) {
+  eff_ = e;
+  for (auto [it, end] = boost::edges(graph_); it != end; ++it) {
+    Link& l = graph_[*it];
+    l.bandwidth = static_cast<std::uint64_t>(static_cast<double>(l.bandwidth) * e.of(link_class_[l.id]));
+    if (l.bandwidth == 0) l.bandwidth = 1;
+    links_[l.id].bandwidth = l.bandwidth;
   }
 }
 
@@ -115,9 +146,15 @@ Route Topology::compute_route(int src_gpu, int dst_gpu) const {
   std::vector<const Link*> cand;
   while (dist[v] > 0) {
     cand.clear();
+    // Among the next hops on a shortest path, the fastest links (a GPU pair
+    // sharing both an NVSwitch and a PCIe switch talks over NVLink), then ECMP.
+    std::uint64_t best = 0;
     for (auto [it, end] = boost::out_edges(v, graph_); it != end; ++it) {
       const int w = static_cast<int>(boost::target(*it, graph_));
-      if (dist[w] == dist[v] - 1) cand.push_back(&graph_[*it]);
+      if (dist[w] != dist[v] - 1) continue;
+      const std::uint64_t bw = graph_[*it].bandwidth;
+      if (bw > best) cand.clear(), best = bw;
+      if (bw == best) cand.push_back(&graph_[*it]);
     }
     const Link* l = cand[pick % cand.size()];
     r.links.push_back(l->id);

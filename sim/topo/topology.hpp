@@ -5,8 +5,9 @@
 //
 // Routing: shortest paths by hop count, computed by breadth-first search from
 // each destination GPU (cached). GPUs never forward traffic for others. Where
-// several next hops are equally short, the one at index (src + dst) mod count
-// (in the order links were declared) is taken: deterministic ECMP, which for
+// several next hops are equally short, the fastest links win (two GPUs on
+// one NVSwitch and one PCIe switch talk over NVLink); among equally fast
+// ones, the one at index (src + dst) mod count (in the order links were declared) is taken: deterministic ECMP, which for
 // fat-trees spreads an all-to-all evenly over the uplinks (d-mod-k style).
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
@@ -33,6 +34,27 @@ struct Link {
   Time latency;
 };
 
+// What a link is, for the sustained-bandwidth fractions (LinkEfficiency):
+// NVLink (GPU-GPU or GPU-NVSwitch), PCIe (anything through a PCIe switch or a
+// host bridge, including GPU-NIC paths), network (NIC-switch, switch-switch).
+enum class LinkClass : std::uint8_t { nvlink, pcie, network };
+const char* to_string(LinkClass c);
+
+// The fraction of each link class's line rate that collective traffic
+// sustains; the topology's links carry line rate x fraction. Defaults
+// (topology_io.cpp, `link_efficiency`): NCCL's own per-link figures over the
+// line rate.
+struct LinkEfficiency {
+  double nvlink = 1.0, pcie = 1.0, network = 1.0;
+  double of(LinkClass c) const { return c == LinkClass::nvlink ? nvlink : c == LinkClass::pcie ? pcie : network; }
+};
+
+// What NCCL's algorithm choice needs to know beyond links (topology keys).
+struct CollectiveHints {
+  bool nvls = false;      // the servers' NVSwitches reduce and multicast (NVLink SHARP)
+  bool amd_cpu = false;   // host CPU vendor: NCCL's per-step network overhead is 2 us on AMD, 1 us otherwise
+};
+
 struct Route {
   std::vector<int> links;        // link ids from source to destination
   Time latency;                  // sum of link latencies
@@ -48,6 +70,14 @@ class Topology {
   int add_device(Device d);
   // Adds the two directions of a physical link.
   void add_link(int a, int b, std::uint64_t bw_ab, std::uint64_t bw_ba, Time latency);
+  // Multiplies every link's bandwidth by its class's fraction (before finalize).
+  void apply_efficiency(const LinkEfficiency& e);
+  const LinkEfficiency& efficiency() const { return eff_; }
+  LinkClass link_class(int id) const { return link_class_[id]; }
+  CollectiveHints& hints() { return hints_; }
+  const CollectiveHints& hints() const { return hints_; }
+  // NICs in server 0 (every server is alike).
+  int nics_per_node() const { return nics_per_node_; }
   // Validates (every GPU reaches every other) and precomputes routing tables.
   // Throws ParmError naming two GPUs that cannot reach each other.
   void finalize();
@@ -79,6 +109,10 @@ class Topology {
   std::vector<int> gpu_vertex_;  // rank -> vertex
   std::vector<Link> links_;      // by id
   std::vector<std::pair<int, int>> link_ends_;
+  std::vector<LinkClass> link_class_;  // by id
+  LinkEfficiency eff_;
+  CollectiveHints hints_;
+  int nics_per_node_ = 0;
   // dist_[dst_gpu][vertex]: hops to reach dst_gpu, -1 if unreachable.
   std::vector<std::vector<int>> dist_;
   std::vector<Route> table_;  // src * n + dst, when n <= kRouteTableGpus

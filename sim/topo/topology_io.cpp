@@ -17,7 +17,21 @@ const Section kTop{"topology",
                     {"gpu", "string", "required", "GPU profile (h100, h200, a100, rtx2080ti, rtx_a6000, b200)"},
                     {"nodes", "int", "required", "number of servers"},
                     {"node", "map", "required", "one server (topology.node)"},
-                    {"fabric", "map", "kind: none", "network between servers (topology.fabric)"}}};
+                    {"fabric", "map", "kind: none", "network between servers (topology.fabric)"},
+                    {"link_efficiency", "map", "per GPU (below)",
+                     "sustained fraction of line rate per link class (topology.link_efficiency)"},
+                    {"cpu", "string", "intel", "host CPU vendor, intel | amd (NCCL's per-step network overhead)"}}};
+const Section kEff{
+    "topology.link_efficiency",
+    "Every link's bandwidth is its line rate times its class's fraction; collectives, transfers and the "
+    "NCCL model all see the sustained figure. Defaults are NCCL's own per-link bandwidths over the line rate "
+    "(NVIDIA/nccl src/graph/topo.h): NVLink 20.0/25 GB/s per link on A100 (0.80), 20.6/25 on H100/H200 "
+    "(0.824), 40.1/50 on B200 (0.802), 1.0 for other GPUs; PCIe 48/64 GB/s on Gen5 x16 and 24/32 on Gen4 "
+    "(0.75); network 1.0 (NCCL counts a NIC at its line rate). Set 1.0 where the topology already gives "
+    "measured, achievable figures.",
+    {{"nvlink", "number", "per GPU", "GPU-GPU and GPU-NVSwitch links"},
+     {"pcie", "number", "0.75", "links through PCIe switches and host bridges, GPU-NIC paths"},
+     {"network", "number", "1.0", "NIC-switch and switch-switch links"}}};
 const Section kNode{"topology.node",
                     "One server. GPUs are named gpu0..gpu{N-1}; other devices are declared in `devices`.",
                     {{"gpus", "int", "required", "GPUs per server"},
@@ -26,7 +40,10 @@ const Section kNode{"topology.node",
 const Section kDevice{"topology.node.devices[]",
                       "A device inside a server.",
                       {{"name", "string", "required", "unique within the server; nics are used by the fabric"},
-                       {"kind", "string", "required", "nvswitch | pcie_switch | host_bridge | nic"}}};
+                       {"kind", "string", "required", "nvswitch | pcie_switch | host_bridge | nic"},
+                       {"nvls", "bool", "false",
+                        "nvswitch: reduces and multicasts in the switch (NVLink SHARP, third-generation "
+                        "NVSwitch: H100/H200, B200); enables NCCL's NVLS and NVLS-Tree algorithms"}}};
 const Section kLink{"topology.node.links[]",
                     "A full-duplex link. `a` may be a list: one link per element.",
                     {{"a", "string|list", "required", "device name(s)"},
@@ -46,7 +63,22 @@ const Section kFabric{
      {"nodes_per_leaf", "int", "required for fat_tree", "servers under one leaf switch"},
      {"spines", "int", "0", "spine switches (fat_tree: at least 1)"},
      {"oversubscription", "number", "1", "fat_tree: leaf down bandwidth / up bandwidth"}}};
-SectionRegistrar r1(kTop), r2(kNode), r3(kDevice), r4(kLink), r5(kFabric);
+SectionRegistrar r1(kTop), r2(kNode), r3(kDevice), r4(kLink), r5(kFabric), r6(kEff);
+
+double default_nvlink_efficiency(const std::string& gpu) {
+  if (gpu == "a100") return 20.0 / 25.0;
+  if (gpu == "h100" || gpu == "h200") return 20.6 / 25.0;
+  if (gpu == "b200") return 40.1 / 50.0;
+  return 1.0;
+}
+
+double fraction(const YamlReader& e, const char* key, double def) {
+  auto v = e.opt(key);
+  if (!v) return def;
+  const double x = v->as_double();
+  if (!(x > 0 && x <= 1)) v->fail("a fraction in (0, 1]");
+  return x;
+}
 
 DeviceKind parse_kind(const YamlReader& r) {
   const std::string s = r.as_string();
@@ -86,6 +118,10 @@ Topology build(const YamlReader& top) {
       if (local.count(dn)) d.at("name").fail(fmt::format("a device name not used before in the server ('{}' is)", dn));
       local[dn] = static_cast<int>(tmpl.size());
       tmpl.push_back({dn, parse_kind(d.at("kind"))});
+      if (auto nv = d.opt("nvls")) {
+        if (tmpl.back().kind != DeviceKind::nvswitch) nv->fail("no nvls key: only an nvswitch reduces in the switch");
+        t.hints().nvls = t.hints().nvls || nv->as_bool();
+      }
     }
   }
   std::vector<std::vector<int>> vtx(nodes, std::vector<int>(tmpl.size()));
@@ -188,6 +224,21 @@ Topology build(const YamlReader& top) {
     } else {
       fab->at("kind").fail("none, switch, rail or fat_tree");
     }
+  }
+  LinkEfficiency eff;
+  eff.nvlink = default_nvlink_efficiency(t.gpu_model());
+  eff.pcie = 0.75;
+  if (auto e = top.opt("link_efficiency")) {
+    e->check_keys(kEff);
+    eff.nvlink = fraction(*e, "nvlink", eff.nvlink);
+    eff.pcie = fraction(*e, "pcie", eff.pcie);
+    eff.network = fraction(*e, "network", eff.network);
+  }
+  t.apply_efficiency(eff);
+  if (auto cpu = top.opt("cpu")) {
+    const std::string v = cpu->as_string();
+    if (v != "intel" && v != "amd") cpu->fail("intel or amd");
+    t.hints().amd_cpu = v == "amd";
   }
   try {
     t.finalize();

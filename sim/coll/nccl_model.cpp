@@ -1,0 +1,382 @@
+#include "sim/coll/nccl_model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+
+#include "sim/core/error.hpp"
+
+namespace parmsim {
+namespace {
+
+// ---- NCCL's constants (NVIDIA/nccl src/graph/tuning.cc, v2.30.7, lines 138-212) ----
+// Index order: algorithms ring, tree, nvls, nvls_tree; protocols ll, ll128, simple.
+constexpr int kRing = 0, kTree = 1, kNvls = 2, kNvlsTree = 3;
+constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
+
+int ai(NcclAlgo a) {
+  switch (a) {
+    case NcclAlgo::ring:
+      return kRing;
+    case NcclAlgo::tree:
+      return kTree;
+    case NcclAlgo::nvls:
+      return kNvls;
+    case NcclAlgo::nvls_tree:
+      return kNvlsTree;
+  }
+  return kRing;
+}
+int pi(NcclProto p) {
+  return p == NcclProto::ll ? kLL : p == NcclProto::ll128 ? kLL128 : kSimple;
+}
+
+// baseLatencies (us).
+constexpr double kBaseLat[4][3] = {{6.6, 14.0, 8.4}, {6.8, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}};
+// hwLatencies (us per hop): [NVLink, PCI, NET][algorithm][protocol].
+constexpr double kHwLat[3][4][3] = {
+    {{0.6, 1.9, 3.4}, {0.6, 1.25, 4.0}, {0, 0, 25}, {0, 0, 25}},
+    {{1.0, 2.5, 5.7}, {1.0, 1.9, 4.0}, {0, 0, 0}, {0, 0, 0}},
+    {{2.7, 4.0, 14.0}, {5.0, 8.5, 14}, {0, 0, 18}, {0, 0, 20.9}},
+};
+constexpr int kNvlinkHw = 0, kPciHw = 1, kNetHw = 2;
+// Bandwidth caps (GB/s), [arch][1 node, 2 nodes, >= 3 nodes]. llMaxBws' row
+// is the GPU generation on one node and the CPU vendor across nodes
+// (row 0: Intel and others, row 1: AMD).
+constexpr double kLLMaxBw[4][3] = {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282, 90, 70}};
+constexpr double kPerChMaxRingLL128[4][3] = {{20, 20, 20}, {20, 20, 20}, {36.7, 36.7, 36.7}, {40, 40, 40}};
+constexpr double kPerChMaxTreeLL128[4][3] = {{20, 20, 20}, {20, 20, 20}, {36.7, 36.7, 29.0}, {55.6, 31.67, 20.0}};
+constexpr double kPerChMaxTree[4][3] = {{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}};
+constexpr double kPerChMaxNvlsTree[4][3] = {{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {0.0, 57.7, 45.5}, {0.0, 96.0, 80.0}};
+constexpr double kNvlsEfficiency[4] = {0, 0, 0.85, 0.74};
+// treeCorrectionFactor[protocol][log2(bytes / 64)], 64 B .. 256 MiB (ncclTopoGetAlgoTime).
+constexpr double kTreeCorrection[3][24] = {
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9}};
+
+// Speed ladders of the channel search (src/graph/search.cc lines 1051-1067).
+const std::vector<double>& ladder(int arch, bool inter) {
+  static const std::vector<double> intra_old = {40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3};
+  static const std::vector<double> inter_old = {48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2, 0.24, 0.12};
+  static const std::vector<double> intra_90 = {60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3};
+  static const std::vector<double> inter_90 = {48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12};
+  static const std::vector<double> intra_100 = {90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18};
+  static const std::vector<double> inter_100 = {96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22,
+                                                20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12};
+  if (arch >= 3) return inter ? inter_100 : intra_100;
+  if (arch == 2) return inter ? inter_90 : intra_90;
+  return inter ? inter_old : intra_old;
+}
+
+// The ring search's MAXCHANNELS/2 (src/init.cc).
+constexpr int kMaxSearchChannels = 32;
+
+// The first ladder speed at or below `bw` (the slowest rung if none).
+double rung_at_most(const std::vector<double>& l, double bw) {
+  for (double s : l)
+    if (s <= bw * (1 + 1e-9)) return s;
+  return l.back();
+}
+
+int arch_of(const std::string& gpu) {
+  if (gpu == "b200" || gpu == "b300" || gpu == "gb200") return 3;
+  if (gpu == "h100" || gpu == "h200" || gpu == "h800" || gpu == "h20") return 2;
+  if (gpu == "a100" || gpu == "a800" || gpu == "rtx_a6000" || gpu == "a6000") return 1;
+  return 0;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+int log2i(double x) {
+  int r = -1;
+  auto v = static_cast<std::uint64_t>(x);
+  while (v) v >>= 1, ++r;
+  return r;
+}
+
+}  // namespace
+
+const char* to_string(NcclAlgo a) {
+  switch (a) {
+    case NcclAlgo::ring:
+      return "ring";
+    case NcclAlgo::tree:
+      return "tree";
+    case NcclAlgo::nvls:
+      return "nvls";
+    case NcclAlgo::nvls_tree:
+      return "nvls_tree";
+  }
+  return "?";
+}
+const char* to_string(NcclProto p) {
+  switch (p) {
+    case NcclProto::ll:
+      return "ll";
+    case NcclProto::ll128:
+      return "ll128";
+    case NcclProto::simple:
+      return "simple";
+  }
+  return "?";
+}
+bool parse_nccl_algo(const std::string& s0, NcclAlgo* out) {
+  const std::string s = lower(s0);
+  for (NcclAlgo a : {NcclAlgo::ring, NcclAlgo::tree, NcclAlgo::nvls, NcclAlgo::nvls_tree})
+    if (s == to_string(a)) return *out = a, true;
+  if (s == "nvlstree") return *out = NcclAlgo::nvls_tree, true;
+  return false;
+}
+bool parse_nccl_proto(const std::string& s0, NcclProto* out) {
+  const std::string s = lower(s0);
+  for (NcclProto p : {NcclProto::ll, NcclProto::ll128, NcclProto::simple})
+    if (s == to_string(p)) return *out = p, true;
+  return false;
+}
+
+std::string NcclEstimate::label() const {
+  return fmt::format("{}/{}/{}", to_string(algo), to_string(proto), channels);
+}
+
+bool nccl_tuned(CollOp op) {
+  return op == CollOp::allreduce || op == CollOp::allgather || op == CollOp::reducescatter;
+}
+
+NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
+  NcclSystem s;
+  s.ranks = static_cast<int>(group.size());
+  std::map<int, std::vector<int>> by_node;
+  for (int r : group) by_node[topo.node_of(r)].push_back(r);
+  s.nodes = static_cast<int>(by_node.size());
+  for (const auto& [n, v] : by_node) s.ppn = std::max(s.ppn, static_cast<int>(v.size()));
+  for (const auto& [n, v] : by_node) s.uniform = s.uniform && static_cast<int>(v.size()) == s.ppn;
+  s.arch = arch_of(topo.gpu_model());
+  s.nics = topo.nics_per_node();
+  s.amd_cpu = topo.hints().amd_cpu;
+  // Inside a node: the slowest route between consecutive ranks, and whether every such route is NVLink.
+  s.nvlink = true;
+  s.intra_bw = 0;
+  bool any_intra = false;
+  for (const auto& [n, v] : by_node) {
+    for (std::size_t i = 0; i + 1 < v.size() || (v.size() > 1 && i + 1 == v.size()); ++i) {
+      const int a = v[i], b = v[(i + 1) % v.size()];
+      const Route& r = topo.route(a, b);
+      double bw = static_cast<double>(r.bottleneck) / 1e9;
+      bool nv = true;
+      for (int l : r.links) nv = nv && topo.link_class(l) == LinkClass::nvlink;
+      s.nvlink = s.nvlink && nv;
+      s.intra_bw = any_intra ? std::min(s.intra_bw, bw) : bw;
+      any_intra = true;
+      if (i + 1 == v.size()) break;
+    }
+  }
+  if (!any_intra) s.nvlink = false;
+  // Across nodes: the route between the same local GPU of two nodes (its rail).
+  if (s.nodes > 1) {
+    auto it = by_node.begin();
+    const auto& v0 = it->second;
+    const auto& v1 = std::next(it)->second;
+    s.nic_bw = 0;
+    bool first = true;
+    for (std::size_t i = 0; i < std::min(v0.size(), v1.size()); ++i) {
+      const double bw = static_cast<double>(topo.route(v0[i], v1[i]).bottleneck) / 1e9;
+      s.nic_bw = first ? bw : std::min(s.nic_bw, bw);
+      first = false;
+    }
+  }
+  s.nvls = topo.hints().nvls && s.arch >= 2 && s.nvlink;
+  return s;
+}
+
+NcclGraph nccl_ring_graph(const NcclSystem& s) {
+  NcclGraph g;
+  if (s.nodes <= 1) {
+    // Each channel's ring consumes its speed on every GPU's NVLink (or PCIe)
+    // path: the search keeps the most channels x speed that fits.
+    double best = 0, speed = 0;
+    for (double sp : ladder(s.arch, false)) {
+      const int ch = std::min(kMaxSearchChannels, static_cast<int>(std::floor(s.intra_bw / sp + 1e-9)));
+      if (ch >= 1 && ch * sp > best + 1e-9) best = ch * sp, speed = sp, g.channels = ch;
+    }
+    if (g.channels == 0) g.channels = 1, speed = ladder(s.arch, false).back();
+    g.bw_intra = g.bw_inter = speed;
+  } else {
+    // One ring per NIC (rail), at the ladder speed the GPU -> NIC path allows.
+    const double sp = rung_at_most(ladder(s.arch, true), s.nic_bw);
+    const int per_nic = std::max(1, static_cast<int>(std::floor(s.nic_bw / sp + 1e-9)));
+    g.channels = std::min(kMaxSearchChannels, std::max(1, s.nics) * per_nic);
+    g.bw_intra = g.bw_inter = sp;
+  }
+  // ncclTopoDupChannels: doubled (halving the speed) unless the speed is
+  // below 25 GB/s, or (Hopper and newer) below 50 with more than 4 channels.
+  const bool keep = g.bw_intra < 25.0 || (s.arch >= 2 && g.bw_intra < 50.0 && g.channels > 4);
+  if (!keep) {
+    const int dup = std::min(2 * g.channels, kMaxSearchChannels);
+    const int div = (dup + g.channels - 1) / g.channels;
+    g.bw_intra /= div;
+    g.bw_inter /= div;
+    g.channels = dup;
+  }
+  return g;
+}
+
+NcclGraph nccl_nvls_graph(const NcclSystem& s) {
+  NcclGraph g;
+  // One head per GPU on one node, one per NIC across nodes (src/graph/search.cc
+  // lines 410-443, 1124-1138): every GPU's NVLink carries channels + 1 times the speed.
+  g.channels = s.nodes <= 1 ? std::min(kMaxSearchChannels, s.ppn) : std::max(1, std::min(s.nics, s.ppn));
+  const auto& intra = ladder(s.arch, false);
+  g.bw_intra = rung_at_most(intra, s.intra_bw / (g.channels + 1));
+  if (s.nodes <= 1) {
+    // Pass 2 raises the inter speed to the ladder's top below twice the intra speed.
+    g.bw_inter = g.bw_intra;
+    for (double sp : intra)
+      if (sp < 2 * g.bw_intra) {
+        g.bw_inter = sp;
+        break;
+      }
+  } else {
+    g.bw_inter = rung_at_most(ladder(s.arch, true), s.nic_bw);
+  }
+  return g;
+}
+
+std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAlgo algo, NcclProto proto,
+                                          int channels, double bytes, std::string* why) {
+  auto no = [why](std::string w) -> std::optional<NcclEstimate> {
+    if (why) *why = std::move(w);
+    return std::nullopt;
+  };
+  if (!nccl_tuned(op)) return no(fmt::format("NCCL's tuner does not cost {}", to_string(op)));
+  const int a = ai(algo), p = pi(proto);
+  const bool ar = op == CollOp::allreduce;
+  if (algo == NcclAlgo::tree && !ar) return no("tree runs AllReduce only");
+  if (algo == NcclAlgo::nvls_tree && !ar) return no("nvls_tree runs AllReduce only");
+  if ((algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree) && proto != NcclProto::simple)
+    return no(fmt::format("{} runs the simple protocol only", to_string(algo)));
+  if (algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree) {
+    if (!s.nvls)
+      return no(fmt::format("{} needs NVSwitches with NVLink SHARP (nvls: true on the topology's nvswitch) and a "
+                            "Hopper or newer GPU",
+                            to_string(algo)));
+    if (algo == NcclAlgo::nvls && s.nodes > 1) return no("nvls spans one node (across nodes it needs CollNet)");
+    if (algo == NcclAlgo::nvls_tree && s.nodes == 1) return no("nvls_tree needs two or more nodes");
+    if (!s.uniform) return no(fmt::format("{} needs the same number of ranks on every node", to_string(algo)));
+  }
+  if (algo == NcclAlgo::tree && !s.uniform) return no("tree needs the same number of ranks on every node");
+  if (proto == NcclProto::ll128 && !(s.nvlink && s.arch >= 0 && (s.nodes == 1 || s.nics > 0)))
+    return no("LL128 is enabled only when a node's GPUs talk over NVLink");
+
+  NcclGraph g = (algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree) ? nccl_nvls_graph(s) : nccl_ring_graph(s);
+  if (channels > 0) g.channels = channels;
+  const int n = s.ranks, N = s.nodes;
+  const int i2 = N <= 2 ? N - 1 : 2;
+  const int i1 = N == 1 ? s.arch : (s.amd_cpu ? 1 : 0);
+  const double ppn = static_cast<double>(n) / N;
+  const int nsteps = ar ? 2 * (n - 1) : n - 1;
+
+  // Bandwidth (tuning.cc lines 288-383).
+  double bw = N <= 2 ? g.bw_intra : g.bw_inter;
+  if (algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree) {
+    if (g.channels < 2) return no(fmt::format("{} needs at least 2 channels", to_string(algo)));
+    double intra = g.bw_intra * kNvlsEfficiency[s.arch] * (g.channels - 1) / g.channels;
+    intra *= ar ? 2.0 : (ppn - 1) / ppn;
+    const double inter = g.bw_inter * ((N <= 2 && algo == NcclAlgo::nvls_tree) ? 2 : 1);
+    bw = std::min(intra, inter);
+    if (algo == NcclAlgo::nvls_tree) bw = std::min(bw, kPerChMaxNvlsTree[s.arch][i2]);
+  }
+  double bus = g.channels * bw;
+  if (algo == NcclAlgo::ring && p == kLL) bus = std::min(kLLMaxBw[i1][i2], bus * 0.5);
+  if (algo == NcclAlgo::ring && p == kLL128) bus = std::min(bus * 0.92, g.channels * kPerChMaxRingLL128[s.arch][i2]);
+  if (algo == NcclAlgo::tree && ar) bus = std::min(bus * 0.92, g.channels * kPerChMaxTree[s.arch][i2]);
+  if (algo == NcclAlgo::tree && p == kLL) bus = std::min(bus / 3.8, kLLMaxBw[i1][i2]);
+  if (algo == NcclAlgo::tree && p == kLL128)
+    bus = std::min(bus * (N == 1 ? 7.0 / 9.0 : 120.0 / 128.0), g.channels * kPerChMaxTreeLL128[s.arch][i2]);
+  // Bus bandwidth to algorithm bandwidth: ring and NVLS by ranks / steps,
+  // tree AllReduce by 1/2; non-ring AllGather/ReduceScatter unconverted.
+  if (!(algo != NcclAlgo::ring && !ar)) {
+    if (algo == NcclAlgo::ring || algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree)
+      bus *= static_cast<double>(n) / nsteps;
+    else
+      bus *= 0.5;
+  }
+  if (!(bus > 0)) return no("zero bandwidth");
+
+  // Latency (tuning.cc lines 384-435).
+  const int intra_hw = s.nvlink ? kNvlinkHw : kPciHw;
+  double lat = kBaseLat[a][p];
+  double intra_lat = kHwLat[intra_hw][a][p];
+  const double inter_lat = ppn == 1 ? kHwLat[kNetHw][kTree][p] : kHwLat[kNetHw][a][p];
+  if (algo == NcclAlgo::ring) {
+    if (N == 1) intra_lat = kHwLat[intra_hw][a][p];
+    double net_overhead = 0;
+    if (N > 1) {
+      net_overhead = s.amd_cpu ? 2.0 : 1.0;
+      if (p == kSimple) net_overhead *= 3;
+    }
+    // A one-node ring's hops are intra-node; a multi-node ring's hops are
+    // costed with the network table (hw[a] = NET), its intra steps at least the overhead.
+    if (N > 1) intra_lat = std::max(intra_lat, net_overhead);
+    const int inter_steps = N == 1 ? 0 : ar ? 2 * (N - 1) : N - 1;
+    lat += (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat;
+  } else if (algo == NcclAlgo::tree) {
+    lat += 2 * ((n / N - 1) * intra_lat + log2i(N) * inter_lat);
+  } else if (algo == NcclAlgo::nvls) {
+    lat = intra_lat + (N > 1 ? inter_lat : 0);
+  } else {
+    lat += intra_lat + 2 * log2i(N) * inter_lat;
+  }
+
+  // Size-dependent refinements (ncclTopoGetAlgoTime).
+  const int log_size = bytes >= 64 ? log2i(bytes / 64) : -1;
+  if (algo == NcclAlgo::tree && ar && log_size >= 0 && log_size < 23) bus *= kTreeCorrection[p][log_size];
+  // The runtime runs the graph's channels twice over (src/graph/connect.cc).
+  const double runtime_channels = 2.0 * g.channels;
+  if (algo == NcclAlgo::ring && p == kSimple && N > 1 && ar && bytes / (runtime_channels * n) >= 64)
+    lat *= s.arch >= 1 ? 1.4 : 1.9;  // "plateau effect of ring"
+
+  NcclEstimate e;
+  e.algo = algo;
+  e.proto = proto;
+  e.channels = g.channels;
+  e.lat_us = lat;
+  e.bw_GBps = bus;
+  return e;
+}
+
+NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::optional<NcclAlgo> algo,
+                         std::optional<NcclProto> proto, int channels) {
+  std::optional<NcclEstimate> best;
+  std::string reasons;
+  for (NcclAlgo a : {NcclAlgo::ring, NcclAlgo::tree, NcclAlgo::nvls, NcclAlgo::nvls_tree}) {
+    if (algo && *algo != a) continue;
+    for (NcclProto p : {NcclProto::ll, NcclProto::ll128, NcclProto::simple}) {
+      if (proto && *proto != p) continue;
+      std::string why;
+      auto e = nccl_estimate(op, s, a, p, channels, bytes, &why);
+      if (!e) {
+        if (algo || proto) reasons += fmt::format("{}{}/{}: {}", reasons.empty() ? "" : "; ", to_string(a), to_string(p), why);
+        continue;
+      }
+      if (!best || e->time_us(bytes) < best->time_us(bytes)) best = e;
+    }
+  }
+  if (!best)
+    throw ParmError(fmt::format("no NCCL algorithm runs {} here{}{}", to_string(op), reasons.empty() ? "" : ": ",
+                                reasons));
+  return *best;
+}
+
+double nccl_p2p_latency_us(const NcclSystem& s, bool inter_node) {
+  const int hw = inter_node ? kNetHw : (s.nvlink ? kNvlinkHw : kPciHw);
+  return kBaseLat[kRing][kSimple] + kHwLat[hw][kRing][kSimple];
+}
+
+}  // namespace parmsim

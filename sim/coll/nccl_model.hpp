@@ -1,0 +1,93 @@
+#pragma once
+// NCCL's own cost model and algorithm choice, derived from the topology.
+//
+// NCCL (src/graph/tuning.cc, ncclTopoTuneModel and ncclTopoGetAlgoTime,
+// v2.28-v2.30) estimates every (algorithm, protocol) pair of a collective as
+//   time = latency + bytes / (1000 * bandwidth)       [us, GB/s]
+// and runs the cheapest. The bandwidth comes from the channel graphs its
+// topology search built (channels x GB/s per channel); the latency from
+// per-algorithm base latencies plus per-hop latencies of the link type.
+// This file rebuilds those graphs from a parmsim topology by NCCL's search
+// rules (src/graph/search.cc: speed ladders, one ring per NIC rail, channel
+// duplication), evaluates NCCL's formulas with NCCL's constants, and picks as
+// NCCL picks. docs/collectives.md lists every constant with its source line.
+//
+// The simulator uses the chosen pair: the collective's flows get the model's
+// latency, and no flow runs faster than the model's bandwidth allows (a floor
+// of bytes / bandwidth on every flow), so one collective alone takes what
+// NCCL's model says, and collectives that share links slow each other down
+// by max-min sharing.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/graph/task_graph.hpp"
+#include "sim/topo/topology.hpp"
+
+namespace parmsim {
+
+enum class NcclAlgo { ring, tree, nvls, nvls_tree };
+enum class NcclProto { ll, ll128, simple };
+const char* to_string(NcclAlgo a);
+const char* to_string(NcclProto p);
+bool parse_nccl_algo(const std::string& s, NcclAlgo* out);
+bool parse_nccl_proto(const std::string& s, NcclProto* out);  // ll, ll128, simple (any case)
+
+// What NCCL's tuner sees of one communicator on a topology.
+struct NcclSystem {
+  int ranks = 0, nodes = 0;
+  int ppn = 0;             // ranks per node (the most on any node)
+  bool uniform = true;     // every node holds ppn ranks
+  int arch = 0;            // 0 Volta and older/other, 1 Ampere, 2 Hopper, 3 Blackwell (NCCL's compCapIndex)
+  bool nvlink = false;     // ranks of a node talk over NVLink (else PCIe)
+  double intra_bw = 0;     // GB/s: slowest path between ranks of one node (sustained)
+  double nic_bw = 0;       // GB/s: slowest GPU -> NIC -> network path between nodes (sustained)
+  int nics = 0;            // NICs per node
+  bool nvls = false;       // NVSwitch with NVLink SHARP and Hopper or newer
+  bool amd_cpu = false;
+};
+NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo);
+
+// A channel graph: `channels` rings (or trees), each `bw_intra` GB/s inside a
+// node and `bw_inter` GB/s between nodes.
+struct NcclGraph {
+  int channels = 0;
+  double bw_intra = 0, bw_inter = 0;
+};
+NcclGraph nccl_ring_graph(const NcclSystem& s);  // also the tree graph (NCCL forces the same channels)
+NcclGraph nccl_nvls_graph(const NcclSystem& s);
+
+// One (algorithm, protocol) as NCCL's model costs it.
+struct NcclEstimate {
+  NcclAlgo algo = NcclAlgo::ring;
+  NcclProto proto = NcclProto::simple;
+  int channels = 0;      // the graph's channels (NCCL_DEBUG prints them as "nChannels")
+  double lat_us = 0;     // latency, with the ring's plateau factor where it applies
+  double bw_GBps = 0;    // algorithm bandwidth, with the tree correction factor at this size
+  double time_us(double bytes) const { return lat_us + bytes / (1000.0 * bw_GBps); }
+  std::string label() const;  // "ring/simple/8"
+};
+
+// The estimate for one pair at `bytes` (nccl-tests' size convention, which is
+// NCCL's nBytes: the whole buffer for AllGather/ReduceScatter); nullopt when
+// NCCL would not run it here (`why` says why). `channels` > 0 replaces the
+// graph's channel count (NCCL_MIN/MAX_NCHANNELS).
+std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAlgo a, NcclProto p, int channels,
+                                          double bytes, std::string* why = nullptr);
+
+// NCCL's choice: the least estimated time over the enabled pairs, limited to
+// `algo`/`proto` when given. Throws ParmError when nothing is left (e.g. NVLS
+// forced on a topology without NVLS switches).
+NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::optional<NcclAlgo> algo = {},
+                         std::optional<NcclProto> proto = {}, int channels = 0);
+
+// Does NCCL's tuner cost this op (allreduce, allgather, reducescatter)?
+bool nccl_tuned(CollOp op);
+
+// Point-to-point (send/recv, AlltoAll) latency in us as parmsim models it:
+// NCCL has no tuner entry for send/recv, so this takes the ring's Simple
+// base latency plus one Simple hop of the path's kind (NVLink or PCIe inside
+// a node, network across nodes) from the same tables.
+double nccl_p2p_latency_us(const NcclSystem& s, bool inter_node);
+
+}  // namespace parmsim
