@@ -36,6 +36,10 @@ void add_calibrate(CLI::App& app) {
   c->add_option("--topology", a->topology, "name of the cluster the measurements come from (recorded in the file)");
   c->add_option("-o,--output", a->out, "calibration YAML to write");
   c->callback([a] {
+    // Before measuring or fitting anything: the output is not an input, a link, a directory or a device.
+    std::vector<NamedPath> inputs;
+    for (const std::string& f : a->files) inputs.push_back({"an --import-nccl-tests input", f});
+    check_outputs({{"--output", a->out}}, inputs);
     if (a->files.empty()) {
       if (a->backend != "cpu")
         throw ParmError(fmt::format("calibrate: backend '{}' is not available here; use --backend cpu", a->backend));

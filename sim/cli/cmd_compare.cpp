@@ -14,6 +14,7 @@
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/output.hpp"
+#include "sim/io/yaml_reader.hpp"
 #include "sim/topo/topology_io.hpp"
 
 namespace parmsim::cli {
@@ -48,12 +49,17 @@ void add_compare(CLI::App& app) {
   c->add_option("-n,--network", a->network, "analytical | flow")->capture_default_str();
   c->add_option("-o,--output", a->out, "CSV: name, measured_us, predicted_us (for plots/make_figures.py)");
   c->callback([a] {
+    check_outputs({{"--output", a->out}}, {{"the --measured trace", a->measured},
+                                          {"the --measured trace's .json sidecar", a->measured + ".json"},
+                                          {"the topology file", a->topo},
+                                          {"the calibration file", a->calibration}});
     std::ifstream sj(a->measured + ".json");
     if (!sj)
       throw ParmError(
           fmt::format("{}: no {}.json beside it; traces from `parmsim execute` have one", a->measured, a->measured));
     nlohmann::json side;
     try {
+      YamlReader::load_file(a->measured + ".json");  // strict JSON, no repeated key
       sj >> side;
     } catch (const std::exception& e) {
       throw ParmError(fmt::format("{}.json: {}", a->measured, e.what()));

@@ -175,6 +175,8 @@ void add_exec(CLI::App& app) {
   ea->be.add(e, true);
   e->add_option("--trace", ea->trace, "write the measured per-task trace CSV here")->required();
   e->callback([ea] {
+    // Before running anything: the trace and its sidecar can be written.
+    check_outputs({{"--trace", ea->trace}, {"--trace (its .json sidecar)", ea->trace + ".json"}}, {});
     moe::ScheduleOptions custom = moe::preset("s1");
     bool has_custom = false;
     const moe::LayerSpec s = ea->layer.spec(&custom, &has_custom);

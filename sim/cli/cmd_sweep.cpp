@@ -26,7 +26,8 @@ void add_sweep(CLI::App& app) {
   c->add_option("-j,--jobs", a->jobs,
                 "threads (default, 0: all cores; at most 4 per core and one per configuration are started)")
       ->check(int_in(0, 2147483647));
-  c->add_flag("--resume", a->resume, "keep the complete rows of an interrupted run (OUTPUT.partial) and run the rest");
+  c->add_flag("--resume", a->resume, "keep the complete rows of an interrupted run (OUTPUT.partial) and run the rest; refused if an "
+              "input file changed since");
   c->add_flag("-q,--quiet", a->quiet, "no progress output");
   add_calibration_option(c, a->calibration);
   c->add_flag("--count", a->list, "only expand the spec and print how many configurations it holds");

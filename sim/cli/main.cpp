@@ -5,6 +5,7 @@
 
 #include "sim/cli/common.hpp"
 #include "sim/core/error.hpp"
+#include "sim/io/output.hpp"
 #include "sim/io/yaml_reader.hpp"
 #include "sim/version.hpp"
 
@@ -26,7 +27,10 @@ int main(int argc, char** argv) {
         std::fputs(parmsim::help_config().c_str(), stdout);
         return 0;
       }
+    // A command's output files appear together when it succeeds, or not at all.
+    parmsim::OutputBatch outputs;
     app.parse(argc, argv);
+    outputs.commit();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const parmsim::ParmError& e) {

@@ -1,41 +1,226 @@
 #include "sim/io/output.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "sim/core/error.hpp"
 
 namespace parmsim {
 
-void write_atomically(const std::string& path, const std::function<void(std::ostream&)>& fill) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
-    if (!os) throw ParmError(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
-    try {
-      fill(os);
-    } catch (...) {
-      os.close();
-      std::remove(tmp.c_str());
-      throw;
-    }
-    os.flush();
-    if (!os) {
-      std::remove(tmp.c_str());
-      throw ParmError(fmt::format("{}: write failed", path));
-    }
+namespace {
+
+std::mutex& io_mutex() {
+  static std::mutex m;
+  return m;
+}
+// Files noted as inputs: path, device, inode.
+struct Noted {
+  std::string path;
+  dev_t dev;
+  ino_t ino;
+};
+std::vector<Noted>& noted_inputs() {
+  static std::vector<Noted> v;
+  return v;
+}
+// Open batches, innermost last.
+std::vector<OutputBatch*>& open_batches() {
+  static std::vector<OutputBatch*> v;
+  return v;
+}
+
+std::string absolute_path(const std::string& p) {
+  std::error_code ec;
+  const auto a = std::filesystem::absolute(p, ec);
+  return ec ? p : a.lexically_normal().string();
+}
+
+const char* kind_of_file(mode_t m) {
+  if (S_ISLNK(m)) return "a symbolic link";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+// Renames a finished temporary over `path`, checking once more that `path`
+// is still a regular file or absent; removes the temporary on failure.
+void rename_into_place(const std::string& tmp, const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    ::unlink(tmp.c_str());
+    throw ParmError(fmt::format("output: '{}' became {} while it was being written; not replaced", path,
+                                kind_of_file(st.st_mode)));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw ParmError(fmt::format("{}: cannot rename into place: {}", path, why));
+    ::unlink(tmp.c_str());
+    throw ParmError(fmt::format("output: '{}': cannot rename into place: {}", path, why));
   }
+}
+
+}  // namespace
+
+void note_input_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;
+  std::lock_guard<std::mutex> lk(io_mutex());
+  auto& v = noted_inputs();
+  for (const Noted& n : v)
+    if (n.dev == st.st_dev && n.ino == st.st_ino && n.path == path) return;
+  v.push_back({path, st.st_dev, st.st_ino});
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+void check_output_path(const std::string& option, const std::string& path, const std::vector<NamedPath>& inputs) {
+  if (path.empty()) return;
+  const std::string who = option.empty() ? "output" : option;
+  auto fail = [&](const std::string& why) { throw ParmError(fmt::format("{}: '{}' {}", who, path, why)); };
+  const std::string rest = "; outputs are written only to regular files or to new paths";
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (S_ISLNK(st.st_mode))
+      fail("is a symbolic link; parmsim does not write through links (give the target's path)");
+    if (!S_ISREG(st.st_mode)) fail(fmt::format("is {}{}", kind_of_file(st.st_mode), rest));
+    for (const NamedPath& in : inputs)
+      if (!in.path.empty() && same_file(path, in.path))
+        fail(in.path == path ? fmt::format("is {}, an input of this command; refusing to overwrite it", in.what)
+                             : fmt::format("is {} ('{}'), an input of this command; refusing to overwrite it", in.what,
+                                           in.path));
+    {
+      // The same inode, still under the path it was read from (a deleted
+      // input's inode number may have gone to a new file since).
+      std::lock_guard<std::mutex> lk(io_mutex());
+      for (const Noted& n : noted_inputs()) {
+        struct stat now {};
+        if (n.dev == st.st_dev && n.ino == st.st_ino && ::stat(n.path.c_str(), &now) == 0 && now.st_dev == n.dev &&
+            now.st_ino == n.ino)
+          fail("is a file this command reads as input; refusing to overwrite it");
+      }
+    }
+  } else if (errno != ENOENT) {
+    fail(fmt::format("cannot be checked: {}", std::strerror(errno)));
+  } else if (path.back() == '/') {
+    fail("names a directory; give a file name");
+  }
+  // The temporary file and the rename need the directory, writable.
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  const std::string dir = parent.empty() ? std::string(".") : parent;
+  struct stat ds {};
+  if (::stat(dir.c_str(), &ds) != 0)
+    fail(fmt::format("cannot be created: directory '{}' {}", dir,
+                     errno == ENOENT ? "does not exist" : std::strerror(errno)));
+  if (!S_ISDIR(ds.st_mode)) fail(fmt::format("cannot be created: '{}' is not a directory", dir));
+  if (::access(dir.c_str(), W_OK) != 0)
+    fail(fmt::format("cannot be written: directory '{}': {}", dir, std::strerror(errno)));
+}
+
+void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].path.empty()) continue;
+    check_output_path(outputs[i].what, outputs[i].path, inputs);
+    for (std::size_t j = 0; j < i; ++j)
+      if (!outputs[j].path.empty() && (absolute_path(outputs[j].path) == absolute_path(outputs[i].path) ||
+                                       same_file(outputs[j].path, outputs[i].path)))
+        throw ParmError(fmt::format("{}: '{}' is also the {} output; give each output its own file", outputs[i].what,
+                                    outputs[i].path, outputs[j].what));
+  }
+}
+
+OutputBatch::OutputBatch() {
+  open_batches().push_back(this);
+}
+
+OutputBatch::~OutputBatch() {
+  auto& v = open_batches();
+  v.erase(std::remove(v.begin(), v.end(), this), v.end());
+  for (const Staged& s : staged_) ::unlink(s.tmp.c_str());
+}
+
+std::vector<std::string> OutputBatch::pending() const {
+  std::vector<std::string> out;
+  for (const Staged& s : staged_) out.push_back(s.path);
+  return out;
+}
+
+void OutputBatch::commit() {
+  auto& v = open_batches();
+  v.erase(std::remove(v.begin(), v.end(), this), v.end());
+  std::vector<Staged> todo;
+  todo.swap(staged_);
+  std::vector<std::string> renamed;
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    try {
+      rename_into_place(todo[i].tmp, todo[i].path);
+    } catch (...) {
+      // All or none: the others' temporaries and what is already in place go.
+      for (std::size_t j = i + 1; j < todo.size(); ++j) ::unlink(todo[j].tmp.c_str());
+      for (const std::string& p : renamed) ::unlink(p.c_str());
+      throw;
+    }
+    renamed.push_back(todo[i].path);
+  }
+}
+
+void write_atomically(const std::string& path, const std::function<void(std::ostream&)>& fill) {
+  check_output_path("", path);
+  OutputBatch* batch = open_batches().empty() ? nullptr : open_batches().back();
+  const std::string abs = absolute_path(path);
+  for (const OutputBatch* b : open_batches())
+    for (const OutputBatch::Staged& s : b->staged_)
+      if (absolute_path(s.path) == abs)
+        throw ParmError(fmt::format("output: '{}' is written twice by this command; give each output its own file",
+                                    path));
+  // Replacing a regular file keeps its permissions.
+  struct stat st {};
+  const bool existed = ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  static std::atomic<unsigned> counter{0};
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), counter.fetch_add(1));
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) throw ParmError(fmt::format("output: '{}': cannot write: {}", path, std::strerror(errno)));
+  if (existed) (void)::fchmod(fd, st.st_mode & 07777);
+  ::close(fd);
+  try {
+    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
+    if (!os) throw ParmError(fmt::format("output: '{}': cannot write: {}", path, std::strerror(errno)));
+    fill(os);
+    os.flush();
+    if (!os) throw ParmError(fmt::format("output: '{}': write failed: {}", path, std::strerror(errno)));
+    os.close();
+    if (!os) throw ParmError(fmt::format("output: '{}': write failed: {}", path, std::strerror(errno)));
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (batch) {
+    batch->staged_.push_back({tmp, path});
+    return;
+  }
+  rename_into_place(tmp, path);
 }
 
 std::string us_exact(Time t) {

@@ -1,16 +1,71 @@
 #pragma once
-// Result files. Every file is written to "<path>.tmp.<pid>" and renamed into
-// place, so a crash or an error never leaves a half-written output.
+// Result files. Every file is written to a temporary file beside it
+// ("<path>.tmp.<pid>.<n>", created exclusively) and renamed into place, so a
+// crash or an error never leaves a half-written output.
+//
+// What an output path may be: a regular file (replaced, keeping its mode) or
+// a path that does not exist yet, in an existing directory. A symbolic link,
+// directory, device, FIFO or socket is refused, never written through, and so
+// is a file the command reads (compared by device and inode, so ./x and x,
+// hard links and links to it all match).
 #include <functional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "sim/engine/simulator.hpp"
 #include "sim/graph/task_graph.hpp"
 
 namespace parmsim {
 
+// Writes `path` through a temporary file. Refuses (ParmError naming the path)
+// what check_output_path refuses. Inside an OutputBatch the file is renamed
+// into place when the batch commits; otherwise at once.
 void write_atomically(const std::string& path, const std::function<void(std::ostream&)>& fill);
+
+// A file named on the command line or in an input file, with what it is
+// ("--output", "the sweep spec", "topology file").
+struct NamedPath {
+  std::string what;
+  std::string path;
+};
+
+// Records a file this process reads as input (YamlReader::load_file does for
+// every YAML/JSON input): write_atomically refuses to replace it.
+void note_input_file(const std::string& path);
+// Whether two paths name the same existing file (st_dev and st_ino).
+bool same_file(const std::string& a, const std::string& b);
+
+// Throws a one-line ParmError naming `option` and `path` unless `path` may be
+// written as an output: not a link, directory, device, FIFO or socket; its
+// directory exists; not one of `inputs` nor a file noted as an input. An
+// empty path is not an output (nothing is checked).
+void check_output_path(const std::string& option, const std::string& path, const std::vector<NamedPath>& inputs = {});
+// Every output of one command, as above, and no two naming the same file.
+void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
+
+// The outputs of one command appear together or not at all: while a batch is
+// open, write_atomically leaves each file in its temporary; commit() renames
+// them all into place (on a failure it removes what it renamed and throws);
+// a batch destroyed without commit() removes its temporaries. Batches nest:
+// files go to the innermost open one. Not for use from several threads.
+class OutputBatch {
+ public:
+  OutputBatch();
+  ~OutputBatch();
+  OutputBatch(const OutputBatch&) = delete;
+  OutputBatch& operator=(const OutputBatch&) = delete;
+  void commit();
+  // Files staged so far (their final paths).
+  std::vector<std::string> pending() const;
+
+ private:
+  friend void write_atomically(const std::string&, const std::function<void(std::ostream&)>&);
+  struct Staged {
+    std::string tmp, path;
+  };
+  std::vector<Staged> staged_;
+};
 
 // CSV: task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops
 // (times with 6 decimals: exact picoseconds).

@@ -2,14 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
+#include "sim/io/output.hpp"
 
 namespace parmsim {
 
@@ -32,18 +37,101 @@ std::string help_config() {
 YamlReader::YamlReader(YAML::Node node, std::string file, std::string path)
     : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)) {}
 
+namespace {
+
+bool ends_with_ci(const std::string& s, const std::string& suffix) {
+  if (s.size() < suffix.size()) return false;
+  for (std::size_t i = 0; i < suffix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[s.size() - suffix.size() + i])) != suffix[i]) return false;
+  return true;
+}
+
+// Line and column (1-based) of byte offset `at` in `text`.
+std::pair<std::size_t, std::size_t> line_col(const std::string& text, std::size_t at) {
+  std::size_t line = 1, col = 1;
+  for (std::size_t i = 0; i < at && i < text.size(); ++i) {
+    if (text[i] == '\n')
+      ++line, col = 1;
+    else
+      ++col;
+  }
+  return {line, col};
+}
+
+// A .json file is JSON: yaml-cpp would read `[1, 2,]` or `{"a": 1,}` (valid
+// YAML flow style) without a word, so JSON syntax is checked first.
+void check_json_syntax(const std::string& text, const std::string& name) {
+  try {
+    const nlohmann::json parsed = nlohmann::json::parse(text);
+    (void)parsed;
+  } catch (const nlohmann::json::parse_error& e) {
+    const auto [line, col] = line_col(text, e.byte > 0 ? e.byte - 1 : 0);
+    std::string msg = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error ..." -> "syntax error ..."
+    if (const auto c = msg.find(", column "); c != std::string::npos)
+      if (const auto colon = msg.find(": ", c); colon != std::string::npos) msg = msg.substr(colon + 2);
+    throw ParmError(fmt::format("{}:{}:{}: malformed JSON: {}", name, line, col, msg));
+  }
+}
+
+// yaml-cpp keeps both entries of a repeated key and lookups see the first:
+// every mapping of the document is checked. Aliased nodes are walked once.
+void check_duplicate_keys(const YAML::Node& root, const std::string& name) {
+  std::set<std::pair<int, int>> walked;  // (position, type): a node's identity in the text
+  std::vector<std::pair<YAML::Node, std::string>> todo{{root, ""}};
+  while (!todo.empty()) {
+    const YAML::Node n = todo.back().first;
+    const std::string path = todo.back().second;
+    todo.pop_back();
+    if (!n.IsMap() && !n.IsSequence()) continue;
+    if (!walked.insert({n.Mark().pos, static_cast<int>(n.Type())}).second) continue;
+    if (n.IsSequence()) {
+      std::size_t i = 0;
+      for (auto it = n.begin(); it != n.end(); ++it, ++i) todo.emplace_back(*it, fmt::format("{}[{}]", path, i));
+      continue;
+    }
+    std::map<std::string, YAML::Mark> seen;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const std::string k = it->first.IsScalar() ? it->first.Scalar() : std::string();
+      const std::string kp = path.empty() ? k : path + "." + k;
+      if (it->first.IsScalar()) {
+        const auto [first, fresh] = seen.emplace(k, it->first.Mark());
+        if (!fresh) {
+          const YAML::Mark m = it->first.Mark();
+          throw ParmError(fmt::format("{}:{}:{}: duplicate key '{}' (first at line {}); a key may appear once", name,
+                                      m.line + 1, m.column + 1, kp, first->second.line + 1));
+        }
+      }
+      todo.emplace_back(it->second, kp);
+    }
+  }
+}
+
+}  // namespace
+
 YamlReader YamlReader::load_file(const std::string& file) {
-  std::ifstream in(file);
+  std::ifstream in(file, std::ios::binary);
   if (!in) throw ParmError(fmt::format("{}: cannot open file: {}", file, std::strerror(errno)));
   std::stringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) throw ParmError(fmt::format("{}: cannot read file", file));
+  note_input_file(file);
   return load_string(ss.str(), file);
 }
 
 YamlReader YamlReader::load_string(const std::string& text, const std::string& name) {
+  if (ends_with_ci(name, ".json")) check_json_syntax(text, name);
   try {
-    YAML::Node n = YAML::Load(text);
+    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    for (std::size_t i = 1; i < docs.size(); ++i)
+      if (docs[i] && !docs[i].IsNull()) {
+        const YAML::Mark m = docs[i].Mark();
+        throw ParmError(fmt::format("{}:{}:{}: a second YAML document (after '---'); a file holds one", name,
+                                    m.line + 1, m.column + 1));
+      }
+    YAML::Node n = docs.empty() ? YAML::Node() : docs.front();
     if (!n || n.IsNull()) throw ParmError(fmt::format("{}:1:1: the file is empty; expected a mapping", name));
+    check_duplicate_keys(n, name);
     return YamlReader(n, name, "");
   } catch (const YAML::Exception& e) {
     throw ParmError(fmt::format("{}:{}:{}: malformed YAML: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg));

@@ -1,18 +1,23 @@
 #include "sim/sweep/runner.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 #include <system_error>
 #include <thread>
 
@@ -109,21 +114,112 @@ class Progress {
   std::size_t last_done_ = 0;
 };
 
-// Complete configurations at the head of a partial file: returns how many,
-// and the byte length they occupy. Throws if a row does not match the spec.
-std::pair<std::size_t, std::size_t> scan_partial(const Spec& spec, const std::string& path) {
+// The partial file's first line records what the rows were computed from:
+// "#parmsim-sweep-partial " and one line of JSON, {"parmsim": version,
+// "inputs": [{"role", "file", "path" (absolute), "fnv1a64"}]}. The CSV (the
+// results file's content) follows it; the line is dropped when the results are
+// put in place.
+constexpr std::string_view kPartialTag = "#parmsim-sweep-partial ";
+
+struct InputFile {
+  std::string role, file, abs, hash;
+};
+
+std::string file_hash(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return {0, 0};
+  if (!in) throw ParmError(fmt::format("{}: cannot open file", path));
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string text = ss.str();
+  return fmt::format("{:016x}", fnv1a(ss.str()));
+}
+
+// Every file the sweep's results depend on: the spec, each topology file
+// (once), the calibration file.
+std::vector<InputFile> input_files(const Spec& spec) {
+  std::vector<InputFile> v;
+  auto add = [&](const std::string& role, const std::string& file) {
+    std::error_code ec;
+    std::string abs = std::filesystem::absolute(file, ec).lexically_normal().string();
+    if (ec) abs = file;
+    for (const InputFile& f : v)
+      if (f.abs == abs) return;
+    v.push_back({role, file, abs, file_hash(file)});
+  };
+  add("sweep spec", spec.file);
+  for (const auto& t : spec.topologies) add("topology", t.file);
+  if (!spec.calibration_file.empty()) add("calibration", spec.calibration_file);
+  return v;
+}
+
+nlohmann::json inputs_json(const std::vector<InputFile>& inputs) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const InputFile& f : inputs) a.push_back({{"role", f.role}, {"file", f.file}, {"path", f.abs}, {"fnv1a64", f.hash}});
+  return a;
+}
+
+std::string partial_first_line(const std::vector<InputFile>& inputs) {
+  const nlohmann::json j = {{"parmsim", kVersion}, {"inputs", inputs_json(inputs)}};
+  return std::string(kPartialTag) + j.dump() + "\n";
+}
+
+// Refuses a partial file whose rows were computed from other inputs than
+// this run's (or by another parmsim version), naming the file that changed.
+void check_partial_inputs(const std::string& path, const std::string& first, const std::vector<InputFile>& inputs) {
+  const std::string again = "remove it or run without --resume";
+  if (first.compare(0, kPartialTag.size(), kPartialTag) != 0)
+    throw ParmError(fmt::format("{}:1: no '{}' line recording the inputs (written by an older parmsim?); {}", path,
+                                kPartialTag.substr(0, kPartialTag.size() - 1), again));
+  std::string version;
+  std::map<std::string, std::pair<std::string, std::string>> rec;  // absolute path -> (file, hash)
+  std::vector<std::pair<std::string, std::string>> rec_order;      // (absolute path, role)
+  try {
+    const nlohmann::json j = nlohmann::json::parse(first.substr(kPartialTag.size()));
+    version = j.at("parmsim").get<std::string>();
+    for (const auto& f : j.at("inputs")) {
+      rec[f.at("path").get<std::string>()] = {f.at("file").get<std::string>(), f.at("fnv1a64").get<std::string>()};
+      rec_order.emplace_back(f.at("path").get<std::string>(), f.at("role").get<std::string>());
+    }
+  } catch (const nlohmann::json::exception&) {
+    throw ParmError(fmt::format("{}:1: the record of the inputs is damaged; {}", path, again));
+  }
+  if (version != kVersion)
+    throw ParmError(fmt::format("{}: written by parmsim {}, this is {}; {}", path, version, kVersion, again));
+  for (const InputFile& f : inputs) {
+    const auto it = rec.find(f.abs);
+    if (it == rec.end())
+      throw ParmError(fmt::format("{}: the interrupted run did not read {} '{}': the inputs changed; {}", path, f.role,
+                                  f.file, again));
+    if (it->second.second != f.hash)
+      throw ParmError(fmt::format(
+          "{}: {} '{}' changed since the interrupted run (fnv1a64 {} then, {} now): its rows would mix with new "
+          "ones; {}",
+          path, f.role, f.file, it->second.second, f.hash, again));
+  }
+  for (const auto& [abs, role] : rec_order) {
+    bool found = false;
+    for (const InputFile& f : inputs) found = found || f.abs == abs;
+    if (!found)
+      throw ParmError(fmt::format("{}: the interrupted run also read {} '{}', this one does not; {}", path, role,
+                                  rec[abs].first, again));
+  }
+}
+
+// Complete configurations at the head of a partial file: returns how many,
+// and the byte length they occupy (with the first line). Throws if the
+// inputs changed or a row does not match the spec.
+std::pair<std::size_t, std::size_t> scan_partial(const Spec& spec, const std::string& path, const std::string& text,
+                                                 const std::vector<InputFile>& inputs) {
+  const std::size_t first_end = text.find('\n');
+  if (first_end == std::string::npos) return {0, 0};  // killed before its first line: nothing to keep
+  check_partial_inputs(path, text.substr(0, first_end), inputs);
   const std::string header = csv_header();
-  if (text.compare(0, header.size(), header) != 0) {
-    if (text.size() < header.size()) return {0, 0};
+  const std::size_t head = first_end + 1;
+  if (text.compare(head, header.size(), header) != 0) {
+    if (text.size() - head < header.size()) return {0, 0};
     throw ParmError(fmt::format("{}: its header is not this version's; remove it or run without --resume", path));
   }
   const std::size_t per = spec.schedules.size();
-  std::size_t pos = header.size(), configs = 0, rows_in_config = 0, good_end = header.size();
+  std::size_t pos = head + header.size(), configs = 0, rows_in_config = 0, good_end = pos;
   while (pos < text.size()) {
     const std::size_t nl = text.find('\n', pos);
     if (nl == std::string::npos) break;  // half-written row: dropped
@@ -145,11 +241,50 @@ std::pair<std::size_t, std::size_t> scan_partial(const Spec& spec, const std::st
   return {configs, good_end};
 }
 
-void write_run_json(const Spec& spec, const RunOptions& opt, const RunSummary& s) {
-  const std::filesystem::path out(opt.out);
+void write_all(int fd, std::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw ParmError(fmt::format("{}: write failed: {}", path, std::strerror(n < 0 ? errno : ENOSPC)));
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+std::string read_all(int fd, const std::string& path) {
+  std::string text;
+  char buf[1 << 16];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buf, sizeof buf, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw ParmError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+    if (n == 0) return text;
+    text.append(buf, static_cast<std::size_t>(n));
+    at += n;
+  }
+}
+
+std::string run_json_path(const std::string& out) {
+  const std::filesystem::path o(out);
   // "<results stem>.run.json": several sweeps can share a folder without
   // overwriting each other's record.
-  const std::string path = (out.parent_path() / (out.stem().string() + ".run.json")).string();
+  return (o.parent_path() / (o.stem().string() + ".run.json")).string();
+}
+
+// The open, locked partial file (rank 0). flock: a second sweep on the same
+// output is refused at start; the kernel drops the lock when the process
+// dies, so a killed sweep never blocks the next one.
+struct PartialFile {
+  std::string path;
+  int fd = -1;
+  ~PartialFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void write_run_json(const Spec& spec, const RunOptions& opt, const RunSummary& s,
+                    const std::vector<InputFile>& inputs) {
+  const std::filesystem::path out(opt.out);
+  const std::string path = run_json_path(opt.out);
   nlohmann::json j = {{"parmsim_version", kVersion},
                       {"spec", spec.file},
                       {"name", spec.name},
@@ -169,7 +304,67 @@ void write_run_json(const Spec& spec, const RunOptions& opt, const RunSummary& s
   for (const auto& t : spec.topologies)
     tops.push_back({{"label", t.label}, {"file", t.file}, {"overrides", t.overrides}, {"gpus", t.topo->num_gpus()}});
   j["topologies"] = tops;
+  j["inputs"] = inputs_json(inputs);
   write_atomically(path, [&](std::ostream& os) { os << j.dump(1) << "\n"; });
+}
+
+}  // namespace
+
+namespace {
+
+// Rank 0, before anything runs: checks the outputs against the inputs, opens
+// and locks OUT.partial, and (with --resume) keeps its complete
+// configurations. Returns the first configuration to run.
+std::size_t open_partial(const Spec& spec, const RunOptions& opt, const std::vector<InputFile>& inputs,
+                         PartialFile* pf) {
+  std::vector<NamedPath> ins;
+  for (const InputFile& f : inputs) ins.push_back({f.role == "sweep spec" ? "the sweep spec" : "the " + f.role + " file", f.file});
+  check_outputs({{"--output", opt.out},
+                 {"--output (its .partial file)", pf->path},
+                 {"--output (its .run.json file)", run_json_path(opt.out)}},
+                ins);
+  struct stat st {};
+  const bool existed = ::lstat(pf->path.c_str(), &st) == 0;
+  pf->fd = ::open(pf->path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+  if (pf->fd < 0) throw ParmError(fmt::format("--output: '{}': cannot open: {}", pf->path, std::strerror(errno)));
+  if (::flock(pf->fd, LOCK_EX | LOCK_NB) != 0)
+    throw ParmError(fmt::format("--output: '{}' is being written by another sweep (it holds '{}'); wait for it to "
+                                "finish or give another --output",
+                                opt.out, pf->path));
+  std::size_t start = 0, keep = 0;
+  try {
+    if (opt.resume) std::tie(start, keep) = scan_partial(spec, pf->path, read_all(pf->fd, pf->path), inputs);
+    const std::string head = start > 0 ? std::string() : partial_first_line(inputs) + csv_header();
+    if (::ftruncate(pf->fd, static_cast<off_t>(start > 0 ? keep : 0)) != 0 ||
+        ::lseek(pf->fd, 0, SEEK_END) < 0)
+      throw ParmError(fmt::format("{}: cannot truncate: {}", pf->path, std::strerror(errno)));
+    write_all(pf->fd, head, pf->path);
+  } catch (...) {
+    if (!existed) ::unlink(pf->path.c_str());  // ours, and empty
+    throw;
+  }
+  return start;
+}
+
+// The results file: the partial file without its first line.
+void copy_results(int fd, const std::string& partial, std::ostream& os) {
+  char buf[1 << 16];
+  bool first_line = true;
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buf, sizeof buf, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw ParmError(fmt::format("{}: cannot read: {}", partial, std::strerror(errno)));
+    if (n == 0) return;
+    at += n;
+    std::size_t from = 0;
+    if (first_line) {
+      const char* nl = static_cast<const char*>(std::memchr(buf, '\n', static_cast<std::size_t>(n)));
+      if (!nl) continue;
+      from = static_cast<std::size_t>(nl - buf) + 1;
+      first_line = false;
+    }
+    os.write(buf + from, static_cast<std::streamsize>(static_cast<std::size_t>(n) - from));
+  }
 }
 
 }  // namespace
@@ -180,120 +375,135 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   opt.threads = opt.threads <= 0 ? cores : std::min(opt.threads, 4 * cores);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string partial = opt.out + ".partial";
   RunSummary sum;
   const bool root = opt.mpi_rank == 0;
+  PartialFile pf;
+  pf.path = opt.out + ".partial";
 
-  // Rank 0 decides where to start; everyone learns it.
-  std::size_t start = 0, keep_bytes = 0;
-  if (root && opt.resume) std::tie(start, keep_bytes) = scan_partial(spec, partial);
+  // Rank 0 decides where to start; everyone learns it (or that it failed).
+  constexpr std::size_t kFailed = static_cast<std::size_t>(-1);
+  std::size_t start = 0;
+  std::vector<InputFile> inputs;
+  std::exception_ptr root_failure;
+  if (root) {
+    try {
+      inputs = input_files(spec);
+      start = open_partial(spec, opt, inputs, &pf);
+    } catch (...) {
+      root_failure = std::current_exception();
+      start = kFailed;
+    }
+  }
   start = mpi::broadcast_size(start);
+  if (root_failure) std::rethrow_exception(root_failure);
+  if (start == kFailed) throw ParmError("sweep: MPI rank 0 could not start the sweep (see its message)");
   sum.configs_resumed = start;
 
-  std::ofstream os;
-  if (root) {
-    if (opt.resume && start > 0) {
-      std::filesystem::resize_file(partial, keep_bytes);
-      os.open(partial, std::ios::binary | std::ios::app);
-    } else {
-      os.open(partial, std::ios::binary | std::ios::trunc);
-      os << csv_header();
-    }
-    if (!os) throw ParmError(fmt::format("{}: cannot write", partial));
-    os.flush();
-  }
-
   const std::size_t n = spec.configs.size();
-  // This rank's configurations: every mpi_size-th one from `start`.
-  std::vector<std::size_t> mine;
-  for (std::size_t i = start; i < n; ++i)
-    if ((i - start) % static_cast<std::size_t>(opt.mpi_size) == static_cast<std::size_t>(opt.mpi_rank))
-      mine.push_back(i);
+  std::size_t written = start;  // complete configurations in the partial file
+  try {
+    // This rank's configurations: every mpi_size-th one from `start`.
+    std::vector<std::size_t> mine;
+    for (std::size_t i = start; i < n; ++i)
+      if ((i - start) % static_cast<std::size_t>(opt.mpi_size) == static_cast<std::size_t>(opt.mpi_rank))
+        mine.push_back(i);
 
-  std::vector<std::string> rows(n);
-  std::vector<char> ready(n, 0);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<std::size_t> next{0};
-  std::exception_ptr failure;
-  std::size_t written = start, done_count = 0;
-  Progress progress(n - start, opt.progress && root);
-  const bool stream = root && opt.mpi_size == 1;
+    std::vector<std::string> rows(n);
+    std::vector<char> ready(n, 0);
+    std::mutex mu;
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr failure;
+    std::size_t done_count = 0;
+    Progress progress(n - start, opt.progress && root);
+    const bool stream = root && opt.mpi_size == 1;
 
-  auto worker = [&] {
-    while (true) {
-      const std::size_t k = next.fetch_add(1);
-      if (k >= mine.size()) return;
-      const std::size_t i = mine[k];
-      std::string r;
-      try {
-        r = run_config(spec, spec.configs[i]);
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(mu);
-        if (!failure) failure = std::current_exception();
-        next = mine.size();
-        return;
+    auto worker = [&] {
+      while (true) {
+        const std::size_t k = next.fetch_add(1);
+        if (k >= mine.size()) return;
+        const std::size_t i = mine[k];
+        try {
+          std::string r = run_config(spec, spec.configs[i]);
+          std::lock_guard<std::mutex> lk(mu);
+          rows[i] = std::move(r);
+          ready[i] = 1;
+          ++done_count;
+          if (stream) {
+            // Write the contiguous completed prefix, a whole configuration at a time.
+            while (written < n && ready[written]) {
+              write_all(pf.fd, rows[written], pf.path);
+              std::string().swap(rows[written]);
+              ++written;
+            }
+          }
+          progress.update(done_count);
+        } catch (...) {
+          std::lock_guard<std::mutex> lk(mu);
+          if (!failure) failure = std::current_exception();
+          next = mine.size();
+          return;
+        }
       }
-      std::lock_guard<std::mutex> lk(mu);
-      rows[i] = std::move(r);
-      ready[i] = 1;
-      ++done_count;
-      if (stream) {
-        // Write the contiguous completed prefix, a whole configuration at a time.
-        while (written < n && ready[written]) {
-          os << rows[written];
-          std::string().swap(rows[written]);
+    };
+    // No more threads than this rank has configurations. Should the system
+    // refuse a thread, the ones started do the work (none started: the error).
+    const int want = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(opt.threads), mine.size()));
+    std::vector<std::thread> pool;
+    try {
+      for (int t = 0; t < want; ++t) pool.emplace_back(worker);
+    } catch (const std::system_error& e) {
+      if (pool.empty()) throw ParmError(fmt::format("sweep: cannot start a thread: {}", e.what()));
+    }
+    for (auto& th : pool) th.join();
+    if (failure) std::rethrow_exception(failure);
+
+    if (opt.mpi_size > 1) {
+      // Gather every rank's rows on rank 0, in configuration order.
+      std::string blob;
+      for (std::size_t i : mine) blob += fmt::format("{}\n{}\n{}", i, rows[i].size(), rows[i]);
+      const std::vector<std::string> parts = mpi::gather_strings(blob);
+      if (root) {
+        for (const std::string& p : parts) {
+          std::size_t pos = 0;
+          while (pos < p.size()) {
+            const std::size_t a = p.find('\n', pos), b = p.find('\n', a + 1);
+            const std::size_t idx = std::stoull(p.substr(pos, a - pos)), len = std::stoull(p.substr(a + 1, b - a - 1));
+            rows[idx] = p.substr(b + 1, len);
+            ready[idx] = 1;
+            pos = b + 1 + len;
+          }
+        }
+        for (std::size_t i = start; i < n; ++i) {
+          if (!ready[i]) throw ParmError(fmt::format("sweep: configuration {} came back from no MPI rank", i));
+          write_all(pf.fd, rows[i], pf.path);
           ++written;
         }
-        os.flush();
       }
-      progress.update(done_count);
     }
-  };
-  // No more threads than this rank has configurations. Should the system
-  // refuse a thread, the ones started do the work (none started: the error).
-  const int want = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(opt.threads), mine.size()));
-  std::vector<std::thread> pool;
-  try {
-    for (int t = 0; t < want; ++t) pool.emplace_back(worker);
-  } catch (const std::system_error& e) {
-    if (pool.empty()) throw ParmError(fmt::format("sweep: cannot start a thread: {}", e.what()));
-  }
-  for (auto& th : pool) th.join();
-  if (failure) std::rethrow_exception(failure);
-
-  if (opt.mpi_size > 1) {
-    // Gather every rank's rows on rank 0, in configuration order.
-    std::string blob;
-    for (std::size_t i : mine) blob += fmt::format("{}\n{}\n{}", i, rows[i].size(), rows[i]);
-    const std::vector<std::string> parts = mpi::gather_strings(blob);
+    progress.update(n - start, true);
+    sum.configs_run = n - start;
+    sum.rows = n * spec.schedules.size();
     if (root) {
-      for (const std::string& p : parts) {
-        std::size_t pos = 0;
-        while (pos < p.size()) {
-          const std::size_t a = p.find('\n', pos), b = p.find('\n', a + 1);
-          const std::size_t idx = std::stoull(p.substr(pos, a - pos)), len = std::stoull(p.substr(a + 1, b - a - 1));
-          rows[idx] = p.substr(b + 1, len);
-          ready[idx] = 1;
-          pos = b + 1 + len;
-        }
-      }
-      for (std::size_t i = start; i < n; ++i) {
-        if (!ready[i]) throw ParmError(fmt::format("sweep: configuration {} came back from no MPI rank", i));
-        os << rows[i];
-      }
-      os.flush();
+      // The results and their run.json appear together: both are written to
+      // temporaries, then renamed; the partial file goes last.
+      sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      OutputBatch batch;
+      write_atomically(opt.out, [&](std::ostream& os) { copy_results(pf.fd, pf.path, os); });
+      write_run_json(spec, opt, sum, inputs);
+      batch.commit();
+      ::unlink(pf.path.c_str());
     }
-  }
-  progress.update(n - start, true);
-  sum.configs_run = n - start;
-  sum.rows = n * spec.schedules.size();
-  if (root) {
-    os.close();
-    if (!os) throw ParmError(fmt::format("{}: write failed", partial));
-    std::filesystem::rename(partial, opt.out);
-    sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    write_run_json(spec, opt, sum);
+  } catch (const ParmError& e) {
+    if (!root) throw;
+    if (written == 0) {
+      ::unlink(pf.path.c_str());
+      throw;
+    }
+    throw ParmError(fmt::format("{} ({} complete configuration(s) stay in '{}'; --resume continues from there)",
+                                e.what(), written, pf.path));
+  } catch (...) {
+    if (root && written == 0) ::unlink(pf.path.c_str());
+    throw;
   }
   return sum;
 }

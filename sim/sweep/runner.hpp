@@ -3,11 +3,19 @@
 // when launched by mpirun), rows written in configuration order so the file
 // does not depend on the thread count or the rank count.
 //
-// While running, rows go to OUT.partial, a whole configuration at a time and
-// flushed; at the end it is renamed to OUT and OUT-stem.run.json (input hash,
-// version, settings) is written beside it.
-// --resume keeps the complete configurations of OUT.partial (checking that
-// they belong to the same spec), drops any half-written tail, and runs the rest.
+// While running, rows go to OUT.partial, a whole configuration at a time;
+// its first line records the parmsim version and the FNV-1a hash of every
+// input file (spec, topologies, calibration). At the end OUT (the partial
+// file without that line) and OUT-stem.run.json (input hashes, version,
+// settings) appear together, and OUT.partial goes.
+// --resume keeps the complete configurations of OUT.partial (refusing it if
+// an input file changed, naming it, or a row does not belong to the spec),
+// drops any half-written tail, and runs the rest.
+// OUT.partial is flock()ed while a sweep writes it: a second sweep on the
+// same output is refused at start (a killed sweep's lock goes with it).
+// Outputs that are inputs, links, directories or devices are refused before
+// anything runs; a failed sweep leaves OUT.partial only when it holds
+// complete configurations (to resume from), and never OUT without its run.json.
 #include <string>
 
 #include "sim/sweep/sweep_spec.hpp"

@@ -19,15 +19,19 @@ cmp -s "$tmp/j1.csv" "$tmp/j2.csv" && ok || bad "thread count changes the result
 [ -s "$tmp/j1.run.json" ] && python3 -c "import json;j=json.load(open('$tmp/j1.run.json'));assert j['configurations']==8 and j['input_hash'].startswith('fnv1a64:')" && ok || bad "run.json"
 [ ! -e "$tmp/j1.csv.partial" ] && ok || bad "partial left behind"
 
-# Interrupted run: the first 3 configurations complete, then half a row.
-head -n 10 "$tmp/j1.csv" > "$tmp/r.csv.partial"
+# Interrupted run: killed (SIGXFSZ) when its partial file reaches 4 KiB, after
+# a few complete configurations; half a row more is added for good measure.
+{ (ulimit -c 0; ulimit -f 4; exec "$bin" sweep $spec -o "$tmp/r.csv" -j 1 -q) > /dev/null 2>&1; } 2> /dev/null && bad "size-limited sweep finished"
+[ -s "$tmp/r.csv.partial" ] && [ ! -e "$tmp/r.csv" ] && ok || bad "no partial file after the kill"
 sed -n 11p "$tmp/j1.csv" | head -c 30 >> "$tmp/r.csv.partial"
+cp "$tmp/r.csv.partial" "$tmp/killed.partial"
 out=$("$bin" sweep $spec -o "$tmp/r.csv" --resume 2>&1) || bad "resume failed: $out"
 cmp -s "$tmp/j1.csv" "$tmp/r.csv" && ok || bad "resumed file differs from a full run"
-echo "$out" | grep -q "5 configurations run, 3 resumed" && ok || bad "resume did not skip the 3 complete configurations: $out"
+if [[ $out =~ ([0-9]+)\ configurations\ run,\ ([0-9]+)\ resumed ]] && [ "${BASH_REMATCH[2]}" -gt 0 ] &&
+   [ $((BASH_REMATCH[1] + BASH_REMATCH[2])) = 8 ]; then ok; else bad "resume did not keep the complete configurations: $out"; fi
 
-# A partial file from another spec is refused.
-sed 's/server-8gpu/other/; s/^0,pcie-8gpu/0,elsewhere/' "$tmp/j1.csv" | head -n 4 > "$tmp/x.csv.partial"
+# A partial file whose rows are not the spec's is refused.
+sed '3s/^0,[^,]*,/0,elsewhere,/' "$tmp/killed.partial" > "$tmp/x.csv.partial"
 "$bin" sweep $spec -o "$tmp/x.csv" --resume > "$tmp/x.log" 2>&1 && bad "foreign partial accepted" || ok
 grep -q "does not belong to configuration" "$tmp/x.log" && ok || bad "foreign partial message: $(cat "$tmp/x.log")"
 

@@ -1,0 +1,446 @@
+// Inputs and outputs that must be refused (issue "Hardening", classes 3, 4
+// and 8): outputs that would damage files, resuming a sweep across changed
+// inputs or beside a running sweep, YAML/JSON that is quietly misread.
+// Every case checks the error names the path or key, and that no file was
+// created or changed.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "sim/core/error.hpp"
+#include "sim/graph/graph_io.hpp"
+#include "sim/io/output.hpp"
+#include "sim/io/yaml_reader.hpp"
+#include "sim/sweep/runner.hpp"
+#include "sim/sweep/sweep_spec.hpp"
+#include "sim/topo/topology_io.hpp"
+
+namespace fs = std::filesystem;
+using namespace parmsim;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "parmsim-h13-XXXXXX").string();
+    REQUIRE(::mkdtemp(t.data()) != nullptr);
+    path = t;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+  // Every entry of the folder, sorted (to see that nothing appeared).
+  std::set<std::string> entries() const {
+    std::set<std::string> s;
+    for (const auto& e : fs::directory_iterator(path)) s.insert(e.path().filename().string());
+    return s;
+  }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void spit(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// The message of the ParmError `f` throws ("" when it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const ParmError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+auto write_text(const std::string& text) {
+  return [text](std::ostream& os) { os << text; };
+}
+
+}  // namespace
+
+// ---- Class 3: outputs that damage files ------------------------------------
+
+TEST_CASE("write_atomically refuses a symbolic link and leaves it and its target alone", "[hardening][output]") {
+  TempDir d;
+  spit(d / "target.txt", "keep me\n");
+  REQUIRE(::symlink("target.txt", (d / "link.csv").c_str()) == 0);
+  const auto before = d.entries();
+  const std::string msg = error_of([&] { write_atomically(d / "link.csv", write_text("new\n")); });
+  CHECK_THAT(msg, Catch::Contains(d / "link.csv") && Catch::Contains("symbolic link"));
+  CHECK(fs::is_symlink(d / "link.csv"));
+  CHECK(fs::read_symlink(d / "link.csv") == "target.txt");
+  CHECK(slurp(d / "target.txt") == "keep me\n");
+  CHECK(d.entries() == before);  // no temporary left
+}
+
+TEST_CASE("write_atomically refuses a directory, a FIFO and a device", "[hardening][output]") {
+  TempDir d;
+  fs::create_directory(d / "dir.csv");
+  REQUIRE(::mkfifo((d / "fifo.csv").c_str(), 0644) == 0);
+  std::vector<std::pair<std::string, std::string>> cases = {{d / "dir.csv", "a directory"},
+                                                             {d / "fifo.csv", "a FIFO"}};
+  // A character device (as /dev/null, 1:3) where we may make one: as root the
+  // old code replaced /dev/full.
+  if (::mknod((d / "null.csv").c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0)
+    cases.push_back({d / "null.csv", "a character device"});
+  const auto before = d.entries();
+  for (const auto& [path, kind] : cases) {
+    INFO(path);
+    const std::string msg = error_of([&] { write_atomically(path, write_text("x\n")); });
+    CHECK_THAT(msg, Catch::Contains(path) && Catch::Contains(kind));
+  }
+  CHECK(fs::is_directory(d / "dir.csv"));
+  CHECK(fs::is_empty(d / "dir.csv"));
+  CHECK(fs::is_fifo(d / "fifo.csv"));
+  if (cases.size() == 3) CHECK(fs::is_character_file(d / "null.csv"));
+  CHECK(d.entries() == before);
+}
+
+TEST_CASE("an output in a folder that does not exist is refused, naming it", "[hardening][output]") {
+  TempDir d;
+  const std::string msg = error_of([&] { check_output_path("--output", d / "no/such/x.csv"); });
+  CHECK_THAT(msg, Catch::StartsWith("--output: '" + (d / "no/such/x.csv") + "'") && Catch::Contains("does not exist"));
+  CHECK_THAT(error_of([&] { check_output_path("--csv", d / "newdir/"); }), Catch::Contains("names a directory"));
+  CHECK(d.entries().empty());
+}
+
+TEST_CASE("an output that is one of the inputs is refused, by path or by inode", "[hardening][output]") {
+  TempDir d;
+  spit(d / "spec.yaml", "name: x\n");
+  REQUIRE(::link((d / "spec.yaml").c_str(), (d / "hard.yaml").c_str()) == 0);
+  const std::vector<NamedPath> inputs = {{"the sweep spec", d / "spec.yaml"}};
+  // The same path, another spelling of it (./ and ..), and a hard link.
+  for (const std::string& out : {d / "spec.yaml", d.path + "/./spec.yaml", d / "../" + fs::path(d.path).filename().string() + "/spec.yaml", d / "hard.yaml"}) {
+    INFO(out);
+    const std::string msg = error_of([&] { check_outputs({{"--output", out}}, inputs); });
+    CHECK_THAT(msg, Catch::StartsWith("--output: '" + out + "'") && Catch::Contains("the sweep spec") &&
+                        Catch::Contains("input"));
+  }
+  // Relative "x" and "./x" from inside the folder.
+  const auto cwd = fs::current_path();
+  fs::current_path(d.path);
+  CHECK_THAT(error_of([&] { check_outputs({{"-o", "./spec.yaml"}}, {{"the sweep spec", "spec.yaml"}}); }),
+             Catch::Contains("-o: './spec.yaml' is the sweep spec ('spec.yaml')"));
+  fs::current_path(cwd);
+  CHECK(slurp(d / "spec.yaml") == "name: x\n");
+}
+
+TEST_CASE("two outputs of one command naming the same file are refused", "[hardening][output]") {
+  TempDir d;
+  CHECK_THAT(error_of([&] { check_outputs({{"--trace", d / "a.csv"}, {"--csv", d.path + "/./a.csv"}}, {}); }),
+             Catch::Contains("--csv") && Catch::Contains("is also the --trace output"));
+  OutputBatch b;
+  write_atomically(d / "a.csv", write_text("1\n"));
+  CHECK_THAT(error_of([&] { write_atomically(d / "a.csv", write_text("2\n")); }), Catch::Contains("written twice"));
+}
+
+TEST_CASE("write_atomically refuses to replace a file the process read as input", "[hardening][output]") {
+  TempDir d;
+  const std::string topo = slurp(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml");
+  spit(d / "topo.yaml", topo);
+  load_topology(d / "topo.yaml", {});  // notes it as an input
+  const std::string msg = error_of([&] { write_atomically(d / "topo.yaml", write_text("gone\n")); });
+  CHECK_THAT(msg, Catch::Contains(d / "topo.yaml") && Catch::Contains("reads as input"));
+  CHECK(slurp(d / "topo.yaml") == topo);
+  CHECK(d.entries() == std::set<std::string>{"topo.yaml"});
+}
+
+TEST_CASE("replacing a regular file keeps its permissions", "[hardening][output]") {
+  TempDir d;
+  spit(d / "out.csv", "old\n");
+  ::chmod((d / "out.csv").c_str(), 0640);
+  write_atomically(d / "out.csv", write_text("new\n"));
+  CHECK(slurp(d / "out.csv") == "new\n");
+  struct stat st {};
+  REQUIRE(::stat((d / "out.csv").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0640);
+}
+
+TEST_CASE("an output batch puts all its files in place, or none", "[hardening][output]") {
+  TempDir d;
+  SECTION("committed: all appear") {
+    OutputBatch b;
+    write_atomically(d / "a.json", write_text("{}\n"));
+    write_atomically(d / "b.csv", write_text("x\n"));
+    CHECK(!fs::exists(d / "a.json"));  // not before the commit
+    b.commit();
+    CHECK(slurp(d / "a.json") == "{}\n");
+    CHECK(slurp(d / "b.csv") == "x\n");
+    CHECK(d.entries() == std::set<std::string>{"a.json", "b.csv"});
+  }
+  SECTION("a failure in the second file: neither appears, no temporary stays") {
+    spit(d / "a.json", "old\n");
+    {
+      OutputBatch b;
+      write_atomically(d / "a.json", write_text("{}\n"));
+      CHECK_THROWS_AS(write_atomically(d / "b.csv", [](std::ostream&) { throw ParmError("failed"); }), ParmError);
+    }
+    CHECK(slurp(d / "a.json") == "old\n");
+    CHECK(d.entries() == std::set<std::string>{"a.json"});
+  }
+  SECTION("a target that became a directory before the commit: nothing of the batch stays") {
+    {
+      OutputBatch b;
+      write_atomically(d / "a.json", write_text("{}\n"));
+      write_atomically(d / "b.csv", write_text("x\n"));
+      fs::create_directory(d / "b.csv");
+      CHECK_THROWS_AS(b.commit(), ParmError);
+    }
+    CHECK(d.entries() == std::set<std::string>{"b.csv"});
+    CHECK(fs::is_empty(d / "b.csv"));
+  }
+}
+
+// ---- Class 8: YAML and JSON read quietly wrong -----------------------------
+
+TEST_CASE("a repeated key is refused with file:line:col and the key path", "[hardening][yaml]") {
+  struct Case {
+    std::string text, where, key;
+  };
+  const std::vector<Case> cases = {
+      {"a: 1\nb: 2\na: 3\n", "f.yaml:3:1", "'a' (first at line 1)"},
+      {"x:\n  y: 1\n  z: 2\n  y: 3\n", "f.yaml:4:3", "'x.y' (first at line 2)"},
+      {"l:\n  - {a: 1, b: 2}\n  - {a: 1, a: 2}\n", "f.yaml:3:12", "'l[1].a'"},
+      {"\"a\": 1\n'a': 2\n", "f.yaml:2:1", "'a'"},  // quoting does not make another key
+  };
+  for (const Case& c : cases) {
+    INFO(c.text);
+    const std::string msg = error_of([&] { YamlReader::load_string(c.text, "f.yaml"); });
+    CHECK_THAT(msg, Catch::StartsWith(c.where) && Catch::Contains("duplicate key " + c.key));
+  }
+  // Aliases share a mapping; that is not a repetition.
+  CHECK_NOTHROW(YamlReader::load_string("a: &x {k: 1}\nb: *x\nc: *x\n", "f.yaml"));
+}
+
+TEST_CASE("many aliases of aliases are checked in linear time", "[hardening][yaml]") {
+  // 2^30 paths through 30 levels of aliases; walked naively this never ends.
+  std::string t = "l0: &l0 [1, 2]\n";
+  for (int i = 1; i <= 30; ++i) t += fmt::format("l{}: &l{} [*l{}, *l{}]\n", i, i, i - 1, i - 1);
+  CHECK_NOTHROW(YamlReader::load_string(t, "laughs.yaml"));
+}
+
+TEST_CASE("a second YAML document is refused rather than ignored", "[hardening][yaml]") {
+  const std::string msg = error_of([] { YamlReader::load_string("a: 1\n---\nb: 2\n", "two.yaml"); });
+  CHECK_THAT(msg, Catch::StartsWith("two.yaml:3:1") && Catch::Contains("second YAML document"));
+  CHECK_NOTHROW(YamlReader::load_string("a: 1\n---\n", "end.yaml"));  // an empty trailing document is nothing
+}
+
+TEST_CASE("JSON files are JSON: trailing commas are refused with line:col", "[hardening][json]") {
+  struct Case {
+    std::string text, where;
+  };
+  const std::vector<Case> cases = {
+      {"{\"a\": 1,}", "g.json:1:9"},
+      {"{\n  \"a\": [1, 2,]\n}\n", "g.json:2:14"},
+      {"{\"a\": 1}\n{\"b\": 2}\n", "g.json:2:1"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.text);
+    CHECK_THAT(error_of([&] { YamlReader::load_string(c.text, "g.json"); }),
+               Catch::StartsWith(c.where) && Catch::Contains("malformed JSON"));
+  }
+  CHECK_THAT(error_of([] { YamlReader::load_string("{\"a\": 1, \"a\": 2}", "g.json"); }),
+             Catch::StartsWith("g.json:1:10") && Catch::Contains("duplicate key 'a'"));
+  CHECK_NOTHROW(YamlReader::load_string("{\"a\": [1, 2], \"b\": {\"c\": null}}", "g.json"));
+}
+
+TEST_CASE("every loader goes through the same checks: topology and task graph files", "[hardening][yaml]") {
+  TempDir d;
+  std::string topo = slurp(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml");
+  // Repeat the first top-level key at the end: yaml-cpp alone would keep the first.
+  std::istringstream lines(topo);
+  std::string line, key;
+  int n = 0, key_line = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    if (key.empty() && !line.empty() && line[0] != '#' && line[0] != ' ' && line.find(':') != std::string::npos)
+      key = line.substr(0, line.find(':')), key_line = n;
+  }
+  REQUIRE(!key.empty());
+  spit(d / "t.yaml", topo + key + ": again\n");
+  CHECK_THAT(error_of([&] { load_topology(d / "t.yaml", {}); }),
+             Catch::Contains(d / "t.yaml") && Catch::Contains("duplicate key '" + key + "' (first at line " +
+                                                                std::to_string(key_line) + ")"));
+  const std::string graph = slurp(std::string(PARMSIM_SOURCE_DIR) + "/tests/data/graph.json");
+  const auto close = graph.rfind('}');
+  REQUIRE(close != std::string::npos);
+  spit(d / "g.json", graph.substr(0, graph.find_last_not_of(" \n", close - 1) + 1) + ",\n}\n");
+  CHECK_THAT(error_of([&] { load_task_graph(d / "g.json"); }),
+             Catch::Contains(d / "g.json") && Catch::Contains("malformed JSON"));
+}
+
+// ---- Class 4: resuming a sweep across changed inputs -----------------------
+
+namespace {
+
+// A copy of tests/data/small-sweep.yaml and its topologies in `d`.
+std::string make_sweep(const TempDir& d) {
+  const std::string src = PARMSIM_SOURCE_DIR;
+  spit(d / "pcie.yaml", slurp(src + "/topologies/pcie-8gpu.yaml"));
+  spit(d / "cluster.yaml", slurp(src + "/topologies/parm-32gpu.yaml"));
+  spit(d / "spec.yaml",
+       "name: small\nnetwork: flow\ntopologies:\n  - {file: pcie.yaml}\n  - {file: cluster.yaml}\n"
+       "grid:\n  B: [2, 4]\n  L: [256]\n  M: [512]\n  H: [1024]\n  mp: [2, 4]\n  experts_per_gpu: [1]\n");
+  return d / "spec.yaml";
+}
+
+sweep::RunOptions quiet(const std::string& out, bool resume = false) {
+  sweep::RunOptions o;
+  o.out = out;
+  o.threads = 1;
+  o.progress = false;
+  o.resume = resume;
+  return o;
+}
+
+// Runs the sweep with the file size limited to `bytes`: writes past it fail
+// (EFBIG) as a full disk would, partway through the partial file.
+std::string run_cut_short(const sweep::Spec& spec, const std::string& out, rlim_t bytes) {
+  struct rlimit old {};
+  ::getrlimit(RLIMIT_FSIZE, &old);
+  auto* prev = ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit lim = old;
+  lim.rlim_cur = bytes;
+  ::setrlimit(RLIMIT_FSIZE, &lim);
+  const std::string msg = error_of([&] { sweep::run_sweep(spec, quiet(out)); });
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  ::signal(SIGXFSZ, prev);
+  return msg;
+}
+
+}  // namespace
+
+TEST_CASE("sweep refuses its own spec, a topology or a directory as output, before running", "[hardening][sweep]") {
+  TempDir d;
+  const std::string spec_file = make_sweep(d);
+  const sweep::Spec spec = sweep::load_spec(spec_file);
+  fs::create_directory(d / "dir.csv");
+  const std::string spec_text = slurp(spec_file), topo_text = slurp(d / "pcie.yaml");
+  const auto before = d.entries();
+  struct Case {
+    std::string out, says;
+  };
+  for (const Case& c : std::vector<Case>{{spec_file, "is the sweep spec"},
+                                         {d.path + "/./pcie.yaml", "is the topology file"},
+                                         {d / "dir.csv", "is a directory"}}) {
+    INFO(c.out);
+    const std::string msg = error_of([&] { sweep::run_sweep(spec, quiet(c.out)); });
+    CHECK_THAT(msg, Catch::StartsWith("--output: '" + c.out + "'") && Catch::Contains(c.says));
+  }
+  // The partial file and the run.json are outputs too.
+  REQUIRE(::symlink("elsewhere", (d / "r.csv.partial").c_str()) == 0);
+  CHECK_THAT(error_of([&] { sweep::run_sweep(spec, quiet(d / "r.csv")); }),
+             Catch::Contains("'" + (d / "r.csv.partial") + "' is a symbolic link"));
+  ::unlink((d / "r.csv.partial").c_str());
+  CHECK(slurp(spec_file) == spec_text);
+  CHECK(slurp(d / "pcie.yaml") == topo_text);
+  CHECK(d.entries() == before);
+}
+
+TEST_CASE("a second sweep on the same output is refused while the first holds it", "[hardening][sweep]") {
+  TempDir d;
+  const sweep::Spec spec = sweep::load_spec(make_sweep(d));
+  spit(d / "r.csv.partial", "rows of the running sweep\n");
+  // The running sweep: its lock on the partial file (flock, as run_sweep takes it).
+  const int fd = ::open((d / "r.csv.partial").c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+  for (bool resume : {false, true}) {
+    const std::string msg = error_of([&] { sweep::run_sweep(spec, quiet(d / "r.csv", resume)); });
+    CHECK_THAT(msg, Catch::Contains(d / "r.csv") && Catch::Contains("another sweep"));
+  }
+  CHECK(slurp(d / "r.csv.partial") == "rows of the running sweep\n");
+  CHECK(d.entries() == std::set<std::string>{"cluster.yaml", "pcie.yaml", "r.csv.partial", "spec.yaml"});
+  ::close(fd);  // the first sweep ends (or dies): the lock goes with it
+}
+
+TEST_CASE("--resume refuses a partial file whose inputs changed, naming the file", "[hardening][sweep]") {
+  TempDir d;
+  const std::string spec_file = make_sweep(d);
+  const sweep::Spec spec = sweep::load_spec(spec_file);
+  sweep::run_sweep(spec, quiet(d / "full.csv"));
+  const std::string full = slurp(d / "full.csv");
+  REQUIRE(std::count(full.begin(), full.end(), '\n') == 25);
+
+  // Interrupted after a few configurations (the file system refused more).
+  const std::string cut = run_cut_short(spec, d / "r.csv", 3000);
+  CHECK_THAT(cut, Catch::Contains("r.csv.partial") && Catch::Contains("--resume continues"));
+  CHECK(!fs::exists(d / "r.csv"));
+  CHECK(!fs::exists(d / "r.run.json"));
+  const std::string partial = slurp(d / "r.csv.partial");
+  REQUIRE(partial.rfind("#parmsim-sweep-partial ", 0) == 0);
+
+  struct Change {
+    std::string file, role;
+  };
+  for (const Change& c : std::vector<Change>{{d / "cluster.yaml", "topology"}, {spec_file, "sweep spec"}}) {
+    INFO(c.file);
+    const std::string orig = slurp(c.file);
+    spit(c.file, orig + "# edited\n");
+    const sweep::Spec now = sweep::load_spec(spec_file);
+    const std::string msg = error_of([&] { sweep::run_sweep(now, quiet(d / "r.csv", true)); });
+    CHECK_THAT(msg, Catch::Contains(c.role + " '" + c.file + "' changed since the interrupted run"));
+    CHECK(slurp(d / "r.csv.partial") == partial);
+    CHECK(!fs::exists(d / "r.csv"));
+    spit(c.file, orig);
+  }
+  // A calibration file the interrupted run did not use.
+  {
+    const std::string cal = d / "cal.yaml";
+    spit(cal, "collectives:\n  - {op: allreduce, ranks: 8, hosts: 1, link: intra, alpha: 10us, bandwidth: 100GBps}\n");
+    const sweep::Spec now = sweep::load_spec(spec_file, cal);
+    CHECK_THAT(error_of([&] { sweep::run_sweep(now, quiet(d / "r.csv", true)); }),
+               Catch::Contains("did not read calibration '" + cal + "'"));
+    CHECK(slurp(d / "r.csv.partial") == partial);
+  }
+  // Unchanged inputs: resumes, and the result is the full run's.
+  const sweep::RunSummary s = sweep::run_sweep(spec, quiet(d / "r.csv", true));
+  CHECK(s.configs_resumed > 0);
+  CHECK(s.configs_resumed + s.configs_run == 8);
+  CHECK(slurp(d / "r.csv") == full);
+  CHECK(!fs::exists(d / "r.csv.partial"));
+  CHECK(fs::exists(d / "r.run.json"));
+}
+
+TEST_CASE("a partial file without the record of its inputs is refused on --resume", "[hardening][sweep]") {
+  TempDir d;
+  const sweep::Spec spec = sweep::load_spec(make_sweep(d));
+  // What an older parmsim wrote: the CSV header and rows, no record.
+  const std::string old = sweep::csv_header() + "0,pcie-8gpu,8,2,256\n";
+  spit(d / "r.csv.partial", old);
+  CHECK_THAT(error_of([&] { sweep::run_sweep(spec, quiet(d / "r.csv", true)); }),
+             Catch::Contains(d / "r.csv.partial") && Catch::Contains("recording the inputs"));
+  CHECK(slurp(d / "r.csv.partial") == old);
+  CHECK(!fs::exists(d / "r.csv"));
+}
+
+TEST_CASE("a sweep that fails before a configuration is complete leaves nothing behind", "[hardening][sweep]") {
+  TempDir d;
+  const sweep::Spec spec = sweep::load_spec(make_sweep(d));
+  const auto before = d.entries();
+  // Room for the partial file's first lines only.
+  const std::string msg = run_cut_short(spec, d / "r.csv", 700);
+  CHECK_THAT(msg, Catch::Contains("r.csv.partial") && Catch::Contains("write failed"));
+  CHECK(d.entries() == before);
+}
