@@ -114,7 +114,13 @@ TEST_CASE("under the analytical network the baseline and S1 match the closed for
     const LayerRun run{t, s, "analytical"};
     for (const char* name : {"baseline", "s1"}) {
       INFO(name << " " << dt);
-      const ScheduleResult r = run_schedule(run, preset(name));
+      // Pairwise AlltoAll: one transfer per GPU port at a time. (The default,
+      // NCCL's grouped send/recv, sends to every peer at once; the analytical
+      // network then queues them behind each other on the receivers' NICs,
+      // which the closed form, sharing each round's links, does not.)
+      ScheduleOptions o = preset(name);
+      o.a2a_algo = "pairwise";
+      const ScheduleResult r = run_schedule(run, o);
       // Each transfer and kernel rounds up to the picosecond: allow 1 ns in all.
       CHECK(std::abs(r.forward.to_seconds() - r.model_forward_s) < 1e-9);
       CHECK(std::abs(r.backward.to_seconds() - r.model_backward_s) < 1e-9);
@@ -157,7 +163,11 @@ fabric: {kind: switch, bandwidth: 100Gbps, latency: 1us}
   const LayerRun run{fast, s, "flow"};
   const double t1 = run_schedule(run, preset("s1")).total().to_seconds();
   const double t2 = run_schedule(run, preset("s2")).total().to_seconds();
-  CHECK(std::abs(t1 - t2) / t1 < 0.05);
+  // Beyond their shared traffic, S2's four SAAs (dispatch and combine, forward
+  // and backward) each run W = P = 16 rounds of NCCL send/recv in sequence,
+  // 15 of them across nodes at NCCL's p2p latency (8.4 + 14 = 22.4 us), where
+  // S1's AlltoAlls send to every peer at once: at most 4 x 15 x 22.4 us = 1.344 ms apart.
+  CHECK(std::abs(t1 - t2) < 0.05 * t1 + 4 * 15 * 22.4e-6);
   // On the paper's PCIe cluster they differ by far more.
   const LayerRun paper{topo("parm-32gpu"), paper_layer(), "flow"};
   // There S2's gathers are not free: it moves more intra-node bytes than S1
@@ -262,13 +272,22 @@ TEST_CASE("with one MP member S1 and S2 are the baseline", "[moe][model]") {
     INFO(net);
     const LayerRun run{t, s, net};
     const ScheduleResult b = run_schedule(run, preset("baseline"));
+    // S2's four SAAs (one inner member) run W = 32 rounds of NCCL send/recv in
+    // sequence, 31 across nodes at 22.4 us (8.4 base + 14 network hop), where
+    // the baseline's AlltoAlls send to every peer at once: S2 may exceed the
+    // baseline by up to 4 x 31 x 22.4 us = 2.7776 ms of latency.
+    const double slack = 4 * 31 * 22.4e-6;
     for (const char* name : {"s1", "s2"}) {
       INFO(name);
       const ScheduleResult r = run_schedule(run, preset(name));
-      CHECK(r.total().to_seconds() == Approx(b.total().to_seconds()).epsilon(0.03));
+      const double extra = std::string(name) == "s2" ? slack : 0.0;
+      CHECK(r.total().to_seconds() >= b.total().to_seconds() * 0.97);
+      CHECK(r.total().to_seconds() <= b.total().to_seconds() * 1.03 + extra);
       CHECK(r.inter_node_bytes == b.inter_node_bytes);
-      CHECK(model_layer(s, d, preset(name), ab, gpu).total() ==
-            Approx(model_layer(s, d, preset("baseline"), ab, gpu).total()).epsilon(0.03));
+      const double mb = model_layer(s, d, preset("baseline"), ab, gpu).total();
+      const double mr = model_layer(s, d, preset(name), ab, gpu).total();
+      CHECK(mr >= mb * 0.97);
+      CHECK(mr <= mb * 1.03 + extra);
     }
   }
 }

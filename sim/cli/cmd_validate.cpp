@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/cli/common.hpp"
+#include "sim/coll/nccl_validation.hpp"
 #include "sim/compute/gemm_validation.hpp"
 
 namespace parmsim::cli {
@@ -52,6 +53,45 @@ nlohmann::json gemm_json(const GemmValidation& v, const std::string& file) {
           {"mape_pct_by_dtype", v.mape_dtype}};
 }
 
+void print_nccl_table(const NcclValidation& v, const std::string& file, bool all) {
+  fmt::print("Collectives (NCCL's choice, flow network, uncalibrated) vs published nccl-tests runs ({}, {} rows)\n",
+             file, v.rows.size());
+  fmt::print("{:>5} {:<22} {:<4} {:>5} {:<13} {:>12} {:>12} {:>12} {:>8}  {:<18} {}\n", "line", "system", "gpu",
+             "ranks", "op", "bytes", "measured_us", "predicted_us", "error%", "ran", "quality");
+  for (const NcclValidationRow& r : v.rows) {
+    if (!all && r.m.quality != "ok") continue;
+    fmt::print("{:>5} {:<22} {:<4} {:>5} {:<13} {:>12} {:>12.1f} {:>12.1f} {:>+8.1f}  {:<18} {}{}\n", r.m.line,
+               r.m.system, r.m.gpu, r.m.nodes * r.m.gpus_per_node, to_string(r.m.op), r.m.bytes, r.m.measured_us,
+               r.predicted_us, r.error_pct, r.choice, r.m.quality, r.m.nics_assumed ? " (NICs assumed)" : "");
+  }
+  fmt::print("\nMAPE over the {} rows marked ok: {:.1f}%\n", v.counted, v.mape);
+  for (const auto& [k, x] : v.mape_band) fmt::print("  {:<26} {:6.1f}% ({} rows)\n", k, x, v.count_band.at(k));
+  for (const auto& [k, x] : v.mape_op) fmt::print("  {:<26} {:6.1f}% ({} rows)\n", k, x, v.count_op.at(k));
+  for (const auto& [k, x] : v.mape_system) fmt::print("  {:<26} {:6.1f}% ({} rows)\n", k, x, v.count_system.at(k));
+}
+
+nlohmann::json nccl_json(const NcclValidation& v, const std::string& file) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const NcclValidationRow& r : v.rows)
+    rows.push_back({{"line", r.m.line},
+                    {"system", r.m.system},
+                    {"gpu", r.m.gpu},
+                    {"nodes", r.m.nodes},
+                    {"gpus_per_node", r.m.gpus_per_node},
+                    {"op", to_string(r.m.op)},
+                    {"bytes", r.m.bytes},
+                    {"measured_us", r.m.measured_us},
+                    {"predicted_us", r.predicted_us},
+                    {"error_pct", r.error_pct},
+                    {"ran", r.choice},
+                    {"quality", r.m.quality},
+                    {"nics_assumed", r.m.nics_assumed},
+                    {"source", r.m.source}});
+  return {{"file", file},           {"rows", rows},
+          {"mape_pct", v.mape},     {"mape_pct_by_band", v.mape_band},
+          {"mape_pct_by_op", v.mape_op}, {"mape_pct_by_system", v.mape_system}};
+}
+
 }  // namespace
 
 void add_validate(CLI::App& app) {
@@ -71,6 +111,27 @@ void add_validate(CLI::App& app) {
                 "(notes optional)")
       ->capture_default_str();
   g->add_flag("--json", a->json, "print JSON instead of a table");
+  auto b = std::make_shared<Args>();
+  b->file = "validation/nccl-tests.csv";
+  auto all = std::make_shared<bool>(false);
+  auto* n = c->add_subcommand(
+      "nccl",
+      "collectives against published nccl-tests runs: each row's cluster is generated from its hardware columns, "
+      "the collective is simulated uncalibrated with NCCL's choice (or what the run forced), and the table gives "
+      "per-row error and the MAPE by size band, op and system (rows marked ok)");
+  n->add_option("file", b->file,
+                "CSV of measurements: system, gpu, nodes, gpus_per_node, nics_per_node, nic_gbps, op, bytes, "
+                "time_us or busbw_GBps, algo, proto, quality (ok|suspect), source")
+      ->capture_default_str();
+  n->add_flag("--json", b->json, "print JSON instead of a table");
+  n->add_flag("--all", *all, "also list the rows marked suspect (never counted in the MAPE)");
+  n->callback([b, all] {
+    const NcclValidation v = validate_nccl(load_nccl_measurements(b->file));
+    if (b->json)
+      fmt::print("{}\n", nccl_json(v, b->file).dump(2));
+    else
+      print_nccl_table(v, b->file, *all);
+  });
   g->callback([a] {
     const GemmValidation v = validate_gemms(load_gemm_measurements(a->file));
     if (a->json)

@@ -205,11 +205,11 @@ void nvls_flows(const std::vector<int>& v, const Collective& c, const Topology& 
   if (m < 2) return;
   for (int j = 0; j < m; ++j) {
     const int a = c.group[v[j]], b = c.group[v[(j + 1) % m]];
-    const int up = topo.route(a, b).links.front();  // copied: above 256 GPUs route() reuses one buffer
-    const int down = topo.route(b, a).links.back();
-    plan.routes.push_back({up});
+    const int up_link = topo.route(a, b).links.front();  // copied: above 256 GPUs route() reuses one buffer
+    const int down_link = topo.route(b, a).links.back();
+    plan.routes.push_back({up_link});
     plan.xfers.push_back({v[j], v[j], wire(up, eff), step[v[j]], step[v[j]], static_cast<int>(plan.routes.size()) - 1});
-    plan.routes.push_back({down});
+    plan.routes.push_back({down_link});
     plan.xfers.push_back(
         {v[j], v[j], wire(down, eff), step[v[j]], step[v[j]], static_cast<int>(plan.routes.size()) - 1});
   }

@@ -7,63 +7,10 @@
 #include <fstream>
 
 #include "sim/core/error.hpp"
+#include "sim/io/csv.hpp"
 
 namespace parmsim {
 
-namespace {
-
-std::vector<std::string> split_csv(const std::string& line, const std::string& where) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        cur += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        cur += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      out.push_back(cur);
-      cur.clear();
-    } else if (c != '\r') {
-      cur += c;
-    }
-  }
-  if (quoted) throw ParmError(fmt::format("{}: unterminated quoted field", where));
-  out.push_back(cur);
-  return out;
-}
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return {};
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
-std::int64_t positive_int(const std::string& v, const std::string& col, const std::string& where) {
-  std::int64_t x = 0;
-  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (v.empty() || ec != std::errc() || p != v.data() + v.size() || x < 1)
-    throw ParmError(fmt::format("{}: column '{}': '{}' is not a positive integer", where, col, v));
-  return x;
-}
-
-double positive_number(const std::string& v, const std::string& col, const std::string& where) {
-  double x = 0;
-  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (v.empty() || ec != std::errc() || p != v.data() + v.size() || !(x > 0) || !std::isfinite(x))
-    throw ParmError(fmt::format("{}: column '{}': '{}' is not a positive number", where, col, v));
-  return x;
-}
-
-}  // namespace
 
 std::vector<GemmMeasurement> load_gemm_measurements(const std::string& path) {
   std::ifstream in(path);

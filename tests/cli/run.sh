@@ -72,8 +72,8 @@ assert j['search']['tried']==30 and j['search']['best_total_us'] <= j['schedules
 if "$bin" verify --gpus 8 --node-gpus 4 --set mp=4,E=16,f=0.5 > "$tmp/v.txt" 2>&1 && [ "$(grep -c ' ok$' "$tmp/v.txt")" = 3 ]; then
   passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL verify"; cat "$tmp/v.txt"; fi
 # verify --schedule search: all 30 variants pass and each prints its full name (the
-# longest ends in a2a_algo=pairwise; names were cut at 40 characters before).
-if "$bin" verify --schedule search > "$tmp/vs.txt" 2>&1 && [ "$(grep -c 'chunks=[124],a2a_algo=pairwise .* ok$' "$tmp/vs.txt")" = 30 ]; then
+# longest ends in a2a_algo=p2p; names were cut at 40 characters before).
+if "$bin" verify --schedule search > "$tmp/vs.txt" 2>&1 && [ "$(grep -c 'chunks=[124],a2a_algo=p2p .* ok$' "$tmp/vs.txt")" = 30 ]; then
   passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL verify search names"; cat "$tmp/vs.txt"; fi
 if "$bin" verify --tolerance 1e-12 > "$tmp/v2.txt" 2>&1; then fails=$((fails + 1)); echo "FAIL verify tolerance"; else
   grep -q "exceeds the tolerance" "$tmp/v2.txt" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL verify message"; }; fi
@@ -114,7 +114,8 @@ if "$bin" collective -t topologies/parm-32gpu.yaml --op alltoall -b 1MiB,4MiB --
 import json,sys
 rows=json.load(open('$tmp/c.json'))
 assert len(rows)==2, rows
-for r in rows: assert set(r)=={'bytes','time_us','algbw_GBps','busbw_GBps'}, r
+for r in rows: assert set(r)=={'bytes','time_us','algbw_GBps','busbw_GBps','algorithm'}, r
+assert all(r['algorithm'] == 'p2p' for r in rows), rows
 assert rows[1]['time_us'] > rows[0]['time_us']
 "; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL collective --json"; fi
 

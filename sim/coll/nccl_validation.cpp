@@ -1,0 +1,184 @@
+#include "sim/coll/nccl_validation.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "sim/coll/collective_plan.hpp"
+#include "sim/core/error.hpp"
+#include "sim/engine/simulator.hpp"
+#include "sim/io/csv.hpp"
+#include "sim/topo/topology_io.hpp"
+
+namespace parmsim {
+
+std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ParmError(fmt::format("{}: cannot open", path));
+  std::vector<NcclMeasurement> rows;
+  std::map<std::string, std::size_t> col;
+  std::string line;
+  int lineno = 0;
+  bool header = false;
+  while (std::getline(in, line)) {
+    ++lineno;
+    const std::string where = fmt::format("{}:{}", path, lineno);
+    if (trim(line).empty() || trim(line)[0] == '#') continue;
+    std::vector<std::string> f = split_csv(line, where);
+    for (auto& s : f) s = trim(s);
+    if (!header) {
+      for (std::size_t i = 0; i < f.size(); ++i) col[f[i]] = i;
+      for (const char* need : {"system", "gpu", "nodes", "gpus_per_node", "nics_per_node", "nic_gbps", "op", "bytes",
+                               "time_us", "busbw_GBps", "algo", "proto", "quality", "source"})
+        if (!col.count(need)) throw ParmError(fmt::format("{}: missing column '{}'", where, need));
+      header = true;
+      continue;
+    }
+    auto get = [&](const char* c) -> std::string {
+      const auto it = col.find(c);
+      return it == col.end() || it->second >= f.size() ? std::string() : f[it->second];
+    };
+    NcclMeasurement m;
+    m.line = lineno;
+    m.system = get("system");
+    m.gpu = get("gpu");
+    if (m.gpu != "a100" && m.gpu != "h100" && m.gpu != "h200" && m.gpu != "b200")
+      throw ParmError(fmt::format("{}: column 'gpu': expected a100, h100, h200 or b200, got '{}'", where, m.gpu));
+    m.nodes = static_cast<int>(positive_int(get("nodes"), "nodes", where));
+    m.gpus_per_node = static_cast<int>(positive_int(get("gpus_per_node"), "gpus_per_node", where));
+    if (m.nodes > 4096 || m.gpus_per_node > 72)
+      throw ParmError(fmt::format("{}: at most 4096 nodes of 72 GPUs", where));
+    if (!get("nics_per_node").empty()) {
+      m.nics_per_node = static_cast<int>(positive_int(get("nics_per_node"), "nics_per_node", where));
+      m.nic_gbps = positive_number(get("nic_gbps"), "nic_gbps", where);
+    } else {
+      // Not published: the usual server of this GPU (DGX A100: 8 x 200 Gb/s; DGX/HGX H100, H200, B200: 8 x 400 Gb/s).
+      m.nics_per_node = 8;
+      m.nic_gbps = m.gpu == "a100" ? 200 : 400;
+      m.nics_assumed = true;
+    }
+    m.fabric = get("fabric");
+    if (!parse_coll_op(get("op"), &m.op) ||
+        (m.op != CollOp::allreduce && m.op != CollOp::allgather && m.op != CollOp::reducescatter &&
+         m.op != CollOp::alltoall))
+      throw ParmError(
+          fmt::format("{}: column 'op': expected allreduce, allgather, reducescatter or alltoall, got '{}'", where,
+                      get("op")));
+    m.bytes = static_cast<std::uint64_t>(positive_int(get("bytes"), "bytes", where));
+    const int p = m.nodes * m.gpus_per_node;
+    if (!get("time_us").empty()) {
+      m.measured_us = positive_number(get("time_us"), "time_us", where);
+    } else {
+      // busbw = size / time x factor (nccl-tests doc/PERFORMANCE.md).
+      const double busbw = positive_number(get("busbw_GBps"), "busbw_GBps", where);
+      const double factor = m.op == CollOp::allreduce ? 2.0 * (p - 1) / p : static_cast<double>(p - 1) / p;
+      m.measured_us = static_cast<double>(m.bytes) * factor / (busbw * 1e3);
+    }
+    m.algo = get("algo");
+    for (char& c : m.algo) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (m.algo == "nvlstree") m.algo = "nvls_tree";
+    m.proto = get("proto");
+    for (char& c : m.proto) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    m.quality = get("quality");
+    if (m.quality != "ok" && m.quality != "suspect")
+      throw ParmError(fmt::format("{}: column 'quality': expected ok or suspect, got '{}'", where, m.quality));
+    m.source = get("source");
+    if (m.source.empty()) throw ParmError(fmt::format("{}: column 'source' is empty", where));
+    rows.push_back(std::move(m));
+  }
+  if (!header) throw ParmError(fmt::format("{}: no header line", path));
+  return rows;
+}
+
+std::string nccl_validation_topology(const NcclMeasurement& m) {
+  // Datasheet figures per direction: NVLink per GPU (A100 12 x 25 GB/s, H100/H200
+  // 18 x 25, B200 18 x 50), PCIe Gen4 x16 32 GB/s (A100 servers), Gen5 x16 64.
+  const double nvlink = m.gpu == "a100" ? 300 : m.gpu == "b200" ? 900 : 450;
+  const double pcie = m.gpu == "a100" ? 32 : 64;
+  const bool nvls = m.gpu != "a100";
+  const int g = m.gpus_per_node;
+  // More NICs than GPUs (AWS p5: 32 x 100 Gb/s EFA for 8 GPUs): each GPU's
+  // NICs as one of their summed speed. NCCL's model sees the same: 32 channels
+  // x 12 GB/s or 8 x 48 give the same bus bandwidth.
+  const int k = m.nics_per_node > g ? g : m.nics_per_node;
+  const double nic_gbps = m.nics_per_node > g ? m.nic_gbps * m.nics_per_node / g : m.nic_gbps;
+  // One PCIe switch per NIC; GPU i sits on switch i * k / g (k >= g: one GPU
+  // per switch group of k / g NICs).
+  const int switches = std::min(g, k);
+  std::string y = fmt::format("name: {}\ngpu: {}\nnodes: {}\nnode:\n  gpus: {}\n  devices:\n", m.system, m.gpu,
+                              m.nodes, g);
+  y += fmt::format("    - {{name: nvswitch, kind: nvswitch, nvls: {}}}\n", nvls ? "true" : "false");
+  for (int s = 0; s < switches; ++s) y += fmt::format("    - {{name: pcie{}, kind: pcie_switch}}\n", s);
+  for (int n = 0; n < k; ++n) y += fmt::format("    - {{name: nic{}, kind: nic}}\n", n);
+  y += "  links:\n    - {a: [";
+  for (int i = 0; i < g; ++i) y += fmt::format("{}gpu{}", i ? ", " : "", i);
+  y += fmt::format("], b: nvswitch, bandwidth: {}GBps, latency: 700ns}}\n", nvlink);
+  for (int s = 0; s < switches; ++s) {
+    std::string members;
+    for (int i = 0; i < g; ++i)
+      if (i * switches / g == s) members += fmt::format("{}gpu{}", members.empty() ? "" : ", ", i);
+    for (int n = 0; n < k; ++n)
+      if (n * switches / k == s) members += fmt::format(", nic{}", n);
+    y += fmt::format("    - {{a: [{}], b: pcie{}, bandwidth: {}GBps, latency: 500ns}}\n", members, s, pcie);
+  }
+  if (m.nodes > 1) y += fmt::format("fabric: {{kind: rail, bandwidth: {}Gbps, latency: 1us, spines: 2}}\n", nic_gbps);
+  return y;
+}
+
+std::string size_band(std::uint64_t bytes) {
+  if (bytes <= 4096) return "floor (<= 4 KiB)";
+  if (bytes < (16ULL << 20)) return "middle (4 KiB - 16 MiB)";
+  return "large (>= 16 MiB)";
+}
+
+NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows) {
+  NcclValidation v;
+  std::map<std::string, double> sum_band, sum_system, sum_op;
+  double sum = 0;
+  for (const NcclMeasurement& m : rows) {
+    const Topology topo = parse_topology_text(nccl_validation_topology(m), fmt::format("{} (generated)", m.system));
+    Collective c;
+    c.name = to_string(m.op);
+    c.op = m.op;
+    c.bytes = m.bytes;
+    for (int r = 0; r < m.nodes * m.gpus_per_node; ++r) c.group.push_back(r);
+    if (!m.algo.empty() && m.op != CollOp::alltoall) c.algo = m.algo;
+    if (!m.proto.empty() && m.op != CollOp::alltoall) c.proto = m.proto;
+    std::string note;
+    try {
+      resolved_choice(c, topo);
+    } catch (const ParmError&) {
+      // The run forced what NCCL cannot do here (it then runs its own choice).
+      note = fmt::format(" ({} unavailable)", c.algo);
+      c.algo.clear();
+      c.proto.clear();
+    }
+    TaskGraphBuilder b(static_cast<int>(c.group.size()));
+    b.add_stream_all("comm");
+    b.add_collective_tasks(c, "comm", c.name);
+    const TaskGraph g = std::move(b).build();
+    NcclValidationRow row;
+    row.m = m;
+    row.choice = resolved_choice(c, topo) + note;
+    row.predicted_us = simulate(g, topo, {}).makespan.to_us();
+    row.error_pct = 100.0 * (row.predicted_us - m.measured_us) / m.measured_us;
+    if (m.quality == "ok") {
+      const double e = std::abs(row.error_pct);
+      const std::string band = size_band(m.bytes), op = to_string(m.op);
+      sum += e;
+      ++v.counted;
+      sum_band[band] += e, ++v.count_band[band];
+      sum_system[m.system] += e, ++v.count_system[m.system];
+      sum_op[op] += e, ++v.count_op[op];
+    }
+    v.rows.push_back(std::move(row));
+  }
+  if (v.counted) v.mape = sum / v.counted;
+  for (auto& [k, s] : sum_band) v.mape_band[k] = s / v.count_band[k];
+  for (auto& [k, s] : sum_system) v.mape_system[k] = s / v.count_system[k];
+  for (auto& [k, s] : sum_op) v.mape_op[k] = s / v.count_op[k];
+  return v;
+}
+
+}  // namespace parmsim

@@ -1,0 +1,59 @@
+#pragma once
+// Published nccl-tests measurements (validation/nccl-tests.csv) against the
+// simulator, uncalibrated.
+//
+// Each row names its hardware (gpu, nodes, gpus_per_node, nics_per_node,
+// nic_gbps), the collective and the size. The row's cluster is generated from
+// those columns (nccl_validation_topology: one NVSwitch per server, one PCIe
+// switch per NIC shared by the GPUs next to it, a rail fabric), the
+// collective is simulated with NCCL's choice (or the algorithm/protocol the
+// run forced), and the simulated time is compared with the measured one
+// (printed time, or size x nccl-tests factor / busbw when only busbw was
+// published). Nothing is fitted to these rows.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/graph/task_graph.hpp"
+
+namespace parmsim {
+
+struct NcclMeasurement {
+  int line = 0;
+  std::string system, gpu, fabric, algo, proto, quality, source;
+  int nodes = 1, gpus_per_node = 8;
+  int nics_per_node = 0;  // 0 = not published: the GPU's usual (A100 8 x 200G, others 8 x 400G)
+  double nic_gbps = 0;
+  bool nics_assumed = false;
+  CollOp op = CollOp::allreduce;
+  std::uint64_t bytes = 0;
+  double measured_us = 0;  // printed, or derived from busbw
+};
+
+// Throws ParmError "FILE:LINE: ..." for a missing column or a bad value.
+std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path);
+
+// The YAML of the cluster a row runs on.
+std::string nccl_validation_topology(const NcclMeasurement& m);
+
+struct NcclValidationRow {
+  NcclMeasurement m;
+  std::string choice;  // what the simulator ran, e.g. "nvls/simple/8"
+  double predicted_us = 0;
+  double error_pct = 0;  // 100 * (predicted - measured) / measured
+};
+
+// Size bands of the targets: latency floor (<= 4 KiB), middle (4 KiB - 16 MiB), large (>= 16 MiB).
+std::string size_band(std::uint64_t bytes);
+
+struct NcclValidation {
+  std::vector<NcclValidationRow> rows;  // every row; statistics over quality=ok rows only
+  std::map<std::string, double> mape_band, mape_system, mape_op;
+  std::map<std::string, int> count_band, count_system, count_op;
+  double mape = 0;
+  int counted = 0;
+};
+
+NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows);
+
+}  // namespace parmsim

@@ -1,0 +1,210 @@
+// NCCL's model as parmsim rebuilds it: expected values derived by hand from
+// NCCL's formulas and constants (src/graph/tuning.cc; docs/collectives.md).
+#include <catch2/catch.hpp>
+
+#include "sim/coll/collective_cost.hpp"
+#include "sim/coll/collective_plan.hpp"
+#include "sim/coll/nccl_model.hpp"
+#include "sim/coll/nccl_validation.hpp"
+#include "sim/core/error.hpp"
+#include "sim/engine/simulator.hpp"
+#include "sim/net/maxmin.hpp"
+#include "sim/topo/topology_io.hpp"
+
+using namespace parmsim;
+
+namespace {
+
+Topology topo(const std::string& name, std::vector<std::string> set = {}) {
+  return load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/" + name + ".yaml", set);
+}
+
+Collective all(CollOp op, int p, std::uint64_t bytes, std::string algo = "") {
+  Collective c;
+  c.name = "c";
+  c.op = op;
+  c.bytes = bytes;
+  c.algo = std::move(algo);
+  for (int r = 0; r < p; ++r) c.group.push_back(r);
+  return c;
+}
+
+double sim_us(const Topology& t, const Collective& c) {
+  TaskGraphBuilder b(static_cast<int>(c.group.size()));
+  b.add_stream_all("comm");
+  b.add_collective_tasks(c, "comm", "c");
+  const TaskGraph g = std::move(b).build();
+  return simulate(g, t, {}).makespan.to_us();
+}
+
+}  // namespace
+
+TEST_CASE("NCCL graphs from the topology: channels and speed per channel", "[nccl]") {
+  // 8 x H100: NVLink 18 x 20.6 = 370.8 GB/s per GPU; ladder 60 x 6 = 360 fits,
+  // then duplicated (60 >= 50) to 12 x 30.
+  const Topology h = topo("dgx-h100");
+  const NcclSystem s = nccl_system(all(CollOp::allreduce, 8, 1).group, h);
+  CHECK(s.intra_bw == Approx(370.8));
+  const NcclGraph r = nccl_ring_graph(s);
+  CHECK(r.channels == 12);
+  CHECK(r.bw_intra == Approx(30.0));
+  // NVLS: 8 heads; (8 + 1) x speed <= 370.8 -> 40; inter: top rung below 80 -> 60.
+  const NcclGraph nv = nccl_nvls_graph(s);
+  CHECK(nv.channels == 8);
+  CHECK(nv.bw_intra == Approx(40.0));
+  CHECK(nv.bw_inter == Approx(60.0));
+  // 8 x A100: 12 x 20 GB/s = 240; ladder 40 x 6, duplicated to 12 x 20.
+  const NcclGraph a = nccl_ring_graph(nccl_system(all(CollOp::allreduce, 8, 1).group, topo("dgx-a100")));
+  CHECK(a.channels == 12);
+  CHECK(a.bw_intra == Approx(20.0));
+  // Two DGX H100: GPU -> NIC path min(PCIe 64 x 0.75 = 48, NIC 50) = 48; one ring per NIC, not duplicated
+  // (Hopper, 48 < 50, 8 > 4 channels): 8 x 48.
+  const NcclGraph r2 = nccl_ring_graph(nccl_system(all(CollOp::allreduce, 16, 1).group, topo("dgx-h100", {"nodes=2"})));
+  CHECK(r2.channels == 8);
+  CHECK(r2.bw_inter == Approx(48.0));
+  // Two DGX A100: min(PCIe Gen4 32 x 0.75 = 24, HDR 25) = 24 -> 8 x 24 (below 25: not duplicated).
+  const NcclGraph a2 = nccl_ring_graph(nccl_system(all(CollOp::allreduce, 16, 1).group, topo("dgx-a100", {"nodes=2"})));
+  CHECK(a2.channels == 8);
+  CHECK(a2.bw_inter == Approx(24.0));
+}
+
+TEST_CASE("NCCL's choice on one 8 x H100 node: ring LL below ~1 MiB, NVLS above", "[nccl]") {
+  const NcclSystem s = nccl_system(all(CollOp::allreduce, 8, 1).group, topo("dgx-h100"));
+  // Ring LL: 6.6 + 14 hops x 0.6 = 15.0 us; bus bw min(141, 12 x 30 x 0.5 = 180) = 141, x 8/14 = 80.571.
+  const NcclEstimate small = nccl_choose(CollOp::allreduce, s, 8);
+  CHECK(small.algo == NcclAlgo::ring);
+  CHECK(small.proto == NcclProto::ll);
+  CHECK(small.lat_us == Approx(15.0));
+  CHECK(small.bw_GBps == Approx(141.0 * 8 / 14));
+  // 1 MiB: ring LL 15 + 1048576 / 80571 = 28.01 us; NVLS 25 + 1048576 / 272000 = 28.86 us.
+  CHECK(nccl_choose(CollOp::allreduce, s, 1 << 20).algo == NcclAlgo::ring);
+  // NVLS: 8 x min(40 x 0.85 x 7/8 x 2 = 59.5, 60) = 476, x 8/14 = 272 GB/s, latency 25 us.
+  const NcclEstimate big = nccl_choose(CollOp::allreduce, s, 2 << 20);
+  CHECK(big.algo == NcclAlgo::nvls);
+  CHECK(big.proto == NcclProto::simple);
+  CHECK(big.lat_us == Approx(25.0));
+  CHECK(big.bw_GBps == Approx(272.0));
+  // AllGather: NVLS gives only 8 x min(40 x .85 x 7/8 x 7/8, 60) = 208.25 unconverted (< ring 360 x 8/7):
+  // ring at every size.
+  CHECK(nccl_choose(CollOp::allgather, s, 1ULL << 30).algo == NcclAlgo::ring);
+  // Ring Simple AllGather: 8.4 + 7 x 3.4 = 32.2 us.
+  CHECK(nccl_estimate(CollOp::allgather, s, NcclAlgo::ring, NcclProto::simple, 0, 1 << 30)->lat_us == Approx(32.2));
+}
+
+TEST_CASE("NCCL's choice on two DGX H100: tree LL, then tree LL128, then NVLS-Tree", "[nccl]") {
+  const Topology t = topo("dgx-h100", {"nodes=2"});
+  const NcclSystem s = nccl_system(all(CollOp::allreduce, 16, 1).group, t);
+  // Tree LL: 6.8 + 2 x (7 x 0.6 + log2(2) x 5.0) = 25.2 us (NCCL's debug log on such a system prints 25.200924).
+  const NcclEstimate e8 = nccl_choose(CollOp::allreduce, s, 8);
+  CHECK(e8.algo == NcclAlgo::tree);
+  CHECK(e8.proto == NcclProto::ll);
+  CHECK(e8.lat_us == Approx(25.2));
+  CHECK(nccl_choose(CollOp::allreduce, s, 2 << 20).proto == NcclProto::ll128);
+  // NVLS-Tree: 25 + 2 x 1 x 20.9 = 66.8 us; 8 x min(59.5, 2 x 48, 57.7) = 461.6 bus, x 16/30 = 246.19 alg.
+  const NcclEstimate e1g = nccl_choose(CollOp::allreduce, s, 1ULL << 30);
+  CHECK(e1g.algo == NcclAlgo::nvls_tree);
+  CHECK(e1g.lat_us == Approx(66.8));
+  CHECK(e1g.bw_GBps == Approx(461.6 * 16 / 30));
+  // The simulator runs it alone in exactly that time: 66.8 + 2^30 / 246.19e3 = 4428.2 us,
+  // busbw 2^30 x 30/16 / 4428.2 us = 454.6 GB/s (published 2-node H100 runs: 430-490).
+  const double us = sim_us(t, all(CollOp::allreduce, 16, 1ULL << 30));
+  CHECK(us == Approx(66.8 + (1ULL << 30) / (461.6 * 16 / 30 * 1e3)).epsilon(1e-6));
+  const double busbw = (1ULL << 30) * 30.0 / 16 / us / 1e3;
+  CHECK(busbw > 400);
+  CHECK(busbw < 500);
+  // AllGather runs the ring: 8 x 48 = 384 bus bandwidth at 1 GiB (within 300-400).
+  const double ag = sim_us(t, all(CollOp::allgather, 16, 1ULL << 30));
+  const double ag_busbw = (1ULL << 30) * 15.0 / 16 / ag / 1e3;
+  CHECK(ag_busbw > 300);
+  CHECK(ag_busbw < 400);
+}
+
+TEST_CASE("NCCL algorithms: refused where NCCL would not run them, one clear line", "[nccl]") {
+  const Topology a = topo("dgx-a100");
+  Collective c = all(CollOp::allreduce, 8, 1 << 20, "nvls");
+  CHECK_THROWS_WITH(make_plan(c, a), Catch::Contains("NVLink SHARP"));
+  c = all(CollOp::allreduce, 8, 1 << 20, "ring");
+  c.proto = "fast";
+  CHECK_THROWS_WITH(make_plan(c, a), Catch::Contains("unknown protocol 'fast'"));
+  c = all(CollOp::allgather, 8, 1 << 20, "tree");
+  CHECK_THROWS_WITH(make_plan(c, a), Catch::Contains("tree"));
+  c = all(CollOp::allreduce, 8, 1 << 20, "warp");
+  CHECK_THROWS_WITH(make_plan(c, a), Catch::Contains("unknown algorithm 'warp'"));
+  c = all(CollOp::allreduce, 16, 1 << 20, "nvls");
+  CHECK_THROWS_WITH(make_plan(c, topo("dgx-h100", {"nodes=2"})), Catch::Contains("one node"));
+}
+
+TEST_CASE("Ring channels use every rail: a node's inter-node bytes spread over its NICs", "[nccl]") {
+  const Topology t = topo("dgx-h100", {"nodes=2"});
+  Collective c = all(CollOp::allgather, 16, 1ULL << 30, "ring");
+  c.proto = "simple";
+  const CollPlan plan = make_plan(c, t);
+  // Per member: one NVLink flow and one flow on its own rail (8 channels, 8 NICs).
+  std::vector<int> rail_bytes(8, 0);
+  int inter = 0;
+  for (const CollXfer& x : plan.xfers)
+    if (!t.same_node(x.src, x.dst)) {
+      ++inter;
+      CHECK(x.src % 8 == x.dst % 8);  // stays on its rail
+    }
+  CHECK(inter == 16);
+  // AllGather 1 GiB over 16: each member sends 15/16 GiB; 1/8 of it crosses nodes.
+  for (const CollXfer& x : plan.xfers)
+    if (!t.same_node(x.src, x.dst)) CHECK(x.bytes == (1ULL << 30) * 15 / 16 / 8);
+}
+
+TEST_CASE("p2p AlltoAll: PXN sends through the NIC on the destination's rail", "[nccl]") {
+  const Topology t = topo("dgx-h100", {"nodes=2"});
+  const Collective c = all(CollOp::alltoall, 16, 16 << 20);
+  const CollPlan plan = make_plan(c, t);
+  CHECK(plan.choice == "p2p");
+  Route scratch;
+  for (const CollXfer& x : plan.xfers) {
+    if (!(x.src == 0 && x.dst == 11)) continue;  // n0.gpu0 -> n1.gpu3
+    CHECK(x.via == 3);
+    const Route& r = xfer_route(plan, x, c.group, t, scratch);
+    bool nic3 = false;
+    for (int l : r.links) nic3 = nic3 || t.link_name(l).find("n0.nic3") != std::string::npos;
+    CHECK(nic3);
+    // Latency: ring Simple base 8.4 + one network Simple hop 14 = 22.4 us.
+    CHECK(r.latency.to_us() == Approx(22.4));
+  }
+}
+
+TEST_CASE("Max-min with rate caps", "[nccl][maxmin]") {
+  // One link of 10; flow 0 capped at 2 takes 2, flow 1 takes the other 8.
+  std::vector<double> cap = {10.0};
+  std::vector<int> path = {0};
+  std::vector<std::span<const int>> flows = {path, path};
+  std::vector<double> caps = {2.0, 0.0}, rate;
+  MaxMinScratch w;
+  max_min_rates(cap, flows, caps, w, rate);
+  CHECK(rate[0] == Approx(2.0));
+  CHECK(rate[1] == Approx(8.0));
+  // A cap above the fair share does not bind: 5 and 5.
+  caps = {6.0, 0.0};
+  max_min_rates(cap, flows, caps, w, rate);
+  CHECK(rate[0] == Approx(5.0));
+  CHECK(rate[1] == Approx(5.0));
+}
+
+TEST_CASE("The closed form equals the simulator for NCCL's algorithms alone", "[nccl]") {
+  const Topology t = topo("dgx-h100", {"nodes=2"});
+  for (std::uint64_t bytes : {8ULL, 1ULL << 16, 1ULL << 22, 1ULL << 28})
+    for (CollOp op : {CollOp::allreduce, CollOp::allgather, CollOp::reducescatter, CollOp::alltoall}) {
+      const Collective c = all(op, 16, bytes);
+      CAPTURE(bytes, to_string(op));
+      CHECK(collective_time_s(c, t) * 1e6 == Approx(sim_us(t, c)).epsilon(0.02));
+    }
+}
+
+TEST_CASE("Validation against published nccl-tests runs does not regress", "[nccl][validation]") {
+  const NcclValidation v =
+      validate_nccl(load_nccl_measurements(std::string(PARMSIM_SOURCE_DIR) + "/validation/nccl-tests.csv"));
+  REQUIRE(v.counted >= 100);
+  // Figures at the time of writing (parmsim validate nccl): see README "Collectives".
+  CHECK(v.mape_system.at("azure-nd-h100-v5") < 20);
+  CHECK(v.mape_system.at("meta-gcm-a100-node") < 10);
+  CHECK(v.mape_system.at("xxrjun-h100-node") < 10);
+  CHECK(v.mape_band.at("large (>= 16 MiB)") < 40);
+}
