@@ -1,6 +1,6 @@
 // parmsim_bench: speed figures for the simulator (Google Benchmark).
 //   parmsim_bench --benchmark_filter=EventQueue     event-queue throughput
-//   parmsim_bench --benchmark_filter=FatTree        1024-GPU AlltoAll, flow model
+//   parmsim_bench --benchmark_filter=FatTree        1024-GPU AlltoAll and AllReduce, flow model
 // Peak memory (max RSS of the process so far) is reported as a counter.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
@@ -67,6 +67,27 @@ static void BM_FatTreeAlltoAll(benchmark::State& state) {
   state.counters["peak_rss_MiB"] = peak_rss_mib();
 }
 BENCHMARK(BM_FatTreeAlltoAll)->Arg(0)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// 1024-GPU AllReduce of 64 MiB with NCCL's choice (auto: NVLS-Tree across 128
+// nodes), flow network: the plan, the flows and the simulation.
+static void BM_FatTreeAllReduce(benchmark::State& state) {
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/fat-tree-1024.yaml");
+  TaskGraphBuilder b(1024);
+  b.add_stream_all("comm");
+  Collective c;
+  c.name = "ar";
+  c.op = CollOp::allreduce;
+  c.bytes = 64ULL << 20;
+  for (int i = 0; i < 1024; ++i) c.group.push_back(i);
+  b.add_collective_tasks(c, "comm", "ar");
+  const TaskGraph g = std::move(b).build();
+  SimResult r;
+  for (auto _ : state) r = simulate(g, t, {"flow"});
+  state.counters["sim_us"] = r.makespan.to_us();
+  state.counters["transfers"] = static_cast<double>(r.transfers);
+  state.counters["peak_rss_MiB"] = peak_rss_mib();
+}
+BENCHMARK(BM_FatTreeAllReduce)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // One MoE layer (B=4, L=512, M=1024, H=4096, E=32, k=2, f=1.2, mp=4) on the
 // paper's 32-GPU cluster: baseline, S1 and S2, forward and backward, flow network.

@@ -201,10 +201,13 @@ TEST_CASE("The closed form equals the simulator for NCCL's algorithms alone", "[
 TEST_CASE("Validation against published nccl-tests runs does not regress", "[nccl][validation]") {
   const NcclValidation v =
       validate_nccl(load_nccl_measurements(std::string(PARMSIM_SOURCE_DIR) + "/validation/nccl-tests.csv"));
-  REQUIRE(v.counted >= 100);
-  // Figures at the time of writing (parmsim validate nccl): see README "Collectives".
-  CHECK(v.mape_system.at("azure-nd-h100-v5") < 20);
-  CHECK(v.mape_system.at("meta-gcm-a100-node") < 10);
-  CHECK(v.mape_system.at("xxrjun-h100-node") < 10);
-  CHECK(v.mape_band.at("large (>= 16 MiB)") < 40);
+  REQUIRE(v.counted >= 200);
+  // Figures at the time of writing (parmsim validate nccl; README "Collectives"), each
+  // with about 3 points of headroom: one node 15.5%, InfiniBand 20.3%, >= 16 MiB 21.0%.
+  CHECK(v.mape_fabric.at("one node (nvswitch)") < 18.5);
+  CHECK(v.mape_fabric.at("ib") < 23.5);
+  CHECK(v.mape_band.at("large (>= 16 MiB)") < 24);
+  CHECK(v.mape_system.at("azure-nd-h100-v5") < 18.5);
+  CHECK(v.mape_system.at("meta-gcm-a100-node") < 9);
+  CHECK(v.mape_system.at("xxrjun-h100-node") < 10.5);
 }

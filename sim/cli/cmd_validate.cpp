@@ -65,8 +65,13 @@ void print_nccl_table(const NcclValidation& v, const std::string& file, bool all
                r.predicted_us, r.error_pct, r.choice, r.m.quality, r.m.nics_assumed ? " (NICs assumed)" : "");
   }
   fmt::print("\nMAPE over the {} rows marked ok: {:.1f}%\n", v.counted, v.mape);
+  fmt::print("by size band:\n");
   for (const auto& [k, x] : v.mape_band) fmt::print("  {:<26} {:6.1f}% ({} rows)\n", k, x, v.count_band.at(k));
+  fmt::print("by op:\n");
   for (const auto& [k, x] : v.mape_op) fmt::print("  {:<26} {:6.1f}% ({} rows)\n", k, x, v.count_op.at(k));
+  fmt::print("by fabric (across nodes):\n");
+  for (const auto& [k, x] : v.mape_fabric) fmt::print("  {:<26} {:6.1f}% ({} rows)\n", k, x, v.count_fabric.at(k));
+  fmt::print("by system:\n");
   for (const auto& [k, x] : v.mape_system) fmt::print("  {:<26} {:6.1f}% ({} rows)\n", k, x, v.count_system.at(k));
 }
 
@@ -89,7 +94,8 @@ nlohmann::json nccl_json(const NcclValidation& v, const std::string& file) {
                     {"source", r.m.source}});
   return {{"file", file},           {"rows", rows},
           {"mape_pct", v.mape},     {"mape_pct_by_band", v.mape_band},
-          {"mape_pct_by_op", v.mape_op}, {"mape_pct_by_system", v.mape_system}};
+          {"mape_pct_by_op", v.mape_op}, {"mape_pct_by_system", v.mape_system},
+          {"mape_pct_by_fabric", v.mape_fabric}};
 }
 
 }  // namespace

@@ -483,9 +483,10 @@ std::optional<NcclEstimate> nccl_pick(const Collective& c, const Topology& topo,
   if (c.channels < 0 || c.channels > 64)
     throw ParmError(fmt::format("collective '{}': channels must be 1..64, got {}", c.name, c.channels));
   const NcclSystem sys = nccl_system(c.group, topo);
+  const std::optional<NcclProto> proto = forced_proto(c);
   try {
-    return nccl_choose(c.op, sys, static_cast<double>(c.bytes), named ? std::optional(forced) : std::nullopt,
-                       forced_proto(c), c.channels);
+    return nccl_choose(c.op, sys, static_cast<double>(c.bytes), named ? std::optional(forced) : std::nullopt, proto,
+                       c.channels);
   } catch (const ParmError& e) {
     throw ParmError(fmt::format("collective '{}': {}", c.name, e.what()));
   }

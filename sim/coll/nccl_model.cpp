@@ -357,12 +357,16 @@ NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::opti
   std::string reasons;
   for (NcclAlgo a : {NcclAlgo::ring, NcclAlgo::tree, NcclAlgo::nvls, NcclAlgo::nvls_tree}) {
     if (algo && *algo != a) continue;
+    const bool simple_only = a == NcclAlgo::nvls || a == NcclAlgo::nvls_tree;
     for (NcclProto p : {NcclProto::ll, NcclProto::ll128, NcclProto::simple}) {
       if (proto && *proto != p) continue;
+      if (!proto && simple_only && p != NcclProto::simple) continue;
       std::string why;
       auto e = nccl_estimate(op, s, a, p, channels, bytes, &why);
       if (!e) {
-        if (algo || proto) reasons += fmt::format("{}{}/{}: {}", reasons.empty() ? "" : "; ", to_string(a), to_string(p), why);
+        // One line per distinct reason (a forced algorithm fails the same way under every protocol).
+        if ((algo || proto) && reasons.find(why) == std::string::npos)
+          reasons += fmt::format("{}{}", reasons.empty() ? "" : "; ", why);
         continue;
       }
       if (!best || e->time_us(bytes) < best->time_us(bytes)) best = e;

@@ -134,7 +134,7 @@ std::string size_band(std::uint64_t bytes) {
 
 NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows) {
   NcclValidation v;
-  std::map<std::string, double> sum_band, sum_system, sum_op;
+  std::map<std::string, double> sum_band, sum_system, sum_op, sum_fabric;
   double sum = 0;
   for (const NcclMeasurement& m : rows) {
     const Topology topo = parse_topology_text(nccl_validation_topology(m), fmt::format("{} (generated)", m.system));
@@ -171,6 +171,8 @@ NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows) {
       sum_band[band] += e, ++v.count_band[band];
       sum_system[m.system] += e, ++v.count_system[m.system];
       sum_op[op] += e, ++v.count_op[op];
+      const std::string fabric = m.nodes == 1 ? "one node (nvswitch)" : m.fabric.empty() ? "unknown" : m.fabric;
+      sum_fabric[fabric] += e, ++v.count_fabric[fabric];
     }
     v.rows.push_back(std::move(row));
   }
@@ -178,6 +180,7 @@ NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows) {
   for (auto& [k, s] : sum_band) v.mape_band[k] = s / v.count_band[k];
   for (auto& [k, s] : sum_system) v.mape_system[k] = s / v.count_system[k];
   for (auto& [k, s] : sum_op) v.mape_op[k] = s / v.count_op[k];
+  for (auto& [k, s] : sum_fabric) v.mape_fabric[k] = s / v.count_fabric[k];
   return v;
 }
 

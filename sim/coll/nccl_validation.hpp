@@ -48,8 +48,8 @@ std::string size_band(std::uint64_t bytes);
 
 struct NcclValidation {
   std::vector<NcclValidationRow> rows;  // every row; statistics over quality=ok rows only
-  std::map<std::string, double> mape_band, mape_system, mape_op;
-  std::map<std::string, int> count_band, count_system, count_op;
+  std::map<std::string, double> mape_band, mape_system, mape_op, mape_fabric;
+  std::map<std::string, int> count_band, count_system, count_op, count_fabric;
   double mape = 0;
   int counted = 0;
 };
