@@ -3,7 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "sim/cli/common.hpp"
+#include "cli/common.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/output.hpp"
 #include "sim/io/yaml_reader.hpp"

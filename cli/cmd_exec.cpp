@@ -7,7 +7,7 @@
 
 #include "backend/cuda/cuda_executor.hpp"
 #include "backend/verify.hpp"
-#include "sim/cli/common.hpp"
+#include "cli/common.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/output.hpp"
 #include "sim/sweep/mpi_shim.hpp"

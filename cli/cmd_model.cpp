@@ -6,7 +6,7 @@
 #include <string>
 #include <nlohmann/json.hpp>
 
-#include "sim/cli/common.hpp"
+#include "cli/common.hpp"
 #include "sim/moe/model.hpp"
 #include "sim/topo/topology_io.hpp"
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "sim/cli/common.hpp"
+#include "cli/common.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"

@@ -10,7 +10,7 @@
 
 #include "backend/verify.hpp"
 #include "sim/calib/calibration.hpp"
-#include "sim/cli/common.hpp"
+#include "cli/common.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/output.hpp"

@@ -4,7 +4,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "sim/cli/common.hpp"
+#include "cli/common.hpp"
 #include "sim/coll/nccl_validation.hpp"
 #include "sim/compute/gemm_validation.hpp"
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/calib/calibration.hpp"
-#include "sim/cli/common.hpp"
+#include "cli/common.hpp"
 #include "sim/coll/collective_plan.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"

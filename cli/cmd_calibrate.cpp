@@ -5,7 +5,7 @@
 
 #include "backend/calibrate.hpp"
 #include "sim/calib/nccl_tests.hpp"
-#include "sim/cli/common.hpp"
+#include "cli/common.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/output.hpp"
 

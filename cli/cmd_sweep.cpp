@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "sim/cli/common.hpp"
+#include "cli/common.hpp"
 #include "sim/core/error.hpp"
 #include "sim/sweep/mpi_shim.hpp"
 #include "sim/sweep/runner.hpp"
