@@ -120,6 +120,7 @@ void add_validate(CLI::App& app) {
   auto b = std::make_shared<Args>();
   b->file = "validation/nccl-tests.csv";
   auto all = std::make_shared<bool>(false);
+  auto textbook = std::make_shared<bool>(false);
   auto* n = c->add_subcommand(
       "nccl",
       "collectives against published nccl-tests runs: each row's cluster is generated from its hardware columns, "
@@ -131,8 +132,11 @@ void add_validate(CLI::App& app) {
       ->capture_default_str();
   n->add_flag("--json", b->json, "print JSON instead of a table");
   n->add_flag("--all", *all, "also list the rows marked suspect (never counted in the MAPE)");
-  n->callback([b, all] {
-    const NcclValidation v = validate_nccl(load_nccl_measurements(b->file));
+  n->add_flag("--textbook", *textbook,
+              "the model before NCCL's, for comparison: one flat ring (AllReduce, AllGather, ReduceScatter), "
+              "direct AlltoAll, links at line rate");
+  n->callback([b, all, textbook] {
+    const NcclValidation v = validate_nccl(load_nccl_measurements(b->file), *textbook);
     if (b->json)
       fmt::print("{}\n", nccl_json(v, b->file).dump(2));
     else

@@ -91,7 +91,7 @@ std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path) {
   return rows;
 }
 
-std::string nccl_validation_topology(const NcclMeasurement& m) {
+std::string nccl_validation_topology(const NcclMeasurement& m, bool line_rate) {
   // Datasheet figures per direction: NVLink per GPU (A100 12 x 25 GB/s, H100/H200
   // 18 x 25, B200 18 x 50), PCIe Gen4 x16 32 GB/s (A100 servers), Gen5 x16 64.
   const double nvlink = m.gpu == "a100" ? 300 : m.gpu == "b200" ? 900 : 450;
@@ -108,6 +108,7 @@ std::string nccl_validation_topology(const NcclMeasurement& m) {
   const int switches = std::min(g, k);
   std::string y = fmt::format("name: {}\ngpu: {}\nnodes: {}\nnode:\n  gpus: {}\n  devices:\n", m.system, m.gpu,
                               m.nodes, g);
+  if (line_rate) y.insert(y.find("node:\n"), "link_efficiency: {nvlink: 1.0, pcie: 1.0, network: 1.0}\n");
   y += fmt::format("    - {{name: nvswitch, kind: nvswitch, nvls: {}}}\n", nvls ? "true" : "false");
   for (int s = 0; s < switches; ++s) y += fmt::format("    - {{name: pcie{}, kind: pcie_switch}}\n", s);
   for (int n = 0; n < k; ++n) y += fmt::format("    - {{name: nic{}, kind: nic}}\n", n);
@@ -132,12 +133,13 @@ std::string size_band(std::uint64_t bytes) {
   return "large (>= 16 MiB)";
 }
 
-NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows) {
+NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool textbook) {
   NcclValidation v;
   std::map<std::string, double> sum_band, sum_system, sum_op, sum_fabric;
   double sum = 0;
   for (const NcclMeasurement& m : rows) {
-    const Topology topo = parse_topology_text(nccl_validation_topology(m), fmt::format("{} (generated)", m.system));
+    const Topology topo =
+        parse_topology_text(nccl_validation_topology(m, textbook), fmt::format("{} (generated)", m.system));
     Collective c;
     c.name = to_string(m.op);
     c.op = m.op;
@@ -145,6 +147,10 @@ NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows) {
     for (int r = 0; r < m.nodes * m.gpus_per_node; ++r) c.group.push_back(r);
     if (!m.algo.empty() && m.op != CollOp::alltoall) c.algo = m.algo;
     if (!m.proto.empty() && m.op != CollOp::alltoall) c.proto = m.proto;
+    if (textbook) {
+      c.algo = m.op == CollOp::alltoall ? "direct" : "flat_ring";
+      c.proto.clear();
+    }
     std::string note;
     try {
       resolved_choice(c, topo);

@@ -33,8 +33,9 @@ struct NcclMeasurement {
 // Throws ParmError "FILE:LINE: ..." for a missing column or a bad value.
 std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path);
 
-// The YAML of the cluster a row runs on.
-std::string nccl_validation_topology(const NcclMeasurement& m);
+// The YAML of the cluster a row runs on; `line_rate`: every link at its line
+// rate (link_efficiency 1), as parmsim modelled links before NCCL's model.
+std::string nccl_validation_topology(const NcclMeasurement& m, bool line_rate = false);
 
 struct NcclValidationRow {
   NcclMeasurement m;
@@ -54,6 +55,9 @@ struct NcclValidation {
   int counted = 0;
 };
 
-NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows);
+// `textbook`: the model before NCCL's (a single flat ring for AllReduce,
+// AllGather and ReduceScatter, direct AlltoAll, links at line rate), for the
+// before/after comparison.
+NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool textbook = false);
 
 }  // namespace parmsim
