@@ -2,6 +2,9 @@
 // NCCL's formulas and constants (src/graph/tuning.cc; docs/collectives.md).
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <sstream>
+
 #include "sim/coll/collective_cost.hpp"
 #include "sim/coll/collective_plan.hpp"
 #include "sim/coll/nccl_model.hpp"
@@ -210,4 +213,20 @@ TEST_CASE("Validation against published nccl-tests runs does not regress", "[ncc
   CHECK(v.mape_system.at("azure-nd-h100-v5") < 18.5);
   CHECK(v.mape_system.at("meta-gcm-a100-node") < 9);
   CHECK(v.mape_system.at("xxrjun-h100-node") < 10.5);
+}
+
+TEST_CASE("Topology keys nccl.launch and nccl.net_latency add to NCCL's latencies", "[nccl]") {
+  std::ifstream in(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml");
+  std::stringstream text;
+  text << in.rdbuf() << "nccl: {launch: 5us, net_latency: 2us}\n";
+  const Topology t = parse_topology_text(text.str(), "dgx-h100+nccl.yaml", {"nodes=2"});
+  const NcclSystem s = nccl_system(all(CollOp::allreduce, 16, 1).group, t);
+  // Tree LL: 6.8 + 2 x (7 x 0.6 + log2(2) x (5.0 + 2)) + 5 = 6.8 + 22.4 + 5 = 34.2 us.
+  const NcclEstimate e = nccl_choose(CollOp::allreduce, s, 8);
+  CHECK(e.algo == NcclAlgo::tree);
+  CHECK(e.lat_us == Approx(34.2));
+  // Send/recv across nodes: 5 + 8.4 + 14 + 2 x 2 (Simple counts the NIC latency twice) = 31.4 us.
+  CHECK(nccl_p2p_latency_us(s, true) == Approx(31.4));
+  // The simulator runs it: 8 B alone takes the estimate.
+  CHECK(sim_us(t, all(CollOp::allreduce, 16, 8)) == Approx(34.2 + 8 / (e.bw_GBps * 1e3)).epsilon(1e-6));
 }

@@ -421,6 +421,8 @@ std::uint64_t topology_fingerprint(const Topology& t) {
   mix(h, static_cast<std::uint64_t>(t.num_links()));
   mix(h, static_cast<std::uint64_t>(t.hints().nvls) << 1 | static_cast<std::uint64_t>(t.hints().amd_cpu));
   mix(h, static_cast<std::uint64_t>(t.nics_per_node()));
+  mix(h, static_cast<std::uint64_t>(std::llround(t.hints().launch_us * 1e6)));
+  mix(h, static_cast<std::uint64_t>(std::llround(t.hints().net_latency_us * 1e6)));
   // Every link: FNV-1a over 64-bit words (cheap; called per free-function
   // lookup), then one avalanche.
   std::uint64_t f = 0xcbf29ce484222325ULL;

@@ -160,6 +160,8 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
   s.arch = arch_of(topo.gpu_model());
   s.nics = topo.nics_per_node();
   s.amd_cpu = topo.hints().amd_cpu;
+  s.launch_us = topo.hints().launch_us;
+  s.net_latency_us = topo.hints().net_latency_us;
   // Inside a node: the slowest route between consecutive ranks, and whether every such route is NVLink.
   s.nvlink = true;
   s.intra_bw = 0;
@@ -313,7 +315,9 @@ std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAl
   const int intra_hw = s.nvlink ? kNvlinkHw : kPciHw;
   double lat = kBaseLat[a][p];
   double intra_lat = kHwLat[intra_hw][a][p];
-  const double inter_lat = ppn == 1 ? kHwLat[kNetHw][kTree][p] : kHwLat[kNetHw][a][p];
+  // The NIC's reported latency (latencyInter) is added once, twice for Simple (its flush).
+  const double inter_lat = (ppn == 1 ? kHwLat[kNetHw][kTree][p] : kHwLat[kNetHw][a][p]) +
+                           s.net_latency_us * (p == kSimple ? 2 : 1);
   if (algo == NcclAlgo::ring) {
     if (N == 1) intra_lat = kHwLat[intra_hw][a][p];
     double net_overhead = 0;
@@ -342,6 +346,7 @@ std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAl
   if (algo == NcclAlgo::ring && p == kSimple && N > 1 && ar && bytes / (runtime_channels * n) >= 64)
     lat *= s.arch >= 1 ? 1.4 : 1.9;  // "plateau effect of ring"
 
+  lat += s.launch_us;
   NcclEstimate e;
   e.algo = algo;
   e.proto = proto;
@@ -380,7 +385,8 @@ NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::opti
 
 double nccl_p2p_latency_us(const NcclSystem& s, bool inter_node) {
   const int hw = inter_node ? kNetHw : (s.nvlink ? kNvlinkHw : kPciHw);
-  return kBaseLat[kRing][kSimple] + kHwLat[hw][kRing][kSimple];
+  return s.launch_us + kBaseLat[kRing][kSimple] + kHwLat[hw][kRing][kSimple] +
+         (inter_node ? 2 * s.net_latency_us : 0.0);
 }
 
 }  // namespace parmsim

@@ -45,6 +45,8 @@ struct NcclSystem {
   int nics = 0;            // NICs per node
   bool nvls = false;       // NVSwitch with NVLink SHARP and Hopper or newer
   bool amd_cpu = false;
+  double launch_us = 0;       // topology nccl.launch
+  double net_latency_us = 0;  // topology nccl.net_latency (NCCL's latencyInter)
 };
 NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo);
 

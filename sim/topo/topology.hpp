@@ -53,6 +53,8 @@ struct LinkEfficiency {
 struct CollectiveHints {
   bool nvls = false;      // the servers' NVSwitches reduce and multicast (NVLink SHARP)
   bool amd_cpu = false;   // host CPU vendor: NCCL's per-step network overhead is 2 us on AMD, 1 us otherwise
+  double launch_us = 0;       // added to every NCCL collective and send/recv batch (topology key nccl.launch)
+  double net_latency_us = 0;  // NIC-reported latency, added per network hop as NCCL adds latencyInter (nccl.net_latency)
 };
 
 struct Route {

@@ -20,7 +20,18 @@ const Section kTop{"topology",
                     {"fabric", "map", "kind: none", "network between servers (topology.fabric)"},
                     {"link_efficiency", "map", "per GPU (below)",
                      "sustained fraction of line rate per link class (topology.link_efficiency)"},
-                    {"cpu", "string", "intel", "host CPU vendor, intel | amd (NCCL's per-step network overhead)"}}};
+                    {"cpu", "string", "intel", "host CPU vendor, intel | amd (NCCL's per-step network overhead)"},
+                    {"nccl", "map", "{}", "latencies NCCL's model leaves to the machine (topology.nccl)"}}};
+const Section kNccl{
+    "topology.nccl",
+    "Latencies NCCL's cost model (docs/collectives.md) takes from the machine rather than its tables. "
+    "Both default to 0, NCCL's own defaults.",
+    {{"launch", "time", "0us",
+      "added once to every collective and every send/recv batch (e.g. host launch cost NCCL's base latencies "
+      "leave out)"},
+     {"net_latency", "time", "0us",
+      "the NIC's reported latency (NCCL's latencyInter, from the network plugin): added per network hop, "
+      "twice for the Simple protocol, as NCCL does"}}};
 const Section kEff{
     "topology.link_efficiency",
     "Every link's bandwidth is its line rate times its class's fraction; collectives, transfers and the "
@@ -63,7 +74,7 @@ const Section kFabric{
      {"nodes_per_leaf", "int", "required for fat_tree", "servers under one leaf switch"},
      {"spines", "int", "0", "spine switches (fat_tree: at least 1)"},
      {"oversubscription", "number", "1", "fat_tree: leaf down bandwidth / up bandwidth"}}};
-SectionRegistrar r1(kTop), r2(kNode), r3(kDevice), r4(kLink), r5(kFabric), r6(kEff);
+SectionRegistrar r1(kTop), r2(kNode), r3(kDevice), r4(kLink), r5(kFabric), r6(kEff), r7(kNccl);
 
 double default_nvlink_efficiency(const std::string& gpu) {
   if (gpu == "a100") return 20.0 / 25.0;
@@ -235,6 +246,11 @@ Topology build(const YamlReader& top) {
     eff.network = fraction(*e, "network", eff.network);
   }
   t.apply_efficiency(eff);
+  if (auto nc = top.opt("nccl")) {
+    nc->check_keys(kNccl);
+    if (auto v = nc->opt("launch")) t.hints().launch_us = v->as_time().to_us();
+    if (auto v = nc->opt("net_latency")) t.hints().net_latency_us = v->as_time().to_us();
+  }
   if (auto cpu = top.opt("cpu")) {
     const std::string v = cpu->as_string();
     if (v != "intel" && v != "amd") cpu->fail("intel or amd");
