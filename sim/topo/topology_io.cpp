@@ -130,7 +130,7 @@ Topology build(const YamlReader& top) {
       local[dn] = static_cast<int>(tmpl.size());
       tmpl.push_back({dn, parse_kind(d.at("kind"))});
       if (auto nv = d.opt("nvls")) {
-        if (tmpl.back().kind != DeviceKind::nvswitch) nv->fail("no nvls key: only an nvswitch reduces in the switch");
+        if (tmpl.back().kind != DeviceKind::nvswitch) nv->fail("nvls only on a device of kind nvswitch (only an NVSwitch reduces in the switch)");
         t.hints().nvls = t.hints().nvls || nv->as_bool();
       }
     }

@@ -38,6 +38,13 @@ check bare-number "$bin" topology -t $D/bare-number.yaml
 check zero-bandwidth "$bin" topology -t $D/zero-bandwidth.yaml
 check negative-bandwidth "$bin" topology -t $D/negative-bandwidth.yaml
 check unreachable "$bin" topology -t $D/unreachable.yaml
+# NCCL's algorithms: what NCCL cannot run is one line and exit 1, before any output.
+check nccl-nvls-a100 "$bin" collective -t topologies/dgx-a100.yaml --op allreduce -b 1MiB --algo nvls
+check nccl-bad-proto "$bin" collective -t topologies/dgx-h100.yaml --op allreduce -b 1MiB --proto fast
+check nccl-tree-allgather "$bin" collective -t topologies/dgx-h100.yaml --op allgather -b 1MiB --algo tree
+check nccl-channels-zero "$bin" collective -t topologies/dgx-h100.yaml --op allreduce -b 1MiB --channels 0
+check nccl-nvls-bad-device "$bin" topology -t $D/nvls-pcie.yaml
+check nccl-pick-2node "$bin" collective -t topologies/dgx-h100.yaml --topo-set nodes=2 --op allreduce -b 8B,2MiB,1GiB
 check cycle "$bin" simulate -t topologies/dgx-h100.yaml -g $D/cycle.yaml
 check dangling "$bin" simulate -t topologies/dgx-h100.yaml -g $D/dangling.yaml
 check bad-override "$bin" topology -t topologies/h200-cluster.yaml --topo-set nodez=4
