@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "backend/cuda/cuda_executor.hpp"
+#include "backend/cuda/cuda_backend.hpp"
 #include "backend/verify.hpp"
 #include "cli/common.hpp"
 #include "sim/core/error.hpp"
@@ -97,14 +97,14 @@ struct BackendArgs {
     }
   }
   // The executor to use (null: the CPU one). Under mpirun the CUDA executor
-  // runs one rank per process over NCCL.
-  std::unique_ptr<exec::CudaExecutor> make(const std::string& cmd) {
+  // runs one rank per process over NCCL. Only here is the CUDA module opened.
+  std::unique_ptr<exec::GpuExecutor> make(const std::string& cmd) {
     if (backend == "cpu") return nullptr;
     if (backend != "cuda") throw ParmError(fmt::format("{}: unknown backend '{}': cpu or cuda", cmd, backend));
-    if (const std::string why = exec::cuda_unavailable(); !why.empty())
+    if (const std::string why = exec::cuda_backend_unavailable(); !why.empty())
       throw ParmError(fmt::format("{} --backend cuda: {}", cmd, why));
     cuda.loopback = !sweep::mpi::launched_by_mpirun();
-    return std::make_unique<exec::CudaExecutor>(cuda);
+    return exec::make_cuda_executor(cuda);
   }
 };
 

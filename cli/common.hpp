@@ -32,6 +32,9 @@ CLI::Validator uint64_any();
 // A finite number >= lo (no nan, no inf).
 CLI::Validator finite_at_least(double lo);
 
+// Makes MPI the transport of sim/sweep/mpi_shim (nothing in a build without MPI).
+void install_mpi();
+
 void add_subcommands(CLI::App& app);
 void add_collective(CLI::App& app);
 void add_simulate(CLI::App& app);

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   bool help_config = false;
   app.add_flag("--help-config", help_config, "print every key of every input file format, then exit");
   app.allow_extras(false);
+  parmsim::cli::install_mpi();
   parmsim::cli::add_subcommands(app);
   parmsim::cli::add_validate(app);
   try {

@@ -16,25 +16,19 @@
 // Timing: a start and an end event around every task on its own stream,
 // against one reference event per device; `warmup` runs, then `reps` runs;
 // rows hold median start and duration, `spread` the p10/p90 of durations.
-// This header has no CUDA types: the CLI includes it in every build.
+// It is built into the module libparmsim_cuda.so (and the GPU tools); parmsim
+// reaches it through backend/cuda/cuda_backend.hpp.
 #include <memory>
 #include <string>
 
-#include "backend/executor.hpp"
+#include "backend/cuda/cuda_backend.hpp"
 
 namespace parmsim::exec {
 
-struct CudaOptions {
-  bool loopback = true;
-  int device = -1;  // -1: loopback uses GPU 0; NCCL mode uses local rank % GPUs
-  int warmup = 2, reps = 10;
-};
-
-// Why no GPU can be used by this process (or this build has no CUDA), in one
-// line; empty when one can.
+// Why no GPU can be used by this process, in one line; empty when one can.
 std::string cuda_unavailable();
 
-class CudaExecutor final : public Executor {
+class CudaExecutor final : public GpuExecutor {
  public:
   explicit CudaExecutor(CudaOptions o);
   ~CudaExecutor() override;
@@ -44,9 +38,9 @@ class CudaExecutor final : public Executor {
   // has rows for every task; rows of other processes' ranks are zero.
   SimResult run(const TaskGraph& g, Memory& mem) override;
   bool owns(int rank) const override;
-  int world_rank() const;
-  int world_size() const;
-  std::string device_name() const;
+  int world_rank() const override;
+  int world_size() const override;
+  std::string device_name() const override;
 
  private:
   struct Impl;

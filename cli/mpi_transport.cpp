@@ -1,0 +1,74 @@
+// The MPI transport of sim/sweep/mpi_shim: the parmsim command installs it at
+// start-up (the simulator library links no MPI). Without MPI at build time
+// nothing is installed and a run under mpirun is refused by `sweep`.
+#include "cli/common.hpp"
+#include "sim/sweep/mpi_shim.hpp"
+
+#ifdef PARMSIM_HAVE_MPI
+// The C API only: OpenMPI's deprecated C++ bindings would need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace parmsim::cli {
+
+#ifdef PARMSIM_HAVE_MPI
+namespace {
+
+void init(int* rank, int* size) {
+  MPI_Init(nullptr, nullptr);
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, size);
+}
+
+void finalize() {
+  MPI_Finalize();
+}
+
+void broadcast_bytes(void* data, std::size_t n) {
+  MPI_Bcast(data, static_cast<int>(n), MPI_BYTE, 0, MPI_COMM_WORLD);
+}
+
+double allreduce_max(double v) {
+  double out = v;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+void barrier() {
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+std::vector<std::string> gather_strings(const std::string& s) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int len = static_cast<int>(s.size());
+  std::vector<int> lens(size), displs(size);
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string all;
+  if (rank == 0) {
+    int total = 0;
+    for (int i = 0; i < size; ++i) displs[i] = total, total += lens[i];
+    all.resize(total);
+  }
+  MPI_Gatherv(s.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  std::vector<std::string> out;
+  if (rank == 0)
+    for (int i = 0; i < size; ++i) out.push_back(all.substr(displs[i], lens[i]));
+  return out;
+}
+
+const sweep::mpi::Transport kMpi = {init, finalize, broadcast_bytes, gather_strings, allreduce_max, barrier};
+
+}  // namespace
+
+void install_mpi() {
+  sweep::mpi::install(&kMpi);
+}
+#else
+void install_mpi() {}
+#endif
+
+}  // namespace parmsim::cli
