@@ -33,6 +33,8 @@ $bin compare --measured "$out/cpu-exec.csv" -t topologies/cpu-host.yaml --calibr
   -o "$out/compare-cpu.csv"
 echo "== GEMM model against published measurements"
 $bin validate gemm validation/gemm.csv | tail -n 12
+echo "== collective model (NCCL's choice) against published nccl-tests runs"
+$bin validate nccl validation/nccl-tests.csv | sed -n '/^MAPE/,$p' 
 echo "== the paper side by side, and the ablation (also in $out/paper-comparison.md)"
 /usr/bin/python3 scripts/paper_tables.py --results "$out"
 echo "== figures"

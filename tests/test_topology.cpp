@@ -110,3 +110,16 @@ node:
                     Catch::Contains("bad.yaml:") && Catch::Contains("malformed YAML"));
   CHECK_THROWS_WITH(load_topology("/nonexistent/topo.yaml"), Catch::Contains("/nonexistent/topo.yaml: cannot open"));
 }
+
+TEST_CASE("a 16,384-GPU topology loads without a GPUs x devices table and routes on demand", "[topo]") {
+  // 2048 DGX H100 nodes on a rail fabric with 2 spines. n0.gpu0 -> n2047.gpu7
+  // changes rail: gpu0 -> pcie0 -> nic0 -> rail0 -> spine -> rail7 -> nic7 -> pcie7 -> gpu7 = 8 links.
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml", {"nodes=2048"});
+  REQUIRE(t.num_gpus() == 16384);
+  const Route& r = t.route(0, 16383);
+  CHECK(r.links.size() == 8);
+  // Same rail: gpu3 -> pcie3 -> nic3 -> rail3 -> nic3 -> pcie3 -> gpu3 = 6 links.
+  CHECK(t.route(3, 8 * 1000 + 3).links.size() == 6);
+  // Inside a node: GPU -> NVSwitch -> GPU.
+  CHECK(t.route(16376, 16383).links.size() == 2);
+}

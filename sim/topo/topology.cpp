@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/graph/breadth_first_search.hpp>
 #include <boost/graph/filtered_graph.hpp>
 #include <boost/graph/reverse_graph.hpp>
@@ -101,31 +102,99 @@ struct NoTransitThroughGpu {
 
 }  // namespace
 
+std::vector<int> Topology::bfs_to(int dst_gpu) const {
+  const int dv = gpu_vertex_[dst_gpu];
+  NoTransitThroughGpu pred{&graph_, dv};
+  boost::filtered_graph<Graph, NoTransitThroughGpu> fg(graph_, pred);
+  auto rg = boost::make_reverse_graph(fg);
+  std::vector<int> dist(boost::num_vertices(graph_), -1);
+  dist[dv] = 0;
+  boost::breadth_first_search(
+      rg, static_cast<Graph::vertex_descriptor>(dv),
+      boost::visitor(boost::make_bfs_visitor(boost::record_distances(dist.data(), boost::on_tree_edge()))));
+  return dist;
+}
+
+namespace {
+
+// Hop distances to destination GPUs, computed on demand and kept per thread
+// for the topology last used on that thread, up to kDistCacheBytes (then
+// dropped and recomputed): memory grows with the links searched, not with
+// GPUs x devices.
+struct DistCache {
+  std::uint64_t topo = 0;
+  std::vector<std::vector<int>> dist;  // by destination GPU; empty = not computed
+  std::size_t bytes = 0;
+};
+constexpr std::size_t kDistCacheBytes = std::size_t{128} << 20;
+std::atomic<std::uint64_t> g_next_topology_id{1};
+
+}  // namespace
+
+const std::vector<int>& Topology::dist_to(int dst_gpu) const {
+  thread_local DistCache c;
+  if (c.topo != id_) {
+    c.topo = id_;
+    c.dist.assign(num_gpus(), {});
+    c.bytes = 0;
+  }
+  std::vector<int>& v = c.dist[dst_gpu];
+  if (v.empty()) {
+    const std::size_t need = static_cast<std::size_t>(num_devices()) * sizeof(int);
+    if (c.bytes + need > kDistCacheBytes) {
+      for (auto& x : c.dist) std::vector<int>().swap(x);
+      c.bytes = 0;
+    }
+    v = bfs_to(dst_gpu);
+    c.bytes += need;
+  }
+  return v;
+}
+
 void Topology::finalize() {
   const int n = num_gpus();
   if (n == 0) throw ParmError(fmt::format("topology {}: no GPUs", name_));
-  dist_.assign(n, {});
-  for (int d = 0; d < n; ++d) {
-    const int dv = gpu_vertex_[d];
-    NoTransitThroughGpu pred{&graph_, dv};
-    boost::filtered_graph<Graph, NoTransitThroughGpu> fg(graph_, pred);
-    auto rg = boost::make_reverse_graph(fg);
-    std::vector<int> dist(boost::num_vertices(graph_), -1);
-    dist[dv] = 0;
-    boost::breadth_first_search(
-        rg, static_cast<Graph::vertex_descriptor>(dv),
-        boost::visitor(boost::make_bfs_visitor(boost::record_distances(dist.data(), boost::on_tree_edge()))));
-    for (int s = 0; s < n; ++s)
-      if (dist[gpu_vertex_[s]] < 0)
-        throw ParmError(fmt::format("topology {}: GPU {} cannot reach GPU {} (no path of links; GPUs do not forward)",
-                                    name_, graph_[gpu_vertex_[s]].name, graph_[dv].name));
-    dist_[d] = std::move(dist);
-  }
+  id_ = g_next_topology_id++;
+  auto unreachable = [&](int s, int d) {
+    return ParmError(fmt::format("topology {}: GPU {} cannot reach GPU {} (no path of links; GPUs do not forward)",
+                                 name_, graph_[gpu_vertex_[s]].name, graph_[gpu_vertex_[d]].name));
+  };
+  // Every GPU reaches every other when one group of connected non-GPU
+  // devices touches every GPU (links run both ways; GPUs do not forward).
+  // Union-find over the links between non-GPU devices: O(links).
+  const int V = num_devices();
+  std::vector<int> parent(V);
+  for (int v = 0; v < V; ++v) parent[v] = v;
+  auto find = [&](int v) {
+    while (parent[v] != v) v = parent[v] = parent[parent[v]];
+    return v;
+  };
+  for (const auto& [a, b] : link_ends_)
+    if (graph_[a].kind != DeviceKind::gpu && graph_[b].kind != DeviceKind::gpu) parent[find(a)] = find(b);
+  std::vector<int> touched(V, 0);  // how many GPUs touch each group
+  std::vector<int> seen(V, -1);
+  for (int g = 0; g < n; ++g)
+    for (auto [it, end] = boost::out_edges(gpu_vertex_[g], graph_); it != end; ++it) {
+      const int w = static_cast<int>(boost::target(*it, graph_));
+      if (graph_[w].kind == DeviceKind::gpu) continue;
+      const int r = find(w);
+      if (seen[r] != g) seen[r] = g, ++touched[r];
+    }
+  const bool all_reach = n == 1 || std::find(touched.begin(), touched.end(), n) != touched.end();
   table_.clear();
-  if (n <= kRouteTableGpus) {
-    table_.reserve(static_cast<std::size_t>(n) * n);
-    for (int s = 0; s < n; ++s)
-      for (int d = 0; d < n; ++d) table_.push_back(compute_route(s, d));
+  if (n <= kRouteTableGpus || !all_reach) {
+    // Small clusters (and any whose reachability the shortcut cannot show):
+    // a search from every destination; small ones keep every route.
+    for (int d = 0; d < n; ++d) {
+      const std::vector<int>& dist = dist_to(d);
+      for (int s = 0; s < n; ++s)
+        if (dist[gpu_vertex_[s]] < 0) throw unreachable(s, d);
+    }
+    if (n <= kRouteTableGpus) {
+      table_.reserve(static_cast<std::size_t>(n) * n);
+      for (int s = 0; s < n; ++s)
+        for (int d = 0; d < n; ++d) table_.push_back(compute_route(s, d));
+    }
   }
 }
 
@@ -140,7 +209,7 @@ Route Topology::compute_route(int src_gpu, int dst_gpu) const {
   Route r;
   r.bottleneck = UINT64_MAX;
   if (src_gpu == dst_gpu) return r;
-  const std::vector<int>& dist = dist_.at(dst_gpu);
+  const std::vector<int>& dist = dist_to(dst_gpu);
   int v = gpu_vertex_.at(src_gpu);
   const unsigned pick = static_cast<unsigned>(src_gpu + dst_gpu);
   std::vector<const Link*> cand;

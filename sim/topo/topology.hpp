@@ -115,8 +115,12 @@ class Topology {
   LinkEfficiency eff_;
   CollectiveHints hints_;
   int nics_per_node_ = 0;
-  // dist_[dst_gpu][vertex]: hops to reach dst_gpu, -1 if unreachable.
-  std::vector<std::vector<int>> dist_;
+  std::uint64_t id_ = 0;  // set by finalize: keys the per-thread distance cache
+  // Hops from every vertex to dst_gpu (-1: unreachable), by breadth-first
+  // search; dist_to caches them per thread (bounded), so routes above
+  // kRouteTableGpus cost one search per destination, not GPUs x devices of memory.
+  std::vector<int> bfs_to(int dst_gpu) const;
+  const std::vector<int>& dist_to(int dst_gpu) const;
   std::vector<Route> table_;  // src * n + dst, when n <= kRouteTableGpus
   Route compute_route(int src_gpu, int dst_gpu) const;
 };
