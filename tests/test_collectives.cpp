@@ -11,6 +11,7 @@
 #include "sim/coll/collective_plan.hpp"
 #include "sim/core/error.hpp"
 #include "sim/engine/simulator.hpp"
+#include "sim/net/network_model.hpp"
 #include "sim/topo/topology_io.hpp"
 
 using namespace parmsim;
@@ -525,4 +526,57 @@ TEST_CASE("closed form: concurrent copies of a collective load the same links", 
   CHECK(simulate(g, t, SimOptions{"flow"}).makespan.to_us() == Approx(2383.81024).epsilon(0.01));
   // A copy outside the topology is refused.
   CHECK_THROWS_WITH(make_cost_form(c, t, Concurrent{8, 1}), Catch::Contains("outside the 32 GPUs"));
+}
+
+TEST_CASE("staggered flows: the second flow halves the first's rate from when it starts", "[coll][flow]") {
+  // parm-32gpu, gpu0 -> gpu1 over pcie0 (13 GB/s, 1 us route latency). f1: 1.3 GB at t = 0;
+  // f2: 1.3 GB on the same route, started at 50 ms. f1 alone from 1 us to 50.001 ms sends
+  // 0.65 GB; both then share 6.5 GB/s: f1's remaining 0.65 GB takes 100 ms -> 150.001 ms;
+  // f2 has sent 0.65 GB by then and finishes the rest alone at 13 GB/s: 200.001 ms.
+  const Topology t = topo("parm-32gpu");
+  auto net = make_network("flow", t);
+  const Route r = t.route(0, 1);
+  net->start(1, r, 1'300'000'000, Time::zero());
+  net->start(2, r, 1'300'000'000, Time::ms(50));
+  std::vector<std::uint64_t> done;
+  std::vector<std::pair<std::uint64_t, Time>> finished;
+  while (auto tn = net->next_completion()) {
+    done.clear();
+    net->complete(*tn, &done);
+    for (auto id : done) finished.emplace_back(id, *tn);
+  }
+  REQUIRE(finished.size() == 2);
+  CHECK(finished[0].first == 1);
+  CHECK(finished[0].second.to_us() == Approx(150'001.0).epsilon(1e-9));
+  CHECK(finished[1].first == 2);
+  CHECK(finished[1].second.to_us() == Approx(200'001.0).epsilon(1e-9));
+}
+
+TEST_CASE("two collectives sharing a NIC each get half of it", "[coll][flow]") {
+  // parm-32gpu: one 12.5 GB/s NIC per node. SendRecv 0 -> 4 and 1 -> 5 (direct) both cross
+  // node 0's and node 1's NIC. 125 MB alone: 5 us + 125e6 / 12.5e9 = 10.005 ms; together each
+  // gets 6.25 GB/s: 5 us + 20 ms = 20.005 ms for both.
+  const Topology t = topo("parm-32gpu");
+  const double alone = run_one(t, coll(CollOp::sendrecv, {0, 4}, 125'000'000, "direct"), "flow").makespan.to_us();
+  CHECK(alone == Approx(10'005.0).epsilon(1e-6));
+  TaskGraphBuilder b(6);
+  b.add_stream_all("s0");
+  b.add_stream_all("s1");
+  Collective a = coll(CollOp::sendrecv, {0, 4}, 125'000'000, "direct");
+  a.name = "a";
+  Collective c = coll(CollOp::sendrecv, {1, 5}, 125'000'000, "direct");
+  c.name = "b";
+  b.add_collective_tasks(a, "s0", "a");
+  b.add_collective_tasks(c, "s1", "b");
+  const SimResult both = simulate(std::move(b).build(), t, {"flow"});
+  CHECK(both.makespan.to_us() == Approx(20'005.0).epsilon(1e-6));
+}
+
+TEST_CASE("nccl-tests bus bandwidth factors per op", "[coll]") {
+  // doc/PERFORMANCE.md: AllReduce 2(n-1)/n; AllGather, ReduceScatter, AlltoAll (n-1)/n; SendRecv 1.
+  CHECK(busbw_factor(CollOp::allreduce, 8) == Approx(14.0 / 8));
+  CHECK(busbw_factor(CollOp::allgather, 8) == Approx(7.0 / 8));
+  CHECK(busbw_factor(CollOp::reducescatter, 16) == Approx(15.0 / 16));
+  CHECK(busbw_factor(CollOp::alltoall, 4) == Approx(3.0 / 4));
+  CHECK(busbw_factor(CollOp::sendrecv, 2) == Approx(1.0));
 }

@@ -61,3 +61,20 @@ TEST_CASE("no link is oversubscribed and every flow is bottlenecked", "[maxmin]"
     CHECK(bottlenecked);
   }
 }
+
+TEST_CASE("a rate cap frees bandwidth down the bottleneck chain", "[maxmin]") {
+  // Links A (cap 10), B (cap 4); f0 on A capped at 1, f1 on A and B, f2 on B, f3 on A.
+  // Fair share on B is 2 (f1, f2), on A 10/3 = 3.33: f0's cap of 1 binds first -> f0 = 1.
+  // Then B: 4/2 = 2 -> f1 = f2 = 2. A: 10 - 1 - 2 = 7 left for f3.
+  std::vector<double> cap = {10.0, 4.0};
+  std::vector<std::vector<int>> paths = {{0}, {0, 1}, {1}, {0}};
+  std::vector<std::span<const int>> p;
+  for (const auto& x : paths) p.emplace_back(x);
+  std::vector<double> caps = {1.0, 0.0, 0.0, 0.0}, rate;
+  parmsim::MaxMinScratch w;
+  max_min_rates(cap, p, caps, w, rate);
+  CHECK(rate[0] == Approx(1.0));
+  CHECK(rate[1] == Approx(2.0));
+  CHECK(rate[2] == Approx(2.0));
+  CHECK(rate[3] == Approx(7.0));
+}
