@@ -140,7 +140,7 @@ YamlReader YamlReader::load_string(const std::string& text, const std::string& n
 
 std::string YamlReader::where() const {
   const YAML::Mark m = node_.Mark();
-  if (m.line < 0) return file_;
+  if (m.line < 0) return file_ + " (overridden: --topo-set, or a spec's set)";
   return fmt::format("{}:{}:{}", file_, m.line + 1, m.column + 1);
 }
 
@@ -339,7 +339,8 @@ void apply_override(YAML::Node root, const std::string& assignment, const std::s
   YAML::Node parent = chain.back();
   if (!parent.IsMap()) throw ParmError(fmt::format("{}: '{}' does not name a key of a mapping", what, key));
   if (!allow_new && !parent[parts.back()]) throw ParmError(fmt::format("{}: unknown key '{}'", what, key));
-  parent[parts.back()] = value;
+  // A fresh node (no position in the file): errors about it name the override, not the file's line.
+  parent[parts.back()] = YAML::Node(value);
 }
 
 }  // namespace parmsim

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/yaml_reader.hpp"
 
@@ -107,6 +108,17 @@ Topology build(const YamlReader& top) {
   const YamlReader node = top.at("node");
   node.check_keys(kNode);
   const int gpn = static_cast<int>(node.at("gpus").as_int(1, 1 << 16));
+  {
+    // An unknown GPU profile is an error of this file, not of a later command.
+    const YamlReader g = top.at("gpu");
+    bool known = false;
+    std::string names;
+    for (const GpuProfile& p : gpu_profiles()) {
+      known = known || p.name == g.as_string();
+      names += (names.empty() ? "" : ", ") + p.name;
+    }
+    if (!known) g.fail("a GPU profile: " + names);
+  }
   Topology t(name, top.at("gpu").as_string(), gpn);
 
   // Device templates for one server.
