@@ -1,27 +1,99 @@
-// parmsim calibrate --import-nccl-tests
+// parmsim calibrate: --backend cpu, --import-nccl-tests (measured curves), --fit-machine (a topology overlay)
 #include <fmt/format.h>
 
+#include <cmath>
+#include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
 
 #include "backend/calibrate.hpp"
-#include "sim/calib/nccl_tests.hpp"
 #include "cli/common.hpp"
+#include "sim/calib/fit.hpp"
+#include "sim/calib/machine_fit.hpp"
+#include "sim/calib/nccl_tests.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/output.hpp"
+#include "sim/topo/topology_io.hpp"
 
 namespace parmsim::cli {
+namespace {
+
+struct Args {
+  std::vector<std::string> files, evaluate;
+  std::string op, out, backend = "cpu", topology, topo_set, overlay, hold_out;
+  std::string large_from = "256MiB", small_to = "64KiB";
+  int gpus = 8, node_gpus = 0;
+  bool quick = false, fit_machine = false;
+};
+
+// --fit-machine: link efficiencies and latencies of the topology, fitted to the
+// imported tables; their error before and after, on those and on --evaluate's.
+void fit_machine_cmd(const Args& a) {
+  if (a.topology.empty() || !std::filesystem::is_regular_file(a.topology))
+    throw ParmError("calibrate --fit-machine: give the measured machine's topology file with -t FILE");
+  const std::vector<std::string> sets = split_assignments(a.topo_set), base_overlay = load_overlay_arg(a.overlay);
+  auto load = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> ov = base_overlay;
+    ov.insert(ov.end(), extra.begin(), extra.end());
+    return load_topology(a.topology, sets, ov);
+  };
+  std::vector<calib::MeasuredCollective> fit_on;
+  std::vector<std::pair<std::string, std::vector<calib::MeasuredCollective>>> files;
+  for (const std::string& f : a.files) {
+    files.emplace_back(f, calib::measured_from(calib::read_nccl_tests(f, a.op)));
+    fit_on.insert(fit_on.end(), files.back().second.begin(), files.back().second.end());
+  }
+  for (const std::string& f : a.evaluate) files.emplace_back(f, calib::measured_from(calib::read_nccl_tests(f)));
+  calib::FitOptions opt;
+  opt.large_from = static_cast<double>(parse_sizes(a.large_from).at(0));
+  opt.small_to = static_cast<double>(parse_sizes(a.small_to).at(0));
+  const calib::MachineFit fit = calib::fit_machine(load, fit_on, opt);
+  const Topology before = load({}), after = load(fit.assignments());
+  fmt::print("machine parameters of {} fitted to {} measurement(s) from {} file(s):\n", a.topology, fit_on.size(),
+             a.files.size());
+  for (const calib::FittedParam& p : fit.params)
+    fmt::print("  {:<26} {:>10}   ({} sizes {} {})\n", p.key,
+               p.time ? fmt::format("{:.3f} us", p.value) : fmt::format("{:.3f}", p.value), p.points,
+               p.time ? "<=" : ">=", p.time ? a.small_to : a.large_from);
+  for (const std::string& n : fit.notes) fmt::print("  ({})\n", n);
+  fmt::print("\nsimulator (NCCL's model, uncalibrated) against the measurements, before -> after the fit:\n");
+  fmt::print("{:<9} {:<48} {:<14} {:>5} {:>5} {:>13} {:>8} {:>13} {:>8}\n", "", "file", "op", "ranks", "sizes",
+             "MAPE before", "after", "worst before", "after");
+  std::vector<calib::MeasuredCollective> held_all;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const auto& [f, ms] = files[i];
+    const bool held = i >= a.files.size();
+    if (held) held_all.insert(held_all.end(), ms.begin(), ms.end());
+    const calib::ModelError b = calib::model_error(ms, before), e = calib::model_error(ms, after);
+    fmt::print("{:<9} {:<48} {:<14} {:>5} {:>5} {:>12.1f}% {:>7.1f}% {:>12.1f}% {:>7.1f}%\n",
+               held ? "held out" : "fitted", f, ms.empty() ? "" : to_string(ms[0].op), ms.empty() ? 0 : ms[0].ranks,
+               ms.size(), 100 * b.mape, 100 * e.mape, 100 * b.worst, 100 * e.worst);
+  }
+  if (!held_all.empty()) {
+    const calib::ModelError b = calib::model_error(held_all, before), e = calib::model_error(held_all, after);
+    fmt::print("{:<9} {:<48} {:<14} {:>5} {:>5} {:>12.1f}% {:>7.1f}% {:>12.1f}% {:>7.1f}%\n", "held out", "(all)", "",
+               "", held_all.size(), 100 * b.mape, 100 * e.mape, 100 * b.worst, 100 * e.worst);
+  }
+  if (!a.out.empty()) {
+    std::string header = fmt::format(
+        "parmsim topology overlay (--overlay FILE): machine parameters fitted by\n  parmsim calibrate --fit-machine -t "
+        "{}{} --import-nccl-tests",
+        a.topology, a.topo_set.empty() ? "" : " --topo-set " + a.topo_set);
+    for (const std::string& f : a.files) header += " " + f;
+    write_atomically(a.out, [&](std::ostream& os) { os << calib::overlay_yaml(fit, header); });
+    fmt::print("wrote {}\n", a.out);
+  }
+}
+
+}  // namespace
 
 void add_calibrate(CLI::App& app) {
   auto* c = app.add_subcommand(
       "calibrate",
       "measure kernels and collectives on an executor (--backend cpu), or import nccl-tests text output "
-      "(--import-nccl-tests), fit them, and write a calibration file for --calibration");
-  struct Args {
-    std::vector<std::string> files;
-    std::string op, out, backend = "cpu", topology;
-    int gpus = 8, node_gpus = 0;
-    bool quick = false;
-  };
+      "(--import-nccl-tests), fit them, and write a calibration file for --calibration; with --fit-machine, fit "
+      "the topology's link efficiencies and latencies instead and write a topology overlay for --overlay");
   auto a = std::make_shared<Args>();
   c->add_option("--import-nccl-tests", a->files,
                 "nccl-tests outputs, text or -J JSON (all_reduce_perf, alltoall_perf, ...)")
@@ -33,14 +105,35 @@ void add_calibrate(CLI::App& app) {
       ->check(int_in(0, 1024));
   c->add_flag("--quick", a->quick, "a smaller grid of layers (for tests)");
   c->add_option("--op", a->op, "the collective, when neither the file nor its name says");
-  c->add_option("--topology", a->topology, "name of the cluster the measurements come from (recorded in the file)");
-  c->add_option("-o,--output", a->out, "calibration YAML to write");
+  c->add_option("-t,--topology", a->topology,
+                "the cluster the measurements come from: a name recorded in the calibration, or (--fit-machine) its "
+                "topology file");
+  c->add_option("--hold-out", a->hold_out,
+                "a size (e.g. 64MiB) left out of every imported table's fit and reported (default: each size left out "
+                "in turn)");
+  c->add_flag("--fit-machine", a->fit_machine,
+              "fit the topology's link efficiencies (nvlink, pcie, network) on the large sizes and nccl.launch / "
+              "nccl.net_latency on the small ones to the simulator, and write them as a topology overlay (-o)");
+  c->add_option("--evaluate", a->evaluate,
+                "with --fit-machine: nccl-tests outputs not fitted, whose error before and after is reported")
+      ->check(CLI::ExistingFile);
+  c->add_option("--topo-set", a->topo_set, "with --fit-machine: override topology keys, e.g. nodes=2");
+  add_overlay_option(c, a->overlay);
+  c->add_option("--fit-large-from", a->large_from, "with --fit-machine: efficiencies are fitted on sizes >= this")
+      ->capture_default_str();
+  c->add_option("--fit-small-to", a->small_to, "with --fit-machine: latencies are fitted on sizes <= this")
+      ->capture_default_str();
+  c->add_option("-o,--output", a->out, "calibration YAML to write (with --fit-machine: the topology overlay)");
   c->callback([a] {
     // Before measuring or fitting anything: the output is not an input, a link, a directory or a device.
     std::vector<NamedPath> inputs;
     for (const std::string& f : a->files) inputs.push_back({"an --import-nccl-tests input", f});
+    for (const std::string& f : a->evaluate) inputs.push_back({"an --evaluate input", f});
+    if (!a->overlay.empty()) inputs.push_back({"the --overlay input", a->overlay});
+    if (a->fit_machine && !a->topology.empty()) inputs.push_back({"the --topology input", a->topology});
     check_outputs({{"--output", a->out}}, inputs);
     if (a->files.empty()) {
+      if (a->fit_machine) throw ParmError("calibrate --fit-machine: give the measurements with --import-nccl-tests");
       if (a->backend != "cpu")
         throw ParmError(fmt::format("calibrate: backend '{}' is not available here; use --backend cpu", a->backend));
       const exec::Cluster cl{a->gpus, a->node_gpus > 0 ? a->node_gpus : a->gpus};
@@ -56,36 +149,70 @@ void add_calibrate(CLI::App& app) {
       }
       return;
     }
+    if (a->fit_machine) return fit_machine_cmd(*a);
+    if (!a->evaluate.empty()) throw ParmError("calibrate: --evaluate goes with --fit-machine");
+    std::optional<double> held;
+    if (!a->hold_out.empty()) held = static_cast<double>(parse_sizes(a->hold_out).at(0));
     std::string yaml =
-        "# parmsim calibration: alpha-beta fits of measured collectives.\n"
-        "# time(size) = alpha + size / bandwidth, with size in nccl-tests' convention.\n"
-        "# held_out_*: fitted on every other size, error on the others (mean and worst relative).\n"
-        "collectives:\n";
-    fmt::print("{:<14} {:>5} {:>5} {:>6} {:>12} {:>14} {:>12} {:>14} {:>12}\n", "op", "ranks", "hosts", "link",
-               "alpha_us", "bandwidth_GBps", "held_out", "held_out>=1MiB", "worst>=1MiB");
+        "# parmsim calibration: measured collectives.\n"
+        "# Within the measured sizes the simulator interpolates points_us in log(size)-log(time); beyond them,\n"
+        "# and for files without points, time(size) = alpha + size / bandwidth (size in nccl-tests' convention).\n";
+    yaml += held ? fmt::format("# held_out_*: the size {} B was left out of the fit; its error.\n", *held)
+                 : "# held_out_*: each size left out in turn and predicted from the others (mean relative error).\n";
+    yaml += "collectives:\n";
+    if (held)
+      fmt::print("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10} {:>8} {:>13} {:>12} {:>16} {:>16}\n", "op", "ranks", "hosts",
+                 "link", "sizes", "alpha_us", "bw_GBps", "held_out(B)", "measured_us", "curve_us(err)", "line_us(err)");
+    else
+      fmt::print("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10} {:>8}  {:>22}  {:>22}\n", "op", "ranks", "hosts", "link",
+                 "sizes", "alpha_us", "bw_GBps", "held out: curve mape/worst", "line mape/worst");
     for (const std::string& f : a->files) {
       const calib::NcclTable t = calib::read_nccl_tests(f, a->op);
-      const calib::AlphaBeta ab = calib::fit_alpha_beta(t.points);
-      const calib::HeldOut h = calib::fit_held_out(t.points);
-      // The target is stated for messages of 1 MiB and above: the same split, restricted.
-      double mape_big = 0, worst_big = 0;
-      int n_big = 0;
-      for (const calib::Point& p : h.test)
-        if (p.x >= 1048576.0) {
-          const double e = std::abs(h.fit.at(p.x) - p.t) / p.t;
-          mape_big += e, worst_big = std::max(worst_big, e), ++n_big;
-        }
-      if (n_big) mape_big /= n_big;
+      std::vector<calib::Point> pts;
+      for (const calib::Point& p : t.points)
+        if (p.x > 0 && (!held || p.x != *held)) pts.push_back(p);
+      const calib::Curve curve = calib::fit_curve(pts);
       const std::string link = t.hosts > 1 ? "inter" : "intra";
-      fmt::print("{:<14} {:>5} {:>5} {:>6} {:>12.3f} {:>14.2f} {:>11.2f}% {:>13.2f}% {:>11.2f}%\n", t.op, t.ranks,
-                 t.hosts, link, ab.alpha * 1e6, 1.0 / ab.beta / 1e9, 100 * h.mape, 100 * mape_big, 100 * worst_big);
+      // The line's worst error on the imported sizes (the curve's is 0 by construction).
+      double line_fit_worst = 0;
+      for (const auto& [x, tt] : curve.points) line_fit_worst = std::max(line_fit_worst, std::abs(curve.line.at(x) - tt) / tt);
+      double curve_mape = 0, curve_worst = 0, line_mape = 0, line_worst = 0;
+      std::string held_cols;
+      if (held) {
+        const auto h = calib::hold_out(t.points, *held);
+        if (h.empty()) throw ParmError(fmt::format("{}: --hold-out: no measurement of {} B", f, *held));
+        curve_mape = curve_worst = std::abs(h[0].curve), line_mape = line_worst = std::abs(h[0].line);
+        fmt::print("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10.3f} {:>8.2f} {:>13.0f} {:>12.2f} {:>8.2f}({:+.1f}%) {:>8.2f}({:+.1f}%)\n",
+                   t.op, t.ranks, t.hosts, link, curve.points.size(), curve.line.alpha * 1e6, 1e-9 / curve.line.beta,
+                   *held, h[0].p.t * 1e6, curve.at(*held) * 1e6, 100 * h[0].curve, curve.line.at(*held) * 1e6,
+                   100 * h[0].line);
+      } else {
+        const auto loo = calib::leave_one_out(pts);
+        for (const calib::LeftOut& l : loo) {
+          curve_mape += std::abs(l.curve), curve_worst = std::max(curve_worst, std::abs(l.curve));
+          line_mape += std::abs(l.line), line_worst = std::max(line_worst, std::abs(l.line));
+        }
+        curve_mape /= static_cast<double>(loo.size()), line_mape /= static_cast<double>(loo.size());
+        fmt::print("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10.3f} {:>8.2f}  {:>12.2f}% {:>8.2f}%  {:>12.2f}% {:>8.2f}%\n",
+                   t.op, t.ranks, t.hosts, link, curve.points.size(), curve.line.alpha * 1e6, 1e-9 / curve.line.beta,
+                   100 * curve_mape, 100 * curve_worst, 100 * line_mape, 100 * line_worst);
+      }
+      std::string pts_us;
+      for (const auto& [x, tt] : curve.points) pts_us += fmt::format("{}[{:.0f}, {:.6g}]", pts_us.empty() ? "" : ", ", x, tt * 1e6);
       yaml += fmt::format(
           "  - {{op: {}, ranks: {}, hosts: {}, link: {}, alpha: {:.6f}us, bandwidth: {:.6f}GBps, points: {}, "
-          "held_out_mape: {:.6f}, held_out_mape_1MiB: {:.6f}, held_out_worst_1MiB: {:.6f}, topology: \"{}\", "
-          "source: \"{}\"}}\n",
-          t.op, t.ranks, t.hosts, link, ab.alpha * 1e6, 1.0 / ab.beta / 1e9, t.points.size(), h.mape, mape_big,
-          worst_big, a->topology, f);
+          "held_out_mape: {:.6f}, held_out_curve_mape: {:.6f}, topology: \"{}\", source: \"{}\",\n"
+          "     points_us: [{}]}}\n",
+          t.op, t.ranks, t.hosts, link, curve.line.alpha * 1e6, 1e-9 / curve.line.beta, curve.points.size(),
+          line_mape, curve_mape, a->topology, f, pts_us);
     }
+    if (held)
+      fmt::print("# held out: {:.0f} B, left out of every fit and predicted by the measured curve (log-log between its "
+                 "neighbours) and by the alpha-beta line; the other sizes are reproduced exactly by the curve\n",
+                 *held);
+    else
+      fmt::print("# held out: each size left out in turn and predicted from the others; the smallest and largest fall "
+                 "outside the others' range, where the curve uses the line\n");
     if (!a->out.empty()) {
       write_atomically(a->out, [&](std::ostream& os) { os << yaml; });
       fmt::print("wrote {}\n", a->out);

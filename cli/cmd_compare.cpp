@@ -33,9 +33,10 @@ std::vector<std::string> csv_fields(const std::string& line) {
 void add_compare(CLI::App& app) {
   auto* c = app.add_subcommand("compare",
                                "simulate the task graph of a measured trace (from `parmsim execute`) and report "
-                               "measured against predicted time per task kind and end to end");
+                               "measured against predicted time per task kind and end to end; with --calibration "
+                               "and/or --overlay, uncalibrated, table-calibrated and parameter-calibrated side by side");
   struct Args {
-    std::string measured, topo, topo_set, calibration, network = "analytical", out;
+    std::string measured, topo, topo_set, overlay, calibration, network = "analytical", out;
   };
   auto a = std::make_shared<Args>();
   c->add_option("--measured", a->measured, "trace CSV written by parmsim execute (its .json sidecar beside it)")
@@ -45,6 +46,7 @@ void add_compare(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   c->add_option("--topo-set", a->topo_set, "topology overrides");
+  add_overlay_option(c, a->overlay);
   add_calibration_option(c, a->calibration);
   c->add_option("-n,--network", a->network, "analytical | flow")->capture_default_str();
   c->add_option("-o,--output", a->out, "CSV: name, measured_us, predicted_us (for plots/make_figures.py)");
@@ -52,7 +54,8 @@ void add_compare(CLI::App& app) {
     check_outputs({{"--output", a->out}}, {{"the --measured trace", a->measured},
                                           {"the --measured trace's .json sidecar", a->measured + ".json"},
                                           {"the topology file", a->topo},
-                                          {"the calibration file", a->calibration}});
+                                          {"the calibration file", a->calibration},
+                                          {"the --overlay file", a->overlay}});
     std::ifstream sj(a->measured + ".json");
     if (!sj)
       throw ParmError(
@@ -105,57 +108,97 @@ void add_compare(CLI::App& app) {
     }
     for (std::size_t i = 0; i < measured.size(); ++i)
       if (measured[i] < 0) throw ParmError(fmt::format("{}: task '{}' has no row", a->measured, g.task(i).name));
-    const Topology topo = load_topology(a->topo, split_assignments(a->topo_set));
-    const auto cal = load_calibration_arg(a->calibration);
-    const SimResult r = simulate(g, topo, SimOptions{a->network, cal.get()});
-    // Per kind: compute tasks by their kind; collectives by op, timed from
-    // the last member's arrival (what the simulator times) in both.
+    // Up to three simulators side by side: uncalibrated (the topology as given), table-calibrated
+    // (--calibration: measured kernels and collectives), parameter-calibrated (--overlay: fitted link
+    // efficiencies and latencies). "predicted" is the one with everything given.
     struct Sum {
-      double measured = 0, predicted = 0;
+      double measured = 0;
+      std::vector<double> predicted;
       int n = 0;
     };
+    struct Way {
+      std::string name;
+      bool overlay, table;
+    };
+    std::vector<Way> ways;
+    const bool has_ov = !a->overlay.empty(), has_cal = !a->calibration.empty();
+    if (has_ov || has_cal) ways.push_back({"uncalibrated", false, false});
+    if (has_ov && has_cal) ways.push_back({"table", false, true}), ways.push_back({"params", true, false});
+    ways.push_back({has_ov && has_cal ? "both" : has_cal ? "table" : has_ov ? "params" : "predicted", has_ov, has_cal});
+    const auto cal = load_calibration_arg(a->calibration);
+    const std::vector<std::string> sets = split_assignments(a->topo_set), ov = load_overlay_arg(a->overlay);
     std::map<std::string, Sum> kinds;
-    for (const Task& t : g.tasks()) {
-      if (t.kind != TaskKind::compute) continue;
-      auto& k = kinds[std::string(task_kind(t.name))];
-      k.measured += measured[t.id];
-      k.predicted += (r.trace[t.id].end - r.trace[t.id].start).to_us();
-      ++k.n;
-    }
-    for (const Collective& col : g.collectives()) {
-      if (col.group.size() < 2) continue;
-      double ms = 0, me = 0, ps = 0, pe = 0;
-      for (int id : g.parts(col.id)) {
-        ms = std::max(ms, mstart[id]);
-        me = std::max(me, mend[id]);
-        ps = std::max(ps, r.trace[id].start.to_us());
-        pe = std::max(pe, r.trace[id].end.to_us());
+    std::vector<double> pred_end;
+    for (const Way& w : ways) {
+      const Topology topo = load_topology(a->topo, sets, w.overlay ? ov : std::vector<std::string>{});
+      const SimResult r = simulate(g, topo, SimOptions{a->network, w.table ? cal.get() : nullptr});
+      pred_end.push_back(r.makespan.to_us());
+      // Per kind: compute tasks by their kind; collectives by op, timed from
+      // the last member's arrival (what the simulator times) in both.
+      std::map<std::string, double> got;
+      std::map<std::string, int> count;
+      for (const Task& t : g.tasks()) {
+        if (t.kind != TaskKind::compute) continue;
+        const std::string k(task_kind(t.name));
+        got[k] += (r.trace[t.id].end - r.trace[t.id].start).to_us();
+        if (&w == &ways.front()) kinds[k].measured += measured[t.id], ++kinds[k].n;
       }
-      auto& k = kinds[std::string("coll:") + to_string(col.op)];
-      k.measured += me - ms;
-      k.predicted += pe - ps;
-      ++k.n;
+      for (const Collective& col : g.collectives()) {
+        if (col.group.size() < 2) continue;
+        double ms = 0, me = 0, ps = 0, pe = 0;
+        for (int id : g.parts(col.id)) {
+          ms = std::max(ms, mstart[id]);
+          me = std::max(me, mend[id]);
+          ps = std::max(ps, r.trace[id].start.to_us());
+          pe = std::max(pe, r.trace[id].end.to_us());
+        }
+        const std::string k = std::string("coll:") + to_string(col.op);
+        got[k] += pe - ps;
+        if (&w == &ways.front()) kinds[k].measured += me - ms, ++kinds[k].n;
+      }
+      for (auto& [k, sum] : kinds) sum.predicted.push_back(got[k]);
     }
-    double mape = 0, worst = 0;
-    std::string worst_name;
-    std::string csv = "name,measured_us,predicted_us\n";
-    fmt::print("{:<26} {:>6} {:>14} {:>14} {:>9}\n", "task kind", "tasks", "measured_us", "predicted_us", "error");
+    const std::size_t W = ways.size();
+    std::vector<double> mape(W, 0), worst(W, 0);
+    std::vector<std::string> worst_name(W);
+    std::string csv = "name,measured_us,predicted_us";
+    if (W > 1)
+      for (const Way& w : ways) csv += "," + w.name + "_us";
+    csv += "\n";
+    std::string header = fmt::format("{:<26} {:>6} {:>12}", "task kind", "tasks", "measured_us");
+    for (const Way& w : ways) header += fmt::format(" {:>14} {:>8}", (W > 1 ? w.name : std::string("predicted")) + "_us", "error");
+    fmt::print("{}\n", header);
     int counted = 0;
     for (const auto& [name, k] : kinds) {
       if (k.measured <= 0) continue;
-      const double err = (k.predicted - k.measured) / k.measured;
-      fmt::print("{:<26} {:>6} {:>14.2f} {:>14.2f} {:>8.1f}%\n", name, k.n, k.measured, k.predicted, 100 * err);
-      mape += std::abs(err), ++counted;
-      if (std::abs(err) > worst) worst = std::abs(err), worst_name = name;
-      csv += fmt::format("{},{:.6f},{:.6f}\n", name, k.measured, std::max(k.predicted, 1e-6));
+      std::string row = fmt::format("{:<26} {:>6} {:>12.2f}", name, k.n, k.measured);
+      for (std::size_t i = 0; i < W; ++i) {
+        const double err = (k.predicted[i] - k.measured) / k.measured;
+        row += fmt::format(" {:>14.2f} {:>7.1f}%", k.predicted[i], 100 * err);
+        mape[i] += std::abs(err);
+        if (std::abs(err) > worst[i]) worst[i] = std::abs(err), worst_name[i] = name;
+      }
+      fmt::print("{}\n", row);
+      ++counted;
+      csv += fmt::format("{},{:.6f},{:.6f}", name, k.measured, std::max(k.predicted.back(), 1e-6));
+      if (W > 1)
+        for (double v : k.predicted) csv += fmt::format(",{:.6f}", std::max(v, 1e-6));
+      csv += "\n";
     }
-    if (counted) mape /= counted;
-    const double pred_end = r.makespan.to_us();
-    const double e2e = (pred_end - measured_end) / measured_end;
-    csv += fmt::format("end_to_end,{:.6f},{:.6f}\n", measured_end, pred_end);
-    fmt::print("end to end: measured {:.1f} us, predicted {:.1f} us, error {:+.1f}%\n", measured_end, pred_end,
-               100 * e2e);
-    fmt::print("per task kind: MAPE {:.1f}%, worst {:.1f}% ({})\n", 100 * mape, 100 * worst, worst_name);
+    for (double& m : mape) m = counted ? m / counted : 0;
+    csv += fmt::format("end_to_end,{:.6f},{:.6f}", measured_end, pred_end.back());
+    if (W > 1)
+      for (double v : pred_end) csv += fmt::format(",{:.6f}", v);
+    csv += "\n";
+    for (std::size_t i = 0; i < W; ++i) {
+      // The simulator with everything given keeps the unprefixed lines (scripts read them).
+      const std::string who = i + 1 < W ? ways[i].name + ": " : "";
+      const double e2e = (pred_end[i] - measured_end) / measured_end;
+      fmt::print("{}end to end: measured {:.1f} us, predicted {:.1f} us, error {:+.1f}%\n", who, measured_end,
+                 pred_end[i], 100 * e2e);
+      fmt::print("{}per task kind: MAPE {:.1f}%, worst {:.1f}% ({})\n", who, 100 * mape[i], 100 * worst[i],
+                 worst_name[i]);
+    }
     if (!a->out.empty()) write_atomically(a->out, [&](std::ostream& os) { os << csv; });
   });
 }

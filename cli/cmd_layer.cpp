@@ -51,12 +51,13 @@ std::string with_suffix(const std::string& path, const std::string& suffix) {
 void add_layer(CLI::App& app) {
   auto* c = app.add_subcommand("layer", "predict one MoE layer (forward + backward) under baseline, S1 and S2");
   struct Args {
-    std::string topo, topo_set, set, layer_file, schedule = "all", network = "flow", trace, calibration;
+    std::string topo, topo_set, overlay, set, layer_file, schedule = "all", network = "flow", trace, calibration;
     bool search = false, json = false;
   };
   auto a = std::make_shared<Args>();
   c->add_option("--topology,-t", a->topo, "topology YAML file")->required()->check(CLI::ExistingFile);
   c->add_option("--topo-set", a->topo_set, "override topology keys, e.g. nodes=16");
+  add_overlay_option(c, a->overlay);
   c->add_option("--layer", a->layer_file, "YAML file of layer keys (see --help-config, section layer)")
       ->check(CLI::ExistingFile);
   c->add_option("--set,-s", a->set,
@@ -71,7 +72,7 @@ void add_layer(CLI::App& app) {
   c->add_flag("--search", a->search, "try every combination of the builder's options and report the best");
   c->add_flag("--json", a->json, "print JSON instead of tables");
   c->callback([a] {
-    const Topology topo = load_topology(a->topo, split_assignments(a->topo_set));
+    const Topology topo = load_topology(a->topo, split_assignments(a->topo_set), load_overlay_arg(a->overlay));
     moe::LayerSpec spec;
     moe::ScheduleOptions custom = moe::preset("s1");
     bool has_custom = false;

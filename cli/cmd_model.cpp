@@ -17,7 +17,7 @@ void add_model(CLI::App& app) {
                                "predict a whole training iteration of an MoE transformer (BERT-MoE, GPT-2-MoE) "
                                "under baseline, S1 and S2");
   struct Args {
-    std::string spec, network, calibration;
+    std::string spec, network, calibration, overlay;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -27,10 +27,11 @@ void add_model(CLI::App& app) {
   c->add_option("-n,--network", a->network, "override the spec's network model (analytical | flow)");
   c->add_flag("--json", a->json, "print JSON");
   add_calibration_option(c, a->calibration);
+  add_overlay_option(c, a->overlay);
   c->callback([a] {
     moe::ModelSpec m = moe::load_model_spec(a->spec);
     if (!a->network.empty()) m.network = a->network;
-    const Topology topo = load_topology(m.topology_file, m.topology_overrides);
+    const Topology topo = load_topology(m.topology_file, m.topology_overrides, load_overlay_arg(a->overlay));
     const auto cal = load_calibration_arg(a->calibration);
     const auto res = moe::run_model(m, topo, cal.get());
     const double base = res.front().total().to_seconds();

@@ -30,12 +30,14 @@ struct TopoArgs {
   std::string file;
   std::string set;
   std::string calibration;
+  std::string overlay;
   void add(CLI::App* c) {
     c->add_option("--topology,-t", file, "topology YAML file (see topologies/)")->required()->check(CLI::ExistingFile);
     c->add_option("--topo-set", set, "override topology keys, e.g. nodes=16,fabric.oversubscription=2");
+    add_overlay_option(c, overlay);
     add_calibration_option(c, calibration);
   }
-  Topology load() const { return load_topology(file, split_assignments(set)); }
+  Topology load() const { return load_topology(file, split_assignments(set), load_overlay_arg(overlay)); }
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "sim/calib/calibration.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
+#include "sim/topo/topology_io.hpp"
 
 namespace parmsim::cli {
 
@@ -83,6 +84,17 @@ void add_calibration_option(CLI::App* c, std::string& file) {
 std::shared_ptr<const Calibration> load_calibration_arg(const std::string& file) {
   if (file.empty()) return nullptr;
   return std::make_shared<const Calibration>(load_calibration(file));
+}
+
+void add_overlay_option(CLI::App* c, std::string& file) {
+  c->add_option("--overlay", file,
+                "topology overlay YAML (parmsim calibrate --fit-machine): fitted link efficiencies and latencies, "
+                "merged over the topology before --topo-set")
+      ->check(CLI::ExistingFile);
+}
+
+std::vector<std::string> load_overlay_arg(const std::string& file) {
+  return file.empty() ? std::vector<std::string>{} : load_topology_overlay(file);
 }
 
 std::vector<std::string> split_assignments(const std::string& s) {

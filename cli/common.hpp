@@ -20,6 +20,12 @@ std::vector<int> parse_ranks(const std::string& s, int limit);
 void add_calibration_option(CLI::App* c, std::string& file);
 // --calibration FILE: loaded once per command; null when not given.
 std::shared_ptr<const Calibration> load_calibration_arg(const std::string& file);
+// --overlay FILE, on every command that takes a topology: a topology overlay
+// (a YAML map of topology keys; `calibrate --fit-machine` writes one), merged
+// over the topology before --topo-set.
+void add_overlay_option(CLI::App* c, std::string& file);
+// Its assignments, for load_topology's `overlay`; none when `file` is empty.
+std::vector<std::string> load_overlay_arg(const std::string& file);
 // "a=1,b=2" -> {"a=1", "b=2"}.
 std::vector<std::string> split_assignments(const std::string& s);
 

@@ -26,7 +26,8 @@ const Section kKern{"calibration.kernels[]",
                      {"held_out_mape", "number", "-", "error of the alpha-beta line on held-out points"},
                      {"source", "string", "-", ""}}};
 const Section kColl{"calibration.collectives[]",
-                    "One measured collective: time(size) = alpha + size / bandwidth.",
+                    "One measured collective: the measured points interpolated in log(size)-log(time) within their "
+                    "range, time(size) = alpha + size / bandwidth beyond it (or without points).",
                     {{"op", "string", "required", "allreduce | allgather | reducescatter | alltoall | sendrecv"},
                      {"ranks", "int", "required", "group size"},
                      {"hosts", "int", "1", "nodes the measurement spanned"},
@@ -34,7 +35,11 @@ const Section kColl{"calibration.collectives[]",
                      {"alpha", "time", "required", "fixed cost"},
                      {"bandwidth", "bandwidth", "required", "nccl-tests size per second"},
                      {"points", "int", "-", "measurements fitted"},
+                     {"points_us", "list", "-",
+                      "[[bytes, microseconds], ...] measured, two or more distinct sizes: interpolated within their "
+                      "range"},
                      {"held_out_mape", "number", "-", "error on held-out sizes"},
+                     {"held_out_curve_mape", "number", "-", "the measured curve's error on held-out sizes"},
                      {"held_out_mape_1MiB", "number", "-", "the same, sizes >= 1 MiB"},
                      {"held_out_worst_1MiB", "number", "-", "worst held-out error, sizes >= 1 MiB"},
                      {"topology", "string", "-", "the cluster measured"},
@@ -44,16 +49,14 @@ SectionRegistrar r1(kCal), r2(kColl), r3(kKern);
 }  // namespace
 
 Time KernelTable::time(double x) const {
-  const auto& p = points;
-  if (x >= p.front().first && x <= p.back().first) {
-    auto hi = std::lower_bound(p.begin(), p.end(), x, [](const auto& a, double v) { return a.first < v; });
-    if (hi->first == x || hi == p.begin()) return duration_for_rate(hi->second, 1.0);
-    const auto lo = hi - 1;
-    const double f = (std::log(x) - std::log(lo->first)) / (std::log(hi->first) - std::log(lo->first));
-    const double t = std::exp(std::log(lo->second) + f * (std::log(hi->second) - std::log(lo->second)));
-    return duration_for_rate(t, 1.0);
-  }
+  if (const auto t = calib::interpolate_log_log(points, x)) return duration_for_rate(*t, 1.0);
   return duration_for_rate(std::max(0.0, alpha + beta * x), 1.0);
+}
+
+Time CalibratedCollective::time(std::uint64_t bytes) const {
+  if (points.size() >= 2)
+    if (const auto t = calib::interpolate_log_log(points, static_cast<double>(bytes))) return duration_for_rate(*t, 1.0);
+  return alpha + duration_for(bytes, bandwidth);
 }
 
 const KernelTable* Calibration::kernel(std::string_view name, DType dtype) const {
@@ -88,6 +91,23 @@ Calibration load_calibration(const std::string& file) {
       c.alpha = e.at("alpha").as_time();
       c.bandwidth = e.at("bandwidth").as_bandwidth();
       c.source = e.get_string("source", "");
+      if (auto pts = e.opt("points_us")) {
+        pts->expect_seq();
+        for (std::size_t j = 0; j < pts->size(); ++j) {
+          const YamlReader pt = (*pts)[j];
+          pt.expect_seq();
+          if (pt.size() != 2) pt.fail("a pair [bytes, microseconds]");
+          const double x = pt[0].as_double(), us = pt[1].as_double();
+          if (!(x > 0) || !(us > 0) || !std::isfinite(x) || !std::isfinite(us))
+            pt.fail("a positive size and a positive time");
+          c.points.emplace_back(x, us * 1e-6);
+        }
+        std::sort(c.points.begin(), c.points.end());
+        for (std::size_t j = 1; j < c.points.size(); ++j)
+          if (c.points[j].first == c.points[j - 1].first)
+            pts->fail(fmt::format("size {} appears twice", c.points[j].first));
+        if (c.points.size() < 2) pts->fail("two or more measured sizes");
+      }
       if (cal.find(c.op, c.ranks, c.inter))
         e.fail(fmt::format("one entry per (op, ranks, link); {} over {} ranks ({}) appears twice", to_string(c.op),
                            c.ranks, link));

@@ -1,15 +1,18 @@
 #pragma once
 // A calibration file (written by `parmsim calibrate`, read with --calibration):
-// measured alpha-beta costs of collectives by operation, group size and link
-// class. Where an entry matches a collective of a task graph (same op, same
-// number of ranks, intra-node when all members share a node, else inter), the
-// simulator times that collective as alpha + size / bandwidth, with size in
-// nccl-tests' convention, instead of expanding it into modelled transfers; the
-// closed-form model uses the same entry. Collectives without an entry are
-// modelled as before.
+// measured costs of collectives by operation, group size and link class. Where
+// an entry matches a collective of a task graph (same op, same number of
+// ranks, intra-node when all members share a node, else inter), the simulator
+// times that collective from the entry instead of expanding it into modelled
+// transfers: within the measured sizes by interpolating the measured points
+// (`points_us`) in log(size)-log(time), beyond them (or when the entry has no
+// points, as files written before points were kept) as alpha + size /
+// bandwidth, with size in nccl-tests' convention. The closed-form model uses
+// the same entry. Collectives without an entry are modelled as before.
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sim/core/time.hpp"
@@ -23,8 +26,9 @@ struct CalibratedCollective {
   bool inter = false;
   Time alpha;
   std::uint64_t bandwidth = 0;  // bytes/s
+  std::vector<std::pair<double, double>> points;  // measured (bytes, seconds), sorted; may be empty
   std::string source;
-  Time time(std::uint64_t bytes) const { return alpha + duration_for(bytes, bandwidth); }
+  Time time(std::uint64_t bytes) const;
 };
 
 // Measured kernel times of one kind of task (the task name before '#', e.g.

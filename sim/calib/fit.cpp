@@ -43,4 +43,59 @@ HeldOut fit_held_out(std::vector<Point> pts, bool relative) {
   return h;
 }
 
+std::optional<double> interpolate_log_log(const std::vector<std::pair<double, double>>& p, double x) {
+  if (p.empty() || !(x >= p.front().first) || !(x <= p.back().first)) return std::nullopt;
+  auto hi = std::lower_bound(p.begin(), p.end(), x, [](const auto& a, double v) { return a.first < v; });
+  if (hi->first == x || hi == p.begin()) return hi->second;
+  const auto lo = hi - 1;
+  const double f = (std::log(x) - std::log(lo->first)) / (std::log(hi->first) - std::log(lo->first));
+  return std::exp(std::log(lo->second) + f * (std::log(hi->second) - std::log(lo->second)));
+}
+
+double Curve::at(double x) const {
+  if (const auto t = interpolate_log_log(points, x)) return *t;
+  return std::max(0.0, line.at(x));
+}
+
+Curve fit_curve(std::vector<Point> pts) {
+  std::erase_if(pts, [](const Point& p) { return !(p.x > 0) || !(p.t > 0); });
+  std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.x < b.x; });
+  Curve c;
+  std::vector<Point> merged;
+  for (std::size_t i = 0; i < pts.size();) {
+    std::size_t j = i;
+    double sum = 0;
+    for (; j < pts.size() && pts[j].x == pts[i].x; ++j) sum += pts[j].t;
+    merged.push_back({pts[i].x, sum / static_cast<double>(j - i)});
+    c.points.emplace_back(pts[i].x, sum / static_cast<double>(j - i));
+    i = j;
+  }
+  c.line = fit_alpha_beta(merged);
+  return c;
+}
+
+namespace {
+std::vector<LeftOut> left_out(const std::vector<Point>& all, bool (*take)(double x, double held), double held) {
+  const Curve whole = fit_curve(all);  // sorted, merged
+  std::vector<LeftOut> out;
+  for (const auto& [x, t] : whole.points) {
+    if (!take(x, held)) continue;
+    std::vector<Point> rest;
+    for (const auto& [x2, t2] : whole.points)
+      if (x2 != x) rest.push_back({x2, t2});
+    const Curve c = fit_curve(rest);
+    out.push_back({{x, t}, (c.at(x) - t) / t, (c.line.at(x) - t) / t});
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<LeftOut> leave_one_out(const std::vector<Point>& pts) {
+  return left_out(pts, [](double, double) { return true; }, 0);
+}
+
+std::vector<LeftOut> hold_out(const std::vector<Point>& pts, double held) {
+  return left_out(pts, [](double x, double h) { return x == h; }, held);
+}
+
 }  // namespace parmsim::calib

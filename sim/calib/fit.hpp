@@ -1,7 +1,9 @@
 #pragma once
 // Least-squares fits of t = alpha + beta * n (the paper's cost model, docs/parm.md) and the
 // error of a fit on points it did not see.
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace parmsim::calib {
@@ -32,5 +34,34 @@ struct HeldOut {
 // Fits on every other point (sorted by x, starting with the first) and
 // reports the error on the rest.
 HeldOut fit_held_out(std::vector<Point> pts, bool relative = true);
+
+// Linear interpolation in (log x, log t) between the two nearest of `pts`
+// ((x, t), sorted by x, all positive); nullopt outside [front.x, back.x] or
+// with fewer than one point. At a measured x: that point's t.
+std::optional<double> interpolate_log_log(const std::vector<std::pair<double, double>>& pts, double x);
+
+// A measured curve: the points themselves within their range (log-log
+// interpolation), the alpha-beta line fitted to them (relative weights) beyond it.
+struct Curve {
+  std::vector<std::pair<double, double>> points;  // (x, seconds), sorted, distinct x > 0
+  AlphaBeta line;
+  double at(double x) const;
+};
+// Sorts the points, drops x <= 0 (nccl-tests prints 0-byte rows), averages
+// repeated x and fits the line. Throws ParmError with fewer than two distinct x > 0.
+Curve fit_curve(std::vector<Point> pts);
+
+// Held-out errors of a curve and of its line alone: each point in turn is left
+// out, the curve and line are fitted to the others and predict it (the two
+// end points fall outside the others' range, so the curve predicts them with
+// its line). `errors` are signed, (predicted - measured) / measured.
+struct LeftOut {
+  Point p;
+  double curve = 0, line = 0;
+};
+// Every point in turn (needs three or more distinct x).
+std::vector<LeftOut> leave_one_out(const std::vector<Point>& pts);
+// Only x == held (every other point fitted): one entry, or none when no point has that x.
+std::vector<LeftOut> hold_out(const std::vector<Point>& pts, double held);
 
 }  // namespace parmsim::calib

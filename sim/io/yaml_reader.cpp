@@ -301,7 +301,8 @@ double YamlReader::get_double(const std::string& key, double def) const {
   return has(key) ? at(key).as_double() : def;
 }
 
-void apply_override(YAML::Node root, const std::string& assignment, const std::string& what, bool allow_new) {
+void apply_override(YAML::Node root, const std::string& assignment, const std::string& what, bool allow_new,
+                    bool create_maps) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) throw ParmError(fmt::format("{}: '{}' is not key=value", what, assignment));
   const std::string key = assignment.substr(0, eq);
@@ -331,6 +332,10 @@ void apply_override(YAML::Node root, const std::string& assignment, const std::s
       next = cur[static_cast<std::size_t>(idx)];
     } else {
       next = cur[parts[i]];
+      if (create_maps && allow_new && cur.IsMap() && (!next.IsDefined() || next.IsNull())) {
+        cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+        next = cur[parts[i]];
+      }
     }
     if (!next.IsMap() && !next.IsSequence())
       throw ParmError(fmt::format("{}: '{}' has no mapping or list '{}'", what, key, parts[i]));

@@ -85,6 +85,9 @@ class YamlReader {
 
 // Applies "a.b.c=value" overrides to a YAML tree; the key path must exist
 // (so a typo is reported, never silently added) unless `allow_new` is set.
-void apply_override(YAML::Node root, const std::string& assignment, const std::string& what, bool allow_new);
+// `create_maps` (with allow_new): a missing mapping on the path is created
+// (a topology overlay sets nccl.launch on a file without an `nccl` map).
+void apply_override(YAML::Node root, const std::string& assignment, const std::string& what, bool allow_new,
+                    bool create_maps = false);
 
 }  // namespace parmsim

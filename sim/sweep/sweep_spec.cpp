@@ -29,6 +29,9 @@ const Section kTopo{"sweep.topologies[]",
                     "A topology file, with fixed overrides and a grid of overrides crossed with the layer grid.",
                     {{"file", "string", "required", "topology YAML, relative to the spec file"},
                      {"label", "string", "topology name", "name in the results"},
+                     {"overlay", "string", "-",
+                      "topology overlay YAML (parmsim calibrate --fit-machine), relative to the spec file; merged "
+                      "before `set`"},
                      {"set", "map", "{}", "fixed overrides, key.path -> value"},
                      {"grid", "map", "{}", "key.path -> list of values; one variant per combination"}}};
 SectionRegistrar r1(kSweep), r2(kTopo);
@@ -121,7 +124,16 @@ Spec load_spec(const std::string& file, const std::string& calibration_file) {
     t.check_keys(kTopo);
     const std::string rel = t.at("file").as_string();
     const std::string path = (base / rel).lexically_normal().string();
-    std::vector<std::string> fixed;
+    std::vector<std::string> fixed, overlay;
+    if (t.has("overlay")) {
+      const std::string ov = (base / t.at("overlay").as_string()).lexically_normal().string();
+      try {
+        overlay = load_topology_overlay(ov);
+      } catch (const ParmError& e) {
+        throw ParmError(fmt::format("{}: {}", t.at("overlay").where(), e.what()));
+      }
+      s.input_hash = fnv1a(read_file(ov), s.input_hash);
+    }
     if (auto set = t.opt("set"))
       for (const std::string& k : set->keys()) fixed.push_back(k + "=" + set->at(k).as_string());
     std::vector<std::vector<std::string>> variants{{}};
@@ -132,7 +144,7 @@ Spec load_spec(const std::string& file, const std::string& calibration_file) {
       v.overrides = fixed;
       v.overrides.insert(v.overrides.end(), var.begin(), var.end());
       try {
-        v.topo = std::make_shared<const Topology>(load_topology(path, v.overrides));
+        v.topo = std::make_shared<const Topology>(load_topology(path, v.overrides, overlay));
       } catch (const ParmError& e) {
         throw ParmError(fmt::format("{}: {}", t.at("file").where(), e.what()));
       }

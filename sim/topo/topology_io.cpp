@@ -279,16 +279,40 @@ Topology build(const YamlReader& top) {
 }  // namespace
 
 Topology parse_topology_text(const std::string& text, const std::string& name,
-                             const std::vector<std::string>& overrides) {
+                             const std::vector<std::string>& overrides, const std::vector<std::string>& overlay) {
   YamlReader r = YamlReader::load_string(text, name);
+  for (const auto& o : overlay) apply_override(r.node(), o, name + ": overlay", true, true);
   for (const auto& o : overrides) apply_override(r.node(), o, name + ": override", false);
   return build(r);
 }
 
-Topology load_topology(const std::string& file, const std::vector<std::string>& overrides) {
+Topology load_topology(const std::string& file, const std::vector<std::string>& overrides,
+                       const std::vector<std::string>& overlay) {
   YamlReader r = YamlReader::load_file(file);
+  for (const auto& o : overlay) apply_override(r.node(), o, file + ": overlay", true, true);
   for (const auto& o : overrides) apply_override(r.node(), o, file + ": override", false);
   return build(r);
+}
+
+std::vector<std::string> load_topology_overlay(const std::string& file) {
+  const YamlReader r = YamlReader::load_file(file);
+  std::vector<std::string> out;
+  if (!r.node().IsDefined() || r.node().IsNull()) return out;  // an empty overlay changes nothing
+  if (!r.node().IsMap()) r.fail("a map of topology keys, e.g. {link_efficiency: {nvlink: 0.8}, nccl: {launch: 14us}}");
+  auto walk = [&](auto&& self, const YamlReader& m, const std::string& prefix) -> void {
+    for (const std::string& k : m.keys()) {
+      const YamlReader v = m.at(k);
+      const std::string key = prefix.empty() ? k : prefix + "." + k;
+      if (v.node().IsMap())
+        self(self, v, key);
+      else if (v.node().IsScalar())
+        out.push_back(key + "=" + v.as_string());
+      else
+        v.fail("a single value or a map (an overlay sets values, not lists)");
+    }
+  };
+  walk(walk, r, "");
+  return out;
 }
 
 }  // namespace parmsim

@@ -10,8 +10,20 @@
 
 namespace parmsim {
 
-Topology load_topology(const std::string& file, const std::vector<std::string>& overrides = {});
+// `overlay`: "key.path=value" assignments applied before `overrides`, which
+// may add keys and maps the file lacks (nccl.launch on a file without an
+// `nccl` map); unknown keys are still refused when the topology is read.
+Topology load_topology(const std::string& file, const std::vector<std::string>& overrides = {},
+                       const std::vector<std::string>& overlay = {});
 Topology parse_topology_text(const std::string& text, const std::string& name,
-                             const std::vector<std::string>& overrides = {});
+                             const std::vector<std::string>& overrides = {},
+                             const std::vector<std::string>& overlay = {});
+
+// A topology overlay file (`--overlay FILE`; `parmsim calibrate --fit-machine`
+// writes one): a YAML map of topology keys, nested (`nccl: {launch: 14us}`) or
+// dotted (`nccl.launch: 14us`), merged over the topology. Returns its
+// assignments ("nccl.launch=14us"), for `overlay` above. Throws ParmError
+// naming file:line for anything but a map of single values.
+std::vector<std::string> load_topology_overlay(const std::string& file);
 
 }  // namespace parmsim
