@@ -132,6 +132,16 @@ launch = float(re.search(r'^nccl.launch: ([0-9.]+)us', open('$tmp/ov.yaml').read
 a, b = json.load(open('$tmp/ov0.json'))[0]['time_us'], json.load(open('$tmp/ov1.json'))[0]['time_us']
 assert abs(a - 8.4) < 0.05 and abs(b - a - launch) < 0.01, (a, b, launch)
 "; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL overlay round trip"; fi
+# A sweep spec's topology takes an overlay too (relative to the spec): a 100 us launch slows every configuration.
+sed "s|{file: ../../topologies/\([a-z0-9-]*\).yaml}|{file: $PWD/topologies/\1.yaml, overlay: ov.yaml}|" tests/data/small-sweep.yaml > "$tmp/ov-sweep.yaml"
+printf 'nccl: {launch: 100us}\n' > "$tmp/ov.yaml"
+if "$bin" sweep tests/data/small-sweep.yaml -o "$tmp/s0.csv" -q && "$bin" sweep "$tmp/ov-sweep.yaml" -o "$tmp/s1.csv" -q &&
+   python3 -c "
+import csv
+a, b = list(csv.DictReader(open('$tmp/s0.csv'))), list(csv.DictReader(open('$tmp/s1.csv')))
+assert len(a) == len(b) == 24, len(a)
+assert all(float(y['total_us']) > float(x['total_us']) for x, y in zip(a, b))
+"; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL sweep overlay"; fi
 # An overlay sets single values: a topology file given as one is refused at its first list.
 check overlay-list "$bin" collective -t topologies/dgx-h100.yaml --overlay topologies/dgx-a100.yaml -b 1KiB
 # Without a usable GPU, --backend cuda says so in one line and exits 1 (the
