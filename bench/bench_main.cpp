@@ -89,6 +89,29 @@ static void BM_FatTreeAllReduce(benchmark::State& state) {
 }
 BENCHMARK(BM_FatTreeAllReduce)->Unit(benchmark::kMillisecond)->Iterations(3);
 
+// 1024 GPUs on one switch (450 GB/s per GPU, 500 ns per hop), 64 MiB per GPU:
+// Arg 0: direct AlltoAll (1,047,552 transfers); 1: textbook flat ring AllReduce
+// (2046 steps of 1024 transfers); 2: AllReduce with NCCL's choice.
+static void BM_Switch1024(benchmark::State& state) {
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/switch-1024.yaml");
+  TaskGraphBuilder b(1024);
+  b.add_stream_all("comm");
+  Collective c;
+  c.name = "c";
+  c.op = state.range(0) == 0 ? CollOp::alltoall : CollOp::allreduce;
+  c.algo = state.range(0) == 0 ? "direct" : state.range(0) == 1 ? "flat_ring" : "";
+  c.bytes = 64ULL << 20;
+  for (int i = 0; i < 1024; ++i) c.group.push_back(i);
+  b.add_collective_tasks(c, "comm", "c");
+  const TaskGraph g = std::move(b).build();
+  SimResult r;
+  for (auto _ : state) r = simulate(g, t, {"flow"});
+  state.counters["sim_us"] = r.makespan.to_us();
+  state.counters["transfers"] = static_cast<double>(r.transfers);
+  state.counters["peak_rss_MiB"] = peak_rss_mib();
+}
+BENCHMARK(BM_Switch1024)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(1);
+
 // One MoE layer (B=4, L=512, M=1024, H=4096, E=32, k=2, f=1.2, mp=4) on the
 // paper's 32-GPU cluster: baseline, S1 and S2, forward and backward, flow network.
 static void BM_LayerAllSchedules(benchmark::State& state) {

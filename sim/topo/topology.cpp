@@ -155,6 +155,20 @@ void Topology::finalize() {
   const int n = num_gpus();
   if (n == 0) throw ParmError(fmt::format("topology {}: no GPUs", name_));
   id_ = g_next_topology_id++;
+  // Every vertex's outgoing links sorted by (target, link id): link id order is
+  // declaration order, as boost's out-edge lists, so ECMP picks stay the same.
+  out_start_.assign(num_devices() + 1, 0);
+  for (const auto& [a, b] : link_ends_) ++out_start_[a + 1];
+  for (int v = 0; v < num_devices(); ++v) out_start_[v + 1] += out_start_[v];
+  out_.resize(link_ends_.size());
+  {
+    std::vector<int> fill(out_start_.begin(), out_start_.end() - 1);
+    for (int id = 0; id < static_cast<int>(link_ends_.size()); ++id)
+      out_[fill[link_ends_[id].first]++] = OutLink{link_ends_[id].second, id};
+    for (int v = 0; v < num_devices(); ++v)
+      std::sort(out_.begin() + out_start_[v], out_.begin() + out_start_[v + 1],
+                [](const OutLink& x, const OutLink& y) { return x.target != y.target ? x.target < y.target : x.link < y.link; });
+  }
   auto unreachable = [&](int s, int d) {
     return ParmError(fmt::format("topology {}: GPU {} cannot reach GPU {} (no path of links; GPUs do not forward)",
                                  name_, graph_[gpu_vertex_[s]].name, graph_[gpu_vertex_[d]].name));
@@ -210,26 +224,35 @@ Route Topology::compute_route(int src_gpu, int dst_gpu) const {
   r.bottleneck = UINT64_MAX;
   if (src_gpu == dst_gpu) return r;
   const std::vector<int>& dist = dist_to(dst_gpu);
+  const int dv = gpu_vertex_.at(dst_gpu);
   int v = gpu_vertex_.at(src_gpu);
   const unsigned pick = static_cast<unsigned>(src_gpu + dst_gpu);
-  std::vector<const Link*> cand;
+  thread_local std::vector<int> cand;  // link ids
   while (dist[v] > 0) {
     cand.clear();
     // Among the next hops on a shortest path, the fastest links (a GPU pair
     // sharing both an NVSwitch and a PCIe switch talks over NVLink), then ECMP.
-    std::uint64_t best = 0;
-    for (auto [it, end] = boost::out_edges(v, graph_); it != end; ++it) {
-      const int w = static_cast<int>(boost::target(*it, graph_));
-      if (dist[w] != dist[v] - 1) continue;
-      const std::uint64_t bw = graph_[*it].bandwidth;
-      if (bw > best) cand.clear(), best = bw;
-      if (bw == best) cand.push_back(&graph_[*it]);
+    // One hop away, only links to the destination qualify: found by binary
+    // search in the vertex's links sorted by target (a switch of 1024 GPUs
+    // is not scanned per route).
+    const OutLink* b = out_.data() + out_start_[v];
+    const OutLink* e = out_.data() + out_start_[v + 1];
+    if (dist[v] == 1) {
+      b = std::lower_bound(b, e, dv, [](const OutLink& o, int t) { return o.target < t; });
+      e = std::upper_bound(b, e, dv, [](int t, const OutLink& o) { return t < o.target; });
     }
-    const Link* l = cand[pick % cand.size()];
-    r.links.push_back(l->id);
-    r.latency += l->latency;
-    r.bottleneck = std::min(r.bottleneck, l->bandwidth);
-    v = link_ends_[l->id].second;
+    std::uint64_t best = 0;
+    for (const OutLink* o = b; o != e; ++o) {
+      if (dist[o->target] != dist[v] - 1) continue;
+      const std::uint64_t bw = links_[o->link].bandwidth;
+      if (bw > best) cand.clear(), best = bw;
+      if (bw == best) cand.push_back(o->link);
+    }
+    const Link& l = links_[cand[pick % cand.size()]];
+    r.links.push_back(l.id);
+    r.latency += l.latency;
+    r.bottleneck = std::min(r.bottleneck, l.bandwidth);
+    v = link_ends_[l.id].second;
   }
   return r;
 }

@@ -116,6 +116,11 @@ class Topology {
   CollectiveHints hints_;
   int nics_per_node_ = 0;
   std::uint64_t id_ = 0;  // set by finalize: keys the per-thread distance cache
+  struct OutLink {
+    int target, link;
+  };
+  std::vector<int> out_start_;  // CSR by vertex into out_ (built by finalize)
+  std::vector<OutLink> out_;    // each vertex's outgoing links, sorted by (target, link id)
   // Hops from every vertex to dst_gpu (-1: unreachable), by breadth-first
   // search; dist_to caches them per thread (bounded), so routes above
   // kRouteTableGpus cost one search per destination, not GPUs x devices of memory.
