@@ -375,7 +375,7 @@ TEST_CASE("a second sweep on the same output is refused while the first holds it
   ::close(fd);  // the first sweep ends (or dies): the lock goes with it
 }
 
-TEST_CASE("--resume refuses a partial file whose inputs changed, naming the file", "[hardening][sweep]") {
+TEST_CASE("sweep resume refuses a partial file whose inputs changed, naming the file", "[hardening][sweep]") {
   TempDir d;
   const std::string spec_file = make_sweep(d);
   const sweep::Spec spec = sweep::load_spec(spec_file);
