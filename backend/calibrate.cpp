@@ -36,23 +36,32 @@ void add_trace(const TaskGraph& g, const SimResult& trace, int gpus_per_node, Sa
 }
 
 Samples calibrate_cpu(const Cluster& c, bool quick) {
+  return calibrate_grid(c, quick);
+}
+
+Samples calibrate_grid(const Cluster& c, bool quick, Executor* executor,
+                       const std::function<void(Execution&)>& collect) {
   Samples s;
   const std::vector<std::int64_t> Ms =
       quick ? std::vector<std::int64_t>{16, 48} : std::vector<std::int64_t>{16, 32, 64, 96};
   const std::vector<std::int64_t> Hs =
       quick ? std::vector<std::int64_t>{32, 96} : std::vector<std::int64_t>{32, 64, 128, 192};
   const std::vector<std::int64_t> Bs = quick ? std::vector<std::int64_t>{1, 4} : std::vector<std::int64_t>{1, 2, 4};
+  std::vector<int> mps = {2};
+  if (!quick && c.gpus % 4 == 0 && c.gpus >= 8) mps.push_back(4);
   std::uint64_t seed = 1;
-  for (std::int64_t M : Ms)
-    for (std::int64_t H : Hs)
-      for (std::int64_t B : Bs) {
-        moe::LayerSpec l;
-        l.B = B, l.L = 8, l.M = M, l.H = H, l.E = c.gpus, l.k = 2, l.f = 1.5, l.mp = 2;
-        for (const char* n : {"baseline", "s1", "s2"}) {
-          const Execution ex = execute_schedule(l, c, moe::preset(n), seed++);
-          add_trace(ex.graph, ex.trace, c.gpus_per_node, &s);
+  for (int mp : mps)
+    for (std::int64_t M : Ms)
+      for (std::int64_t H : Hs)
+        for (std::int64_t B : Bs) {
+          moe::LayerSpec l;
+          l.B = B, l.L = 8, l.M = M, l.H = H, l.E = c.gpus, l.k = 2, l.f = 1.5, l.mp = mp;
+          for (const char* n : {"baseline", "s1", "s2"}) {
+            Execution ex = execute_schedule(l, c, moe::preset(n), seed++, executor);
+            if (collect) collect(ex);
+            add_trace(ex.graph, ex.trace, c.gpus_per_node, &s);
+          }
         }
-      }
   return s;
 }
 

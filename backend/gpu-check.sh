@@ -81,5 +81,17 @@ for dtype in fp32 bf16; do
 done
 echo "(loopback: all ranks share one GPU, so collectives are device-to-device copies and ranks' kernels" \
   "contend for the same SMs; the layer times are not a multi-GPU prediction)" >> "$out/summary.txt"
+
+step "calibration loop: calibrate on a grid of small layers, execute a held-out layer, compare"
+if "$bin" calibrate --backend cuda --gpus 4 --quick -o "$out/cuda-calibration.yaml" > "$out/calibrate.log" 2>&1 &&
+   "$bin" execute --backend cuda --gpus 4 --schedule s1 --set B=2,M=64,H=128 --trace "$out/heldout-s1.csv" \
+     >> "$out/calibrate.log" 2>&1 &&
+   "$bin" compare --measured "$out/heldout-s1.csv" -t topologies/cpu-host.yaml \
+     --calibration "$out/cuda-calibration.yaml" -o "$out/compare-cuda.csv" > "$out/compare.txt" 2>&1; then
+  tail -n 25 "$out/compare.txt" >> "$out/summary.txt"
+else
+  status=1
+  echo "calibration loop: FAILED (see calibrate.log, compare.txt)" | tee -a "$out/summary.txt"
+fi
 cat "$out/summary.txt"
 exit $status

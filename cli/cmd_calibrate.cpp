@@ -3,12 +3,16 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 
 #include "backend/calibrate.hpp"
+#include "backend/cuda/cuda_backend.hpp"
 #include "cli/common.hpp"
+#include "cli/gpu_trace.hpp"
+#include "sim/sweep/mpi_shim.hpp"
 #include "sim/calib/fit.hpp"
 #include "sim/calib/machine_fit.hpp"
 #include "sim/calib/nccl_tests.hpp"
@@ -25,6 +29,7 @@ struct Args {
   std::string large_from = "256MiB", small_to = "64KiB";
   int gpus = 8, node_gpus = 0;
   bool quick = false, fit_machine = false;
+  exec::CudaOptions cuda;
 };
 
 // --fit-machine: link efficiencies and latencies of the topology, fitted to the
@@ -98,11 +103,19 @@ void add_calibrate(CLI::App& app) {
   c->add_option("--import-nccl-tests", a->files,
                 "nccl-tests outputs, text or -J JSON (all_reduce_perf, alltoall_perf, ...)")
       ->check(CLI::ExistingFile);
-  c->add_option("--backend", a->backend, "executor to measure when not importing: cpu (for GPUs, import nccl-tests results)")
+  c->add_option("--backend", a->backend,
+                "executor to measure when not importing: cpu, or cuda (every rank on one GPU, or one process per GPU "
+                "under mpirun -np N with NCCL)")
       ->capture_default_str();
-  c->add_option("--gpus", a->gpus, "ranks for --backend cpu")->capture_default_str()->check(int_in(1, 1024));
-  c->add_option("--node-gpus", a->node_gpus, "ranks per node for --backend cpu (default: all)")
-      ->check(int_in(0, 1024));
+  c->add_option("--gpus", a->gpus, "ranks (cpu: threads; cuda: ranks on one GPU, or mpirun -np)")
+      ->capture_default_str()
+      ->check(int_in(1, 1024));
+  c->add_option("--node-gpus", a->node_gpus, "ranks per node (default: all)")->check(int_in(0, 1024));
+  c->add_option("--device", a->cuda.device, "cuda: GPU index (default: 0, or the local rank under mpirun)")
+      ->check(int_in(0, 1023));
+  c->add_option("--reps", a->cuda.reps, "cuda: measured runs per layer (the trace holds medians)")
+      ->capture_default_str()
+      ->check(int_in(1, 100000));
   c->add_flag("--quick", a->quick, "a smaller grid of layers (for tests)");
   c->add_option("--op", a->op, "the collective, when neither the file nor its name says");
   c->add_option("-t,--topology", a->topology,
@@ -134,14 +147,36 @@ void add_calibrate(CLI::App& app) {
     check_outputs({{"--output", a->out}}, inputs);
     if (a->files.empty()) {
       if (a->fit_machine) throw ParmError("calibrate --fit-machine: give the measurements with --import-nccl-tests");
-      if (a->backend != "cpu")
-        throw ParmError(fmt::format("calibrate: backend '{}' is not available here; use --backend cpu", a->backend));
+      if (a->backend != "cpu" && a->backend != "cuda")
+        throw ParmError(fmt::format("calibrate: unknown backend '{}': cpu or cuda", a->backend));
       const exec::Cluster cl{a->gpus, a->node_gpus > 0 ? a->node_gpus : a->gpus};
-      fmt::print(stderr, "calibrate: executing a grid of layers (baseline, S1, S2) on {} CPU ranks...\n", cl.gpus);
-      const exec::Samples s = exec::calibrate_cpu(cl, a->quick);
+      std::unique_ptr<exec::GpuExecutor> gpu;
+      std::string where = fmt::format("CPU executor, {} ranks, {} per node", cl.gpus, cl.gpus_per_node);
+      if (a->backend == "cuda") {
+        // One line and nothing measured when this process cannot use a GPU.
+        if (const std::string why = exec::cuda_backend_unavailable(); !why.empty())
+          throw ParmError(fmt::format("calibrate --backend cuda: {}", why));
+        a->cuda.loopback = !sweep::mpi::launched_by_mpirun();
+        gpu = exec::make_cuda_executor(a->cuda);
+        where = fmt::format("CUDA executor on {}, {} ranks, {} per node, {}", gpu->device_name(), cl.gpus,
+                            cl.gpus_per_node,
+                            gpu->world_size() > 1 ? fmt::format("{} processes over NCCL", gpu->world_size())
+                                                  : std::string("every rank on one GPU"));
+      }
+      const bool lead = !gpu || gpu->world_rank() == 0;
+      if (lead)
+        fmt::print(stderr, "calibrate: executing a grid of layers (baseline, S1, S2) on the {}...\n", where);
+      std::function<void(exec::Execution&)> collect;
+      if (gpu && gpu->world_size() > 1)
+        collect = [&gpu](exec::Execution& ex) { gather_gpu_trace(*gpu, ex.graph, ex.trace); };
+      const exec::Samples s = exec::calibrate_grid(cl, a->quick, gpu.get(), collect);
+      if (gpu && gpu->world_size() > 1) {
+        gpu.reset();
+        sweep::mpi::finalize();
+      }
+      if (!lead) return;
       std::string table;
-      const std::string y = exec::calibration_yaml(
-          s, fmt::format("CPU executor, {} ranks, {} per node", cl.gpus, cl.gpus_per_node), &table);
+      const std::string y = exec::calibration_yaml(s, where, &table);
       fmt::print("{}", table);
       if (!a->out.empty()) {
         write_atomically(a->out, [&](std::ostream& os) { os << y; });

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "backend/cuda/cuda_backend.hpp"
+#include "cli/gpu_trace.hpp"
 #include "backend/verify.hpp"
 #include "cli/common.hpp"
 #include "sim/core/error.hpp"
@@ -186,28 +187,11 @@ void add_exec(CLI::App& app) {
     exec::Execution ex = exec::execute_schedule(s, ea->layer.cluster(), scheds[0], ea->layer.seed, gpu.get());
     if (gpu && gpu->world_size() > 1) {
       // Every process measured its own rank's tasks: rank 0 collects them.
-      std::string mine;
-      for (const Task& t : ex.graph.tasks())
-        if (gpu->owns(t.rank)) {
-          const auto& row = ex.trace.trace[t.id];
-          const auto& sp = ex.trace.spread[t.id];
-          mine += fmt::format("{} {} {} {} {}\n", t.id, row.start.count_ps(), row.end.count_ps(), sp.first.count_ps(),
-                              sp.second.count_ps());
-        }
-      const auto all = sweep::mpi::gather_strings(mine);
+      gather_gpu_trace(*gpu, ex.graph, ex.trace);
       const bool lead = gpu->world_rank() == 0;
       gpu.reset();
       sweep::mpi::finalize();
       if (!lead) return;
-      for (const std::string& part : all) {
-        std::istringstream in(part);
-        long long id, a, b, p10, p90;
-        while (in >> id >> a >> b >> p10 >> p90) {
-          ex.trace.trace[id].start = Time::ps(a), ex.trace.trace[id].end = Time::ps(b);
-          ex.trace.spread[id] = {Time::ps(p10), Time::ps(p90)};
-          ex.trace.makespan = std::max(ex.trace.makespan, Time::ps(b));
-        }
-      }
     }
     write_atomically(ea->trace, [&](std::ostream& os) { write_trace_csv(os, ex.graph, ex.trace); });
     // What `parmsim compare` needs to rebuild the same graph.

@@ -3,6 +3,7 @@
 #include "backend/cpu/communicator.hpp"
 #include "backend/cpu/cpu_executor.hpp"
 #include "backend/cpu/moe_kernels.hpp"
+#include "backend/calibrate.hpp"
 #include "backend/verify.hpp"
 #include "sim/core/error.hpp"
 #include "sim/graph/graph_io.hpp"
@@ -217,4 +218,30 @@ TEST_CASE("verification catches a wrong kernel and a wrong capacity rule", "[exe
   CHECK(b.dropped != p.dropped);
   CHECK(b.worst() < 1e-5);
   CHECK(p.worst() < 1e-5);
+}
+
+TEST_CASE("the calibration grid runs on any executor and shows each execution to the collector", "[exec][calib]") {
+  // What calibrate --backend cuda runs, with the CPU executor in the GPU's place
+  // (the CUDA executor is the only part not run here). Quick grid: M {16, 48} x
+  // H {32, 96} x B {1, 4} = 8 layers x 3 schedules = 24 executions, mp = 2 on 4 ranks.
+  CpuExecutor cpu(moe_kernels());
+  int seen = 0;
+  std::size_t tasks = 0;
+  const Samples s = calibrate_grid(Cluster{4, 4}, true, &cpu, [&](Execution& ex) {
+    ++seen;
+    tasks += ex.graph.tasks().size();
+    CHECK(ex.trace.trace.size() == ex.graph.tasks().size());
+  });
+  CHECK(seen == 24);
+  CHECK(tasks > 24);
+  // Kernels by kind, and collectives on the MP groups (2 ranks) and EP groups (4 / 2 = 2 ranks), in one node.
+  CHECK(s.kernels.count("expert_fc1") == 1);
+  CHECK(s.collectives.count({CollOp::alltoall, 2, false}) == 1);
+  bool mp_collective = false;
+  for (const auto& [key, pts] : s.collectives) mp_collective = mp_collective || std::get<1>(key) == 2;
+  CHECK(mp_collective);
+  // The same grid through calibrate_cpu samples the same kernels and collectives.
+  const Samples c = calibrate_cpu(Cluster{4, 4}, true);
+  CHECK(c.kernels.size() == s.kernels.size());
+  CHECK(c.collectives.size() == s.collectives.size());
 }

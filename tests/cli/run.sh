@@ -162,6 +162,18 @@ if [ ! -x "$gpu_info" ] || ! "$gpu_info" > /dev/null 2>&1; then
   done
 fi
 
+# calibrate --backend cuda where no GPU can be used: one line, exit 1, nothing written
+# (on a GPU machine tests/cli/gpu.sh runs it for real).
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  if "$bin" calibrate --backend cuda --quick -o "$tmp/cal-cuda.yaml" > "$tmp/cc.txt" 2>&1; then
+    fails=$((fails + 1)); echo "FAIL calibrate --backend cuda ran without a GPU"
+  elif [ "$(wc -l < "$tmp/cc.txt")" = 1 ] && grep -q '^parmsim: error: calibrate --backend cuda: ' "$tmp/cc.txt" &&
+       [ ! -e "$tmp/cal-cuda.yaml" ]; then
+    passes=$((passes + 1))
+  else
+    fails=$((fails + 1)); echo "FAIL calibrate --backend cuda message"; cat "$tmp/cc.txt"
+  fi
+fi
 # --json is valid JSON with the documented keys.
 if "$bin" collective -t topologies/parm-32gpu.yaml --op alltoall -b 1MiB,4MiB --json > "$tmp/c.json" &&
    python3 -c "
