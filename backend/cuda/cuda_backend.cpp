@@ -77,6 +77,7 @@ std::unique_ptr<GpuExecutor> make_cuda_executor(const CudaOptions& o) {
 #ifdef PARMSIM_CUDA_MODULE
   return std::unique_ptr<GpuExecutor>(module().make(&o));
 #else
+  (void)o;  // unreachable: without the module cuda_backend_unavailable() says why
   return nullptr;
 #endif
 }
