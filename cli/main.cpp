@@ -28,6 +28,20 @@ int main(int argc, char** argv) {
         std::fputs(parmsim::help_config().c_str(), stdout);
         return 0;
       }
+    // A first word that is no command: say so, and list the commands.
+    if (argc > 1 && argv[1][0] != '-') {
+      bool known = false;
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+        known = known || sub->get_name() == argv[1];
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+      }
+      if (!known) {
+        std::fprintf(stderr, "parmsim: error: unknown command '%s'; commands: %s (parmsim --help)\n", argv[1],
+                     names.c_str());
+        return 1;
+      }
+    }
     // A command's output files appear together when it succeeds, or not at all.
     parmsim::OutputBatch outputs;
     app.parse(argc, argv);

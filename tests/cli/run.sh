@@ -45,6 +45,7 @@ check nccl-tree-allgather "$bin" collective -t topologies/dgx-h100.yaml --op all
 check nccl-channels-zero "$bin" collective -t topologies/dgx-h100.yaml --op allreduce -b 1MiB --channels 0
 check nccl-nvls-bad-device "$bin" topology -t $D/nvls-pcie.yaml
 check unknown-gpu "$bin" topology -t $D/unknown-gpu.yaml
+check unknown-command "$bin" simulte -t topologies/dgx-h100.yaml
 check override-bad-value "$bin" topology -t topologies/dgx-h100.yaml --topo-set nodes=abc
 check nccl-pick-2node "$bin" collective -t topologies/dgx-h100.yaml --topo-set nodes=2 --op allreduce -b 8B,2MiB,1GiB
 check cycle "$bin" simulate -t topologies/dgx-h100.yaml -g $D/cycle.yaml
