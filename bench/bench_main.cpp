@@ -21,6 +21,20 @@ static double peak_rss_mib() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
+// One collective of 64 MiB over ranks 0..p-1, each rank on one stream.
+static TaskGraph one_collective(CollOp op, const std::string& algo, int p) {
+  TaskGraphBuilder b(p);
+  b.add_stream_all("comm");
+  Collective c;
+  c.name = "c";
+  c.op = op;
+  c.algo = algo;
+  c.bytes = 64ULL << 20;
+  for (int i = 0; i < p; ++i) c.group.push_back(i);
+  b.add_collective_tasks(c, "comm", "c");
+  return std::move(b).build();
+}
+
 // Steady state with 100,000 pending events: each iteration schedules one
 // event at a random future time and pops the earliest. items/s = schedule+pop pairs.
 static void BM_EventQueue(benchmark::State& state) {
@@ -51,15 +65,7 @@ BENCHMARK(BM_EventQueue)->Arg(100'000);
 // 1,047,552 transfers, max-min fair sharing re-solved on every start/finish.
 static void BM_FatTreeAlltoAll(benchmark::State& state) {
   const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/fat-tree-1024.yaml");
-  TaskGraphBuilder b(1024);
-  b.add_stream_all("comm");
-  Collective c;
-  c.name = "a2a";
-  c.op = CollOp::alltoall;
-  c.bytes = 64ULL << 20;
-  for (int i = 0; i < 1024; ++i) c.group.push_back(i);
-  b.add_collective_tasks(c, "comm", "a2a");
-  const TaskGraph g = std::move(b).build();
+  const TaskGraph g = one_collective(CollOp::alltoall, "", 1024);
   SimResult r;
   for (auto _ : state) r = simulate(g, t, {state.range(0) == 0 ? "flow" : "analytical"});
   state.counters["sim_us"] = r.makespan.to_us();
@@ -72,15 +78,7 @@ BENCHMARK(BM_FatTreeAlltoAll)->Arg(0)->Unit(benchmark::kMillisecond)->Iterations
 // nodes), flow network: the plan, the flows and the simulation.
 static void BM_FatTreeAllReduce(benchmark::State& state) {
   const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/fat-tree-1024.yaml");
-  TaskGraphBuilder b(1024);
-  b.add_stream_all("comm");
-  Collective c;
-  c.name = "ar";
-  c.op = CollOp::allreduce;
-  c.bytes = 64ULL << 20;
-  for (int i = 0; i < 1024; ++i) c.group.push_back(i);
-  b.add_collective_tasks(c, "comm", "ar");
-  const TaskGraph g = std::move(b).build();
+  const TaskGraph g = one_collective(CollOp::allreduce, "", 1024);
   SimResult r;
   for (auto _ : state) r = simulate(g, t, {"flow"});
   state.counters["sim_us"] = r.makespan.to_us();
@@ -94,16 +92,8 @@ BENCHMARK(BM_FatTreeAllReduce)->Unit(benchmark::kMillisecond)->Iterations(3);
 // (2046 steps of 1024 transfers); 2: AllReduce with NCCL's choice.
 static void BM_Switch1024(benchmark::State& state) {
   const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/switch-1024.yaml");
-  TaskGraphBuilder b(1024);
-  b.add_stream_all("comm");
-  Collective c;
-  c.name = "c";
-  c.op = state.range(0) == 0 ? CollOp::alltoall : CollOp::allreduce;
-  c.algo = state.range(0) == 0 ? "direct" : state.range(0) == 1 ? "flat_ring" : "";
-  c.bytes = 64ULL << 20;
-  for (int i = 0; i < 1024; ++i) c.group.push_back(i);
-  b.add_collective_tasks(c, "comm", "c");
-  const TaskGraph g = std::move(b).build();
+  const TaskGraph g = one_collective(state.range(0) == 0 ? CollOp::alltoall : CollOp::allreduce,
+                                     state.range(0) == 0 ? "direct" : state.range(0) == 1 ? "flat_ring" : "", 1024);
   SimResult r;
   for (auto _ : state) r = simulate(g, t, {"flow"});
   state.counters["sim_us"] = r.makespan.to_us();

@@ -472,7 +472,8 @@ std::optional<NcclProto> forced_proto(const Collective& c) {
 }
 
 // NCCL's algorithm for c, or nullopt for the step-by-step algorithms.
-std::optional<NcclEstimate> nccl_pick(const Collective& c, const Topology& topo, const std::string& algo) {
+std::optional<NcclEstimate> nccl_pick(const Collective& c, const Topology& topo, const std::string& algo,
+                                      NcclSystem* sys_out = nullptr) {
   NcclAlgo forced{};
   const bool named = parse_nccl_algo(algo, &forced);
   if (algo != "auto" && !named) return std::nullopt;
@@ -483,6 +484,7 @@ std::optional<NcclEstimate> nccl_pick(const Collective& c, const Topology& topo,
   if (c.channels < 0 || c.channels > 64)
     throw ParmError(fmt::format("collective '{}': channels must be 1..64, got {}", c.name, c.channels));
   const NcclSystem sys = nccl_system(c.group, topo);
+  if (sys_out) *sys_out = sys;
   const std::optional<NcclProto> proto = forced_proto(c);
   try {
     return nccl_choose(c.op, sys, static_cast<double>(c.bytes), named ? std::optional(forced) : std::nullopt, proto,
@@ -512,9 +514,9 @@ CollPlan make_plan(const Collective& c, const Topology& topo) {
       throw ParmError(fmt::format("collective '{}' names rank {}, but topology '{}' has {} GPUs", c.name, r,
                                   topo.name(), topo.num_gpus()));
   const std::string algo = resolve(c);
-  if (auto e = nccl_pick(c, topo, algo)) {
+  NcclSystem sys;
+  if (auto e = nccl_pick(c, topo, algo, &sys)) {
     if (c.group.size() < 2) return {};
-    const NcclSystem sys = nccl_system(c.group, topo);
     return nccl_plan(c, topo, sys, *e);
   }
   if (!c.proto.empty() || c.channels != 0)

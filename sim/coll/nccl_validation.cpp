@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <fstream>
 
 #include "sim/coll/collective_plan.hpp"
 #include "sim/core/error.hpp"
@@ -14,33 +13,15 @@
 namespace parmsim {
 
 std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ParmError(fmt::format("{}: cannot open", path));
   std::vector<NcclMeasurement> rows;
-  std::map<std::string, std::size_t> col;
-  std::string line;
-  int lineno = 0;
-  bool header = false;
-  while (std::getline(in, line)) {
-    ++lineno;
-    const std::string where = fmt::format("{}:{}", path, lineno);
-    if (trim(line).empty() || trim(line)[0] == '#') continue;
-    std::vector<std::string> f = split_csv(line, where);
-    for (auto& s : f) s = trim(s);
-    if (!header) {
-      for (std::size_t i = 0; i < f.size(); ++i) col[f[i]] = i;
-      for (const char* need : {"system", "gpu", "nodes", "gpus_per_node", "nics_per_node", "nic_gbps", "op", "bytes",
-                               "time_us", "busbw_GBps", "algo", "proto", "quality", "source"})
-        if (!col.count(need)) throw ParmError(fmt::format("{}: missing column '{}'", where, need));
-      header = true;
-      continue;
-    }
-    auto get = [&](const char* c) -> std::string {
-      const auto it = col.find(c);
-      return it == col.end() || it->second >= f.size() ? std::string() : f[it->second];
-    };
+  read_csv_table(path,
+                 {"system", "gpu", "nodes", "gpus_per_node", "nics_per_node", "nic_gbps", "op", "bytes", "time_us",
+                  "busbw_GBps", "algo", "proto", "quality", "source"},
+                 [&](const CsvRow& row) {
+    const std::string& where = row.where;
+    auto get = [&](const char* c) { return row.get(c); };
     NcclMeasurement m;
-    m.line = lineno;
+    m.line = row.line;
     m.system = get("system");
     m.gpu = get("gpu");
     if (m.gpu != "a100" && m.gpu != "h100" && m.gpu != "h200" && m.gpu != "b200")
@@ -86,8 +67,7 @@ std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path) {
     m.source = get("source");
     if (m.source.empty()) throw ParmError(fmt::format("{}: column 'source' is empty", where));
     rows.push_back(std::move(m));
-  }
-  if (!header) throw ParmError(fmt::format("{}: no header line", path));
+  });
   return rows;
 }
 

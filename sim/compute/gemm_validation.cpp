@@ -2,9 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cmath>
-#include <fstream>
 
 #include "sim/core/error.hpp"
 #include "sim/io/csv.hpp"
@@ -13,33 +11,13 @@ namespace parmsim {
 
 
 std::vector<GemmMeasurement> load_gemm_measurements(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ParmError(fmt::format("{}: cannot open", path));
   std::vector<GemmMeasurement> rows;
-  std::map<std::string, std::size_t> col;
-  std::string line;
-  int lineno = 0;
-  bool header = false;
-  while (std::getline(in, line)) {
-    ++lineno;
-    const std::string where = fmt::format("{}:{}", path, lineno);
-    if (trim(line).empty() || trim(line)[0] == '#') continue;
-    std::vector<std::string> f = split_csv(line, where);
-    for (auto& s : f) s = trim(s);
-    if (!header) {
-      for (std::size_t i = 0; i < f.size(); ++i) col[f[i]] = i;
-      for (const char* need : {"gpu", "dtype", "m", "n", "k", "batch", "measured_us", "measured_tflops", "timing",
-                               "source"})
-        if (!col.count(need)) throw ParmError(fmt::format("{}: missing column '{}'", where, need));
-      header = true;
-      continue;
-    }
-    auto get = [&](const char* c) -> std::string {
-      const auto it = col.find(c);
-      return it == col.end() || it->second >= f.size() ? std::string() : f[it->second];
-    };
+  read_csv_table(path, {"gpu", "dtype", "m", "n", "k", "batch", "measured_us", "measured_tflops", "timing", "source"},
+                 [&](const CsvRow& row) {
+    const std::string& where = row.where;
+    auto get = [&](const char* c) { return row.get(c); };
     GemmMeasurement r;
-    r.line = lineno;
+    r.line = row.line;
     r.gpu = get("gpu");
     bool known = false;
     for (const GpuProfile& g : gpu_profiles()) known = known || (g.name == r.gpu && g.sm_count > 0);
@@ -65,8 +43,7 @@ std::vector<GemmMeasurement> load_gemm_measurements(const std::string& path) {
     if (r.timing.empty()) throw ParmError(fmt::format("{}: column 'timing' is empty", where));
     if (r.source.empty()) throw ParmError(fmt::format("{}: column 'source' is empty", where));
     rows.push_back(std::move(r));
-  }
-  if (!header) throw ParmError(fmt::format("{}: no header line", path));
+  });
   if (rows.empty()) throw ParmError(fmt::format("{}: no measurements", path));
   return rows;
 }

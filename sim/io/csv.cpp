@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <fstream>
 
 #include "sim/core/error.hpp"
 
@@ -60,5 +61,36 @@ double positive_number(const std::string& v, const std::string& col, const std::
   return x;
 }
 
+
+std::string CsvRow::get(const char* column) const {
+  const auto it = col->find(column);
+  return it == col->end() || it->second >= fields.size() ? std::string() : fields[it->second];
+}
+
+void read_csv_table(const std::string& path, std::initializer_list<const char*> required,
+                    const std::function<void(const CsvRow&)>& row) {
+  std::ifstream in(path);
+  if (!in) throw ParmError(fmt::format("{}: cannot open", path));
+  std::map<std::string, std::size_t> col;
+  std::string line;
+  int lineno = 0;
+  bool header = false;
+  while (std::getline(in, line)) {
+    ++lineno;
+    const std::string where = fmt::format("{}:{}", path, lineno);
+    if (trim(line).empty() || trim(line)[0] == '#') continue;
+    std::vector<std::string> f = split_csv(line, where);
+    for (auto& s : f) s = trim(s);
+    if (!header) {
+      for (std::size_t i = 0; i < f.size(); ++i) col[f[i]] = i;
+      for (const char* need : required)
+        if (!col.count(need)) throw ParmError(fmt::format("{}: missing column '{}'", where, need));
+      header = true;
+      continue;
+    }
+    row(CsvRow{lineno, where, &col, std::move(f)});
+  }
+  if (!header) throw ParmError(fmt::format("{}: no header line", path));
+}
 
 }  // namespace parmsim

@@ -165,19 +165,19 @@ std::vector<std::string> OutputBatch::pending() const {
 void OutputBatch::commit() {
   auto& v = open_batches();
   v.erase(std::remove(v.begin(), v.end(), this), v.end());
-  std::vector<Staged> todo;
-  todo.swap(staged_);
+  std::vector<Staged> staged;
+  staged.swap(staged_);
   std::vector<std::string> renamed;
-  for (std::size_t i = 0; i < todo.size(); ++i) {
+  for (std::size_t i = 0; i < staged.size(); ++i) {
     try {
-      rename_into_place(todo[i].tmp, todo[i].path);
+      rename_into_place(staged[i].tmp, staged[i].path);
     } catch (...) {
       // All or none: the others' temporaries and what is already in place go.
-      for (std::size_t j = i + 1; j < todo.size(); ++j) ::unlink(todo[j].tmp.c_str());
+      for (std::size_t j = i + 1; j < staged.size(); ++j) ::unlink(staged[j].tmp.c_str());
       for (const std::string& p : renamed) ::unlink(p.c_str());
       throw;
     }
-    renamed.push_back(todo[i].path);
+    renamed.push_back(staged[i].path);
   }
 }
 

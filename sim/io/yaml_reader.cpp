@@ -78,16 +78,16 @@ void check_json_syntax(const std::string& text, const std::string& name) {
 // every mapping of the document is checked. Aliased nodes are walked once.
 void check_duplicate_keys(const YAML::Node& root, const std::string& name) {
   std::set<std::pair<int, int>> walked;  // (position, type): a node's identity in the text
-  std::vector<std::pair<YAML::Node, std::string>> todo{{root, ""}};
-  while (!todo.empty()) {
-    const YAML::Node n = todo.back().first;
-    const std::string path = todo.back().second;
-    todo.pop_back();
+  std::vector<std::pair<YAML::Node, std::string>> stack{{root, ""}};
+  while (!stack.empty()) {
+    const YAML::Node n = stack.back().first;
+    const std::string path = stack.back().second;
+    stack.pop_back();
     if (!n.IsMap() && !n.IsSequence()) continue;
     if (!walked.insert({n.Mark().pos, static_cast<int>(n.Type())}).second) continue;
     if (n.IsSequence()) {
       std::size_t i = 0;
-      for (auto it = n.begin(); it != n.end(); ++it, ++i) todo.emplace_back(*it, fmt::format("{}[{}]", path, i));
+      for (auto it = n.begin(); it != n.end(); ++it, ++i) stack.emplace_back(*it, fmt::format("{}[{}]", path, i));
       continue;
     }
     std::map<std::string, YAML::Mark> seen;
@@ -102,7 +102,7 @@ void check_duplicate_keys(const YAML::Node& root, const std::string& name) {
                                       m.line + 1, m.column + 1, kp, first->second.line + 1));
         }
       }
-      todo.emplace_back(it->second, kp);
+      stack.emplace_back(it->second, kp);
     }
   }
 }
