@@ -36,12 +36,29 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
   w.active.clear();
   for (std::size_t l = 0; l < L; ++l) {
     w.count[l] = w.start[l + 1] - w.start[l];
-    if (w.count[l] > 0) w.active.push_back(static_cast<int>(l));
+    if (w.count[l] > 0) w.active.push_back(static_cast<std::uint32_t>(l));
   }
-  w.fixed.assign(F, 0);
   auto& cap = w.cap;
   auto& count = w.count;
-  auto& active = w.active;
+  // The bottleneck of each round is the loaded link with the smallest fair
+  // share, the lowest link id among equals (so the result does not depend on
+  // a container's layout). Few links: scan them every round. Many: keep them
+  // in a min-heap by (share, id); shares only grow as flows are fixed (a
+  // fixed flow took at most the link's share), so an entry whose share is no
+  // longer its link's is stale and skipped, and a link whose share changed is
+  // pushed again once per round. Both find the same link.
+  const bool use_heap = w.active.size() > kMaxMinScanLinks;
+  auto later = [](const MaxMinScratch::Share& a, const MaxMinScratch::Share& b) {
+    return a.share != b.share ? a.share > b.share : a.link > b.link;
+  };
+  w.heap.clear();
+  if (use_heap) {
+    for (std::uint32_t l : w.active) w.heap.push_back({cap[l] / count[l], l});
+    std::make_heap(w.heap.begin(), w.heap.end(), later);
+    w.touched.assign(L, 0);
+  }
+  w.changed.clear();
+  w.fixed.assign(F, 0);
   // Capped flows by increasing cap (ties by index): the next one to fix.
   w.by_cap.clear();
   for (std::size_t f = 0; f < caps.size(); ++f)
@@ -54,22 +71,49 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
     for (int l : flows[f]) {
       cap[l] -= r;
       --count[l];
+      if (use_heap && !w.touched[l]) w.touched[l] = 1, w.changed.push_back(static_cast<std::uint32_t>(l));
     }
   };
-  while (!active.empty()) {
-    // The bottleneck: smallest fair share; ties broken by lowest link id
-    // (active stays sorted), so the result does not depend on hashing.
-    int best = -1;
-    double share = std::numeric_limits<double>::infinity();
-    std::size_t keep = 0;
-    for (int l : active) {
-      if (count[l] == 0) continue;
-      active[keep++] = l;
-      const double sh = cap[l] / count[l];
-      if (sh < share) share = sh, best = l;
+  auto repush = [&] {
+    for (std::uint32_t l : w.changed) {
+      w.touched[l] = 0;
+      if (count[l] > 0) {
+        w.heap.push_back({cap[l] / count[l], l});
+        std::push_heap(w.heap.begin(), w.heap.end(), later);
+      }
     }
-    active.resize(keep);
-    if (best < 0) break;
+    w.changed.clear();
+  };
+  // The next bottleneck (its share in *share), or L when every link is done.
+  auto bottleneck = [&](double* share) -> std::size_t {
+    if (use_heap) {
+      while (!w.heap.empty()) {
+        const MaxMinScratch::Share top = w.heap.front();
+        if (count[top.link] > 0 && top.share == cap[top.link] / count[top.link]) {
+          *share = top.share;
+          return top.link;
+        }
+        std::pop_heap(w.heap.begin(), w.heap.end(), later);  // stale
+        w.heap.pop_back();
+      }
+      return L;
+    }
+    std::size_t best = L;
+    *share = std::numeric_limits<double>::infinity();
+    std::size_t keep = 0;
+    for (std::uint32_t l : w.active) {
+      if (count[l] == 0) continue;
+      w.active[keep++] = l;
+      const double sh = cap[l] / count[l];
+      if (sh < *share) *share = sh, best = l;
+    }
+    w.active.resize(keep);
+    return best;
+  };
+  while (true) {
+    double share = 0;
+    const std::size_t best = bottleneck(&share);
+    if (best == L) break;
     if (share < 0) share = 0;  // rounding on a nearly exhausted link
     // A cap below the bottleneck's share binds first: fix those flows at
     // their caps and look for the bottleneck again.
@@ -80,13 +124,14 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
         if (!w.fixed[w.by_cap[next_cap]]) fix(w.by_cap[next_cap], c0);
         ++next_cap;
       }
-      continue;
+    } else {
+      for (std::uint32_t i = w.start[best]; i < w.start[best + 1]; ++i) {
+        const std::uint32_t f = w.on[i];
+        if (w.fixed[f]) continue;
+        fix(f, share);
+      }
     }
-    for (std::uint32_t i = w.start[best]; i < w.start[best + 1]; ++i) {
-      const std::uint32_t f = w.on[i];
-      if (w.fixed[f]) continue;
-      fix(f, share);
-    }
+    if (use_heap) repush();
   }
 }
 

@@ -4,13 +4,19 @@
 // those flows that share, and remove them with their bandwidth. Every flow
 // ends with the largest rate it can get without lowering a smaller one.
 //
-// Cost: O(sum of path lengths) to index flows by link, plus one scan of the
-// still-loaded links per bottleneck level.
+// Cost: O(sum of path lengths) to index flows by link, plus, per bottleneck
+// round, a scan of the loaded links when there are at most kMaxMinScanLinks
+// of them, or O(links changed x log links) in a heap by fair share above.
 #include <cstdint>
 #include <span>
 #include <vector>
 
 namespace parmsim {
+
+// Above this many loaded links the solver keeps them in a heap instead of
+// scanning them every round (measured: the scan is cheaper for a 32-GPU
+// layer's few dozen links, the heap for a 1024-port switch).
+inline constexpr std::size_t kMaxMinScanLinks = 512;
 
 // `capacity[l]` in bytes/s; `flows[f]` = link ids on flow f's path (non-empty).
 // Returns rates in bytes/s, one per flow.
@@ -21,8 +27,14 @@ std::vector<double> max_min_rates(const std::vector<double>& capacity, const std
 struct MaxMinScratch {
   std::vector<std::uint32_t> start, on, fill, count;
   std::vector<double> cap;
-  std::vector<int> active;
-  std::vector<char> fixed;
+  struct Share {
+    double share;
+    std::uint32_t link;
+  };
+  std::vector<Share> heap;
+  std::vector<std::uint32_t> active;
+  std::vector<char> fixed, touched;
+  std::vector<std::uint32_t> changed;
   std::vector<std::uint32_t> by_cap;
 };
 void max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows,

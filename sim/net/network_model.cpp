@@ -96,112 +96,294 @@ class Analytical final : public NetworkModel {
   EventQueue<std::uint32_t> wake_;
 };
 
+// Max-min fair sharing, re-solved incrementally. Flows are linked to the
+// links they cross; a start or finish marks its links dirty, and the next
+// solve re-solves only the connected components (flows joined by shared
+// links) that hold a dirty link: max-min shares of one component do not
+// depend on any other, so the rest keep their rates and completion times. A
+// transfer that shares no link is a component of its own and costs O(route).
+// All starts and finishes at one time are solved together. A flow's
+// remaining bytes are brought up to date only when its rate changes, and its
+// completion waits in a heap (stale entries are skipped by version).
 class FlowModel final : public NetworkModel {
  public:
-  explicit FlowModel(const Topology& topo) : capacity_(topo.num_links()) {
+  explicit FlowModel(const Topology& topo)
+      : capacity_(topo.num_links()), on_link_(topo.num_links()), link_dirty_(topo.num_links(), 0),
+        link_seen_(topo.num_links(), 0), local_(topo.num_links(), 0) {
     for (int l = 0; l < topo.num_links(); ++l) capacity_[l] = static_cast<double>(topo.link(l).bandwidth);
   }
   std::string name() const override { return "flow"; }
 
   void start(std::uint64_t id, const Route& r, std::uint64_t bytes, Time now, double cap) override {
     // The data phase begins once the route's latency has passed.
-    const auto off = static_cast<std::uint32_t>(arena_.size());
+    std::uint32_t slot;
+    if (!free_.empty()) {
+      slot = free_.back();
+      free_.pop_back();
+    } else {
+      slot = static_cast<std::uint32_t>(flows_.size());
+      flows_.emplace_back();
+      flow_seen_.push_back(0);
+    }
+    Flow& f = flows_[slot];
+    const std::uint32_t version = f.version;  // kept across reuse: finish_ may hold the slot's old entries
+    f = Flow{};
+    f.version = version;
+    f.id = id;
+    f.seq = seq_++;
+    f.remaining = static_cast<double>(bytes);
+    f.cap = cap;
+    f.off = static_cast<std::uint32_t>(arena_.size());
+    f.len = static_cast<std::uint32_t>(r.links.size());
     arena_.insert(arena_.end(), r.links.begin(), r.links.end());
-    pending_.push(now + r.latency, Flow{id, off, static_cast<std::uint32_t>(r.links.size()), static_cast<double>(bytes),
-                                        0.0, Time::max(), seq_++, cap});
+    pos_.resize(arena_.size(), 0);
+    live_links_ += f.len;
+    pending_.push(now + r.latency, slot);
   }
 
   std::optional<Time> next_completion() override {
-    if (dirty_) solve();
+    if (!dirty_.empty()) solve();
     Time t = Time::max();
     if (!pending_.empty()) t = pending_.top().time;
-    if (next_finish_ < t) t = next_finish_;
+    const Time fin = next_finish();
+    if (fin < t) t = fin;
     if (t == Time::max()) return std::nullopt;
     return t;
   }
 
   void complete(Time t, std::vector<std::uint64_t>* done) override {
-    if (dirty_) solve();
-    // Progress every active flow to t; those whose finish time is t are done.
-    const double dt = (t - now_).to_seconds();
-    std::size_t keep = 0;
-    for (std::size_t i = 0; i < active_.size(); ++i) {
-      Flow& f = active_[i];
-      if (f.finish <= t) {
-        done_buf_.push_back(std::move(f));
-        continue;
-      }
-      f.remaining -= f.rate * dt;
-      if (f.remaining < 0) f.remaining = 0;
-      if (keep != i) active_[keep] = f;
-      ++keep;
-    }
-    active_.resize(keep);
+    if (!dirty_.empty()) solve();
     now_ = t;
-    bool changed = !done_buf_.empty();
+    // Flows whose completion time is t leave their links.
+    while (next_finish() <= t) {
+      std::pop_heap(finish_.begin(), finish_.end(), later);
+      const std::uint32_t slot = finish_.back().slot;
+      finish_.pop_back();
+      Flow& f = flows_[slot];
+      for (std::uint32_t i = 0; i < f.len; ++i) unlink(slot, i);
+      f.state = State::done;
+      done_buf_.push_back(slot);
+      --active_;
+    }
     // Flows whose latency has passed join; empty ones complete at once.
     while (!pending_.empty() && pending_.top().time == t) {
-      Flow f = pending_.pop().payload;
-      if (f.remaining <= 0 || f.len == 0)
-        done_buf_.push_back(std::move(f));
-      else
-        active_.push_back(std::move(f)), changed = true;
+      const std::uint32_t slot = pending_.pop().payload;
+      Flow& f = flows_[slot];
+      if (f.remaining <= 0 || f.len == 0) {
+        f.state = State::done;
+        done_buf_.push_back(slot);
+        continue;
+      }
+      f.state = State::active;
+      f.last = t;
+      ++active_;
+      for (std::uint32_t i = 0; i < f.len; ++i) {
+        const int l = arena_[f.off + i];
+        pos_[f.off + i] = static_cast<std::uint32_t>(on_link_[l].size());
+        on_link_[l].push_back(Member{slot, i});
+        mark(l);
+      }
     }
-    std::sort(done_buf_.begin(), done_buf_.end(), [](const Flow& a, const Flow& b) { return a.seq < b.seq; });
-    for (const Flow& f : done_buf_) done->push_back(f.id);
+    std::sort(done_buf_.begin(), done_buf_.end(),
+              [this](std::uint32_t a, std::uint32_t b) { return flows_[a].seq < flows_[b].seq; });
+    for (std::uint32_t slot : done_buf_) {
+      done->push_back(flows_[slot].id);
+      live_links_ -= flows_[slot].len;
+      flows_[slot].state = State::free;
+      free_.push_back(slot);
+    }
     done_buf_.clear();
-    if (changed) dirty_ = true;
+    // The route arena only grows; compact it once most of it is dead.
+    if (arena_.size() > 4096 && arena_.size() > 4 * live_links_) compact();
   }
 
-  std::size_t in_flight() const override { return active_.size() + pending_.size(); }
+  std::size_t in_flight() const override { return active_ + pending_.size(); }
 
  private:
+  enum class State : std::uint8_t { free, pending, active, done };
   struct Flow {
-    std::uint64_t id;
-    std::uint32_t off, len;  // route links: arena_[off, off + len)
-    double remaining;        // bytes
-    double rate;             // bytes/s
-    Time finish;             // when `remaining` reaches zero at `rate`, rounded up
-    std::uint64_t seq;
-    double cap;  // bytes/s, 0 = none
+    std::uint64_t id = 0, seq = 0;
+    std::uint32_t off = 0, len = 0;  // route links: arena_[off, off + len)
+    std::uint32_t version = 0;       // of its entry in finish_
+    State state = State::pending;
+    double remaining = 0;  // bytes at `last`
+    double rate = 0;       // bytes/s
+    double cap = 0;        // bytes/s, 0 = none
+    Time last;             // when `remaining` was brought up to date
+  };
+  struct Member {
+    std::uint32_t slot, hop;  // flow slot and index of the link in its route
+  };
+  struct Finish {  // a completion time; the order among equal times is irrelevant (done is sorted by seq)
+    Time time;
+    std::uint32_t slot, version;
   };
 
-  void solve() {
-    dirty_ = false;
-    next_finish_ = Time::max();
-    if (active_.empty()) return;
-    // Keep flows in start order so the solver sees the same input every run.
-    std::sort(active_.begin(), active_.end(), [](const Flow& a, const Flow& b) { return a.seq < b.seq; });
-    paths_.clear();
+  bool current(const Finish& e) const {
+    const Flow& f = flows_[e.slot];
+    return f.state == State::active && f.version == e.version;
+  }
+  static bool later(const Finish& a, const Finish& b) { return b.time < a.time; }
+  Time next_finish() {
+    while (!finish_.empty()) {
+      if (current(finish_.front())) return finish_.front().time;
+      std::pop_heap(finish_.begin(), finish_.end(), later);  // superseded by a later solve, or the flow has gone
+      finish_.pop_back();
+    }
+    return Time::max();
+  }
+  void mark(int l) {
+    if (!link_dirty_[l]) link_dirty_[l] = 1, dirty_.push_back(l);
+  }
+  // Removes hop i of flow `slot` from its link's member list (swap with the last).
+  void unlink(std::uint32_t slot, std::uint32_t i) {
+    const Flow& f = flows_[slot];
+    const int l = arena_[f.off + i];
+    auto& v = on_link_[l];
+    const std::uint32_t p = pos_[f.off + i];
+    const Member last = v.back();
+    v[p] = last;
+    pos_[flows_[last.slot].off + last.hop] = p;
+    v.pop_back();
+    mark(l);
+  }
+  void compact() {
+    std::vector<int> arena;
+    std::vector<std::uint32_t> pos;
+    arena.reserve(2 * live_links_);
+    pos.reserve(2 * live_links_);
+    for (Flow& f : flows_) {
+      if (f.state == State::free) continue;
+      const auto off = static_cast<std::uint32_t>(arena.size());
+      arena.insert(arena.end(), arena_.begin() + f.off, arena_.begin() + f.off + f.len);
+      pos.insert(pos.end(), pos_.begin() + f.off, pos_.begin() + f.off + f.len);
+      f.off = off;
+    }
+    arena_.swap(arena);
+    pos_.swap(pos);
+  }
+
+  // Max-min over the flows of comp_flows_ (whole components).
+  void solve_shared() {
+    // The solver sees the links in id order, so its tie-breaks (and so its
+    // arithmetic) are those of one global solve. The order of the flows does
+    // not matter: the flows fixed in one round all get the same share.
+    std::sort(comp_links_.begin(), comp_links_.end());
+    cap_local_.resize(comp_links_.size());
+    for (std::size_t i = 0; i < comp_links_.size(); ++i) {
+      local_[comp_links_[i]] = static_cast<int>(i);
+      cap_local_[i] = capacity_[comp_links_[i]];
+    }
+    path_arena_.clear();
     caps_.clear();
     bool capped = false;
-    for (const Flow& f : active_) {
-      paths_.emplace_back(arena_.data() + f.off, f.len);
+    for (std::uint32_t slot : comp_flows_) {
+      const Flow& f = flows_[slot];
+      for (std::uint32_t i = 0; i < f.len; ++i) path_arena_.push_back(local_[arena_[f.off + i]]);
       caps_.push_back(f.cap);
       capped = capped || f.cap > 0;
     }
-    max_min_rates(capacity_, paths_, capped ? std::span<const double>(caps_) : std::span<const double>(), scratch_,
-                  rates_);
-    const std::vector<double>& rates = rates_;
-    for (std::size_t i = 0; i < active_.size(); ++i) {
-      Flow& f = active_[i];
-      // A share of zero can only come from rounding on an exhausted link.
-      f.rate = std::max(rates[i], 1.0);
-      f.finish = now_ + duration_for_rate(f.remaining, f.rate);
-      next_finish_ = std::min(next_finish_, f.finish);
+    paths_.clear();
+    std::size_t o = 0;
+    for (std::uint32_t slot : comp_flows_) {
+      paths_.emplace_back(path_arena_.data() + o, flows_[slot].len);
+      o += flows_[slot].len;
     }
+    max_min_rates(cap_local_, paths_, capped ? std::span<const double>(caps_) : std::span<const double>(), scratch_,
+                  rates_);
+    for (std::size_t i = 0; i < comp_flows_.size(); ++i) set_rate(comp_flows_[i], rates_[i]);
+  }
+  // Gives a flow its new rate; a changed rate brings its bytes up to date and
+  // queues its new completion time.
+  void set_rate(std::uint32_t slot, double share) {
+    Flow& f = flows_[slot];
+    // A share of zero can only come from rounding on an exhausted link.
+    const double rate = std::max(share, 1.0);
+    if (rate == f.rate) return;  // unchanged: its completion stands (a new flow has rate 0)
+    f.remaining -= f.rate * (now_ - f.last).to_seconds();
+    if (f.remaining < 0) f.remaining = 0;
+    f.last = now_;
+    f.rate = rate;
+    ++f.version;
+    fresh_.push_back(Finish{now_ + duration_for_rate(f.remaining, f.rate), slot, f.version});
+  }
+
+  // Re-solves the components that hold a dirty link.
+  void solve() {
+    ++epoch_;
+    comp_links_.clear();
+    comp_flows_.clear();
+    // Breadth-first over links and flows from each dirty link, one component
+    // at a time. A flow alone on its links gets the rate of its slowest link
+    // (or its cap) without the solver; the other components are solved
+    // together in one call (max-min keeps disjoint components apart).
+    for (int l : dirty_) {
+      link_dirty_[l] = 0;
+      if (link_seen_[l] == epoch_) continue;
+      link_seen_[l] = epoch_;
+      const std::size_t links0 = comp_links_.size(), flows0 = comp_flows_.size();
+      comp_links_.push_back(l);
+      for (std::size_t q = links0; q < comp_links_.size(); ++q) {
+        for (const Member& m : on_link_[comp_links_[q]]) {
+          if (flow_seen_[m.slot] == epoch_) continue;
+          flow_seen_[m.slot] = epoch_;
+          comp_flows_.push_back(m.slot);
+          const Flow& f = flows_[m.slot];
+          for (std::uint32_t i = 0; i < f.len; ++i) {
+            const int l2 = arena_[f.off + i];
+            if (link_seen_[l2] != epoch_) link_seen_[l2] = epoch_, comp_links_.push_back(l2);
+          }
+        }
+      }
+      if (comp_flows_.size() - flows0 == 1) {
+        const std::uint32_t slot = comp_flows_.back();
+        const Flow& f = flows_[slot];
+        double rate = capacity_[arena_[f.off]];
+        for (std::uint32_t i = 1; i < f.len; ++i) rate = std::min(rate, capacity_[arena_[f.off + i]]);
+        if (f.cap > 0 && f.cap < rate) rate = f.cap;
+        set_rate(slot, rate);
+        comp_flows_.pop_back();
+        comp_links_.resize(links0);
+      }
+    }
+    dirty_.clear();
+    if (!comp_flows_.empty()) solve_shared();
+    // Few new completions: push them. Many: drop the stale entries and heapify
+    // once (linear, where as many pushes would cost n log n).
+    if (fresh_.size() * 4 < finish_.size()) {
+      for (const Finish& e : fresh_) {
+        finish_.push_back(e);
+        std::push_heap(finish_.begin(), finish_.end(), later);
+      }
+    } else {
+      std::erase_if(finish_, [this](const Finish& e) { return !current(e); });
+      finish_.insert(finish_.end(), fresh_.begin(), fresh_.end());
+      std::make_heap(finish_.begin(), finish_.end(), later);
+    }
+    fresh_.clear();
   }
 
   std::vector<double> capacity_;
-  std::vector<int> arena_;                   // route links of every flow, appended at start
-  std::vector<std::span<const int>> paths_;  // solver input and scratch, reused
+  std::vector<std::vector<Member>> on_link_;  // active flows crossing each link
+  std::vector<char> link_dirty_;
+  std::vector<int> dirty_;
+  std::vector<std::uint64_t> link_seen_, flow_seen_;
+  std::uint64_t epoch_ = 0;
+  std::vector<int> local_;  // link id -> index in the component being solved
+  std::vector<Flow> flows_;
+  std::vector<std::uint32_t> free_, done_buf_;
+  std::vector<int> arena_;          // route links of every flow
+  std::vector<std::uint32_t> pos_;  // per route link: the flow's index in on_link_
+  std::size_t live_links_ = 0, active_ = 0;
+  // Solver input and scratch, reused.
+  std::vector<int> comp_links_, path_arena_;
+  std::vector<std::uint32_t> comp_flows_;
+  std::vector<double> cap_local_, caps_, rates_;
+  std::vector<std::span<const int>> paths_;
   MaxMinScratch scratch_;
-  std::vector<double> rates_, caps_;
-  EventQueue<Flow> pending_;
-  std::vector<Flow> active_, done_buf_;
+  EventQueue<std::uint32_t> pending_;
+  std::vector<Finish> finish_, fresh_;  // min-heap by time; entries of superseded rates are skipped
   Time now_;
-  Time next_finish_ = Time::max();
-  bool dirty_ = false;
   std::uint64_t seq_ = 0;
 };
 
