@@ -40,7 +40,6 @@ static TaskGraph one_collective(CollOp op, const std::string& algo, int p) {
 static void BM_EventQueue(benchmark::State& state) {
   const int pending = static_cast<int>(state.range(0));
   EventQueue<std::uint32_t> q;
-  q.reserve(pending + 1);
   // xorshift64: a generator that costs a few cycles, so the figure is the queue's.
   std::uint64_t x = 88172645463325252ULL;
   auto rng = [&x] {

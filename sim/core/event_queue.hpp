@@ -2,12 +2,16 @@
 // Pending events in a heap keyed by (time, insertion sequence).
 // Two events at the same time pop in the order they were scheduled, so a run
 // is repeatable bit for bit whatever the heap's internal layout. Both push and
-// pop are O(log n).
+// pop are O(log n). Scheduling before the last event popped is a bug and throws.
+// (A radix heap was measured against this layout: 11-12 M against 10.8 M
+// schedule+pop/s with 100,000 pending, but 3% more instructions on a layer's
+// small queues; docs/performance.md.)
 #include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "sim/core/error.hpp"
 #include "sim/core/time.hpp"
 
 namespace parmsim {
@@ -26,6 +30,7 @@ class EventQueue {
 
   void push(Time t, Payload p) {
     if (next_seq_ == UINT32_MAX) throw ParmError("event queue: more than 2^32 events scheduled in one run");
+    if (t < floor_) throw ParmError("internal: event queue: an event scheduled before the last event taken");
     heap_.push_back(Entry{t, next_seq_++, std::move(p)});
     sift_up(heap_.size() - 1);
   }
@@ -34,6 +39,7 @@ class EventQueue {
   const Entry& top() const { return heap_.front(); }
   Entry pop() {
     Entry out = std::move(heap_.front());
+    floor_ = out.time;
     if (heap_.size() > 1) {
       Entry last = std::move(heap_.back());
       heap_.pop_back();
@@ -82,6 +88,7 @@ class EventQueue {
   }
   std::vector<Entry> heap_;
   std::uint32_t next_seq_ = 0;
+  Time floor_;  // time of the last event popped: nothing may be scheduled before it
 };
 
 }  // namespace parmsim
