@@ -87,8 +87,10 @@ void mix(std::uint64_t& h, std::uint64_t v) {
   h = z ^ (z >> 31);
 }
 void mix(std::uint64_t& h, const std::string& s) {
-  mix(h, s.size());
-  for (unsigned char ch : s) mix(h, ch);
+  // FNV-1a over the bytes, then one avalanche: the strings are short names.
+  std::uint64_t f = 0xcbf29ce484222325ULL ^ s.size();
+  for (unsigned char ch : s) f = (f ^ ch) * 0x100000001b3ULL;
+  mix(h, f);
 }
 
 // ---- the cache ----
@@ -217,7 +219,10 @@ std::optional<NcclEstimate> nccl_at(const Collective& c, const Topology& topo, s
 // bandwidth; every other algorithm from its form.
 double timed(const Collective& c, const Topology& topo, std::uint64_t tkey, double n, Concurrent k) {
   if (auto e = nccl_at(c, topo, tkey, n)) {
-    Collective f = c;
+    // Assigned, not constructed: the thread's copy keeps its buffers, so the
+    // closed form's dozen lookups per layer allocate nothing.
+    thread_local Collective f;
+    f = c;
     f.algo = to_string(e->algo);
     f.proto = to_string(e->proto);
     f.channels = e->channels;

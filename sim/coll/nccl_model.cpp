@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <type_traits>
 
 #include "sim/core/error.hpp"
 
@@ -194,6 +195,9 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
     }
   }
   s.nvls = topo.hints().nvls && s.arch >= 2 && s.nvlink;
+  s.ring_graph = nccl_ring_graph(s);
+  s.nvls_graph = nccl_nvls_graph(s);
+  s.graphs = true;
   return s;
 }
 
@@ -252,31 +256,40 @@ NcclGraph nccl_nvls_graph(const NcclSystem& s) {
 
 std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAlgo algo, NcclProto proto,
                                           int channels, double bytes, std::string* why) {
-  auto no = [why](std::string w) -> std::optional<NcclEstimate> {
-    if (why) *why = std::move(w);
+  // The reason is formatted only when asked for (nccl_choose asks only when
+  // a forced choice may leave nothing).
+  auto no = [why](auto&& w) -> std::optional<NcclEstimate> {
+    if (why) {
+      if constexpr (std::is_invocable_v<decltype(w)>)
+        *why = w();
+      else
+        *why = w;
+    }
     return std::nullopt;
   };
-  if (!nccl_tuned(op)) return no(fmt::format("NCCL's tuner does not cost {}", to_string(op)));
+  if (!nccl_tuned(op)) return no([&] { return fmt::format("NCCL's tuner does not cost {}", to_string(op)); });
   const int a = ai(algo), p = pi(proto);
   const bool ar = op == CollOp::allreduce;
   if (algo == NcclAlgo::tree && !ar) return no("tree runs AllReduce only");
   if (algo == NcclAlgo::nvls_tree && !ar) return no("nvls_tree runs AllReduce only");
   if ((algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree) && proto != NcclProto::simple)
-    return no(fmt::format("{} runs the simple protocol only", to_string(algo)));
+    return no([&] { return fmt::format("{} runs the simple protocol only", to_string(algo)); });
   if (algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree) {
     if (!s.nvls)
-      return no(fmt::format("{} needs NVSwitches with NVLink SHARP (nvls: true on the topology's nvswitch) and a "
+      return no([&] { return fmt::format("{} needs NVSwitches with NVLink SHARP (nvls: true on the topology's nvswitch) and a "
                             "Hopper or newer GPU",
-                            to_string(algo)));
+                            to_string(algo)); });
     if (algo == NcclAlgo::nvls && s.nodes > 1) return no("nvls spans one node (across nodes it needs CollNet)");
     if (algo == NcclAlgo::nvls_tree && s.nodes == 1) return no("nvls_tree needs two or more nodes");
-    if (!s.uniform) return no(fmt::format("{} needs the same number of ranks on every node", to_string(algo)));
+    if (!s.uniform) return no([&] { return fmt::format("{} needs the same number of ranks on every node", to_string(algo)); });
   }
   if (algo == NcclAlgo::tree && !s.uniform) return no("tree needs the same number of ranks on every node");
   if (proto == NcclProto::ll128 && !(s.nvlink && s.arch >= 0 && (s.nodes == 1 || s.nics > 0)))
     return no("LL128 is enabled only when a node's GPUs talk over NVLink");
 
-  NcclGraph g = (algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree) ? nccl_nvls_graph(s) : nccl_ring_graph(s);
+  const bool nvls_graph = algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree;
+  NcclGraph g = s.graphs ? (nvls_graph ? s.nvls_graph : s.ring_graph)
+                         : (nvls_graph ? nccl_nvls_graph(s) : nccl_ring_graph(s));
   if (channels > 0) g.channels = channels;
   const int n = s.ranks, N = s.nodes;
   const int i2 = N <= 2 ? N - 1 : 2;
@@ -287,7 +300,7 @@ std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAl
   // Bandwidth (tuning.cc lines 288-383).
   double bw = N <= 2 ? g.bw_intra : g.bw_inter;
   if (algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree) {
-    if (g.channels < 2) return no(fmt::format("{} needs at least 2 channels", to_string(algo)));
+    if (g.channels < 2) return no([&] { return fmt::format("{} needs at least 2 channels", to_string(algo)); });
     double intra = g.bw_intra * kNvlsEfficiency[s.arch] * (g.channels - 1) / g.channels;
     intra *= ar ? 2.0 : (ppn - 1) / ppn;
     const double inter = g.bw_inter * ((N <= 2 && algo == NcclAlgo::nvls_tree) ? 2 : 1);
@@ -366,8 +379,9 @@ NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::opti
     for (NcclProto p : {NcclProto::ll, NcclProto::ll128, NcclProto::simple}) {
       if (proto && *proto != p) continue;
       if (!proto && simple_only && p != NcclProto::simple) continue;
+      // The reasons are only reported when a forced choice leaves nothing.
       std::string why;
-      auto e = nccl_estimate(op, s, a, p, channels, bytes, &why);
+      auto e = nccl_estimate(op, s, a, p, channels, bytes, (algo || proto) ? &why : nullptr);
       if (!e) {
         // One line per distinct reason (a forced algorithm fails the same way under every protocol).
         if ((algo || proto) && reasons.find(why) == std::string::npos)

@@ -47,15 +47,20 @@ struct NcclSystem {
   bool amd_cpu = false;
   double launch_us = 0;       // topology nccl.launch
   double net_latency_us = 0;  // topology nccl.net_latency (NCCL's latencyInter)
+  // The channel graphs, searched once by nccl_system() (they depend on the
+  // fields above only): nccl_ring_graph() and nccl_nvls_graph() of this system.
+  struct Graph {
+    int channels = 0;
+    double bw_intra = 0, bw_inter = 0;
+  };
+  Graph ring_graph, nvls_graph;
+  bool graphs = false;  // false: a system filled in by hand; the graphs are searched per estimate
 };
 NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo);
 
 // A channel graph: `channels` rings (or trees), each `bw_intra` GB/s inside a
 // node and `bw_inter` GB/s between nodes.
-struct NcclGraph {
-  int channels = 0;
-  double bw_intra = 0, bw_inter = 0;
-};
+using NcclGraph = NcclSystem::Graph;
 NcclGraph nccl_ring_graph(const NcclSystem& s);  // also the tree graph (NCCL forces the same channels)
 NcclGraph nccl_nvls_graph(const NcclSystem& s);
 
