@@ -1,6 +1,7 @@
 #include "sim/net/maxmin.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace parmsim {
@@ -47,7 +48,13 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
   // fixed flow took at most the link's share), so an entry whose share is no
   // longer its link's is stale and skipped, and a link whose share changed is
   // pushed again once per round. Both find the same link.
-  const bool use_heap = w.active.size() > kMaxMinScanLinks;
+  // A scan costs up to (links x rounds) <= links^2; the heap at most one
+  // push per (flow, link) pair, times log(links). Many flows per link (an
+  // AlltoAll) favour the scan, few (a ring step: one flow per link) the heap.
+  const std::size_t loaded = w.active.size();
+  const bool use_heap = loaded > kMaxMinScanLinks &&
+                        static_cast<double>(w.start[L]) * std::log2(static_cast<double>(loaded)) <
+                            0.5 * static_cast<double>(loaded) * static_cast<double>(loaded);
   auto later = [](const MaxMinScratch::Share& a, const MaxMinScratch::Share& b) {
     return a.share != b.share ? a.share > b.share : a.link > b.link;
   };

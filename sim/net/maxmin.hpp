@@ -5,17 +5,18 @@
 // ends with the largest rate it can get without lowering a smaller one.
 //
 // Cost: O(sum of path lengths) to index flows by link, plus, per bottleneck
-// round, a scan of the loaded links when there are at most kMaxMinScanLinks
-// of them, or O(links changed x log links) in a heap by fair share above.
+// round, a scan of the loaded links; or, above kMaxMinScanLinks loaded links
+// with few flows per link, a heap of links by fair share (one push per
+// changed link per round). Both pick the same bottleneck.
 #include <cstdint>
 #include <span>
 #include <vector>
 
 namespace parmsim {
 
-// Above this many loaded links the solver keeps them in a heap instead of
-// scanning them every round (measured: the scan is cheaper for a 32-GPU
-// layer's few dozen links, the heap for a 1024-port switch).
+// Up to this many loaded links the solver always scans them every round
+// (measured: cheaper than the heap for a 32-GPU layer's links; the heap wins
+// for a ring step on a 1024-port switch, one flow per link).
 inline constexpr std::size_t kMaxMinScanLinks = 512;
 
 // `capacity[l]` in bytes/s; `flows[f]` = link ids on flow f's path (non-empty).

@@ -108,7 +108,7 @@ class Analytical final : public NetworkModel {
 class FlowModel final : public NetworkModel {
  public:
   explicit FlowModel(const Topology& topo)
-      : capacity_(topo.num_links()), on_link_(topo.num_links()), link_dirty_(topo.num_links(), 0),
+      : capacity_(topo.num_links()), on_link_(topo.num_links()), live_on_(topo.num_links(), 0), link_dirty_(topo.num_links(), 0),
         link_seen_(topo.num_links(), 0), local_(topo.num_links(), 0) {
     for (int l = 0; l < topo.num_links(); ++l) capacity_[l] = static_cast<double>(topo.link(l).bandwidth);
   }
@@ -126,9 +126,11 @@ class FlowModel final : public NetworkModel {
       flow_seen_.push_back(0);
     }
     Flow& f = flows_[slot];
-    const std::uint32_t version = f.version;  // kept across reuse: finish_ may hold the slot's old entries
+    // Kept across reuse: finish_ and the links' member lists may hold the slot's old entries.
+    const std::uint32_t version = f.version, gen = f.gen + 1;
     f = Flow{};
     f.version = version;
+    f.gen = gen;
     f.id = id;
     f.seq = seq_++;
     f.remaining = static_cast<double>(bytes);
@@ -136,7 +138,6 @@ class FlowModel final : public NetworkModel {
     f.off = static_cast<std::uint32_t>(arena_.size());
     f.len = static_cast<std::uint32_t>(r.links.size());
     arena_.insert(arena_.end(), r.links.begin(), r.links.end());
-    pos_.resize(arena_.size(), 0);
     live_links_ += f.len;
     pending_.push(now + r.latency, slot);
   }
@@ -155,15 +156,31 @@ class FlowModel final : public NetworkModel {
     if (!dirty_.empty()) solve();
     now_ = t;
     // Flows whose completion time is t leave their links.
-    while (next_finish() <= t) {
-      std::pop_heap(finish_.begin(), finish_.end(), later);
-      const std::uint32_t slot = finish_.back().slot;
-      finish_.pop_back();
+    auto finish = [&](std::uint32_t slot) {
       Flow& f = flows_[slot];
-      for (std::uint32_t i = 0; i < f.len; ++i) unlink(slot, i);
+      for (std::uint32_t i = 0; i < f.len; ++i) leave(arena_[f.off + i]);
       f.state = State::done;
-      done_buf_.push_back(slot);
+      done_buf_.push_back({f.seq, slot});
       --active_;
+      const std::uint32_t moved = act_.back();  // off the active list: swap with the last
+      act_[f.act_pos] = moved;
+      flows_[moved].act_pos = f.act_pos;
+      act_.pop_back();
+    };
+    if (heap_mode_) {
+      while (next_finish() <= t) {
+        std::pop_heap(finish_.begin(), finish_.end(), later);
+        const std::uint32_t slot = finish_.back().slot;
+        finish_.pop_back();
+        finish(slot);
+      }
+    } else if (global_next_ <= t) {
+      for (std::size_t i = 0; i < act_.size();) {
+        if (flows_[act_[i]].finish <= t)
+          finish(act_[i]);  // act_[i] is now another flow
+        else
+          ++i;
+      }
     }
     // Flows whose latency has passed join; empty ones complete at once.
     while (!pending_.empty() && pending_.top().time == t) {
@@ -171,22 +188,23 @@ class FlowModel final : public NetworkModel {
       Flow& f = flows_[slot];
       if (f.remaining <= 0 || f.len == 0) {
         f.state = State::done;
-        done_buf_.push_back(slot);
+        done_buf_.push_back({f.seq, slot});
         continue;
       }
       f.state = State::active;
       f.last = t;
       ++active_;
+      f.act_pos = static_cast<std::uint32_t>(act_.size());
+      act_.push_back(slot);
       for (std::uint32_t i = 0; i < f.len; ++i) {
         const int l = arena_[f.off + i];
-        pos_[f.off + i] = static_cast<std::uint32_t>(on_link_[l].size());
-        on_link_[l].push_back(Member{slot, i});
+        on_link_[l].push_back(Member{slot, f.gen});
+        ++live_on_[l];
         mark(l);
       }
     }
-    std::sort(done_buf_.begin(), done_buf_.end(),
-              [this](std::uint32_t a, std::uint32_t b) { return flows_[a].seq < flows_[b].seq; });
-    for (std::uint32_t slot : done_buf_) {
+    std::sort(done_buf_.begin(), done_buf_.end());  // by start order
+    for (const auto& [seq, slot] : done_buf_) {
       done->push_back(flows_[slot].id);
       live_links_ -= flows_[slot].len;
       flows_[slot].state = State::free;
@@ -205,14 +223,17 @@ class FlowModel final : public NetworkModel {
     std::uint64_t id = 0, seq = 0;
     std::uint32_t off = 0, len = 0;  // route links: arena_[off, off + len)
     std::uint32_t version = 0;       // of its entry in finish_
+    std::uint32_t act_pos = 0;       // index in act_ while active
+    std::uint32_t gen = 0;           // how many flows the slot has held
     State state = State::pending;
     double remaining = 0;  // bytes at `last`
     double rate = 0;       // bytes/s
     double cap = 0;        // bytes/s, 0 = none
     Time last;             // when `remaining` was brought up to date
+    Time finish;           // when `remaining` reaches zero at `rate`, rounded up
   };
   struct Member {
-    std::uint32_t slot, hop;  // flow slot and index of the link in its route
+    std::uint32_t slot, gen;  // flow slot, and the slot's generation when the flow joined
   };
   struct Finish {  // a completion time; the order among equal times is irrelevant (done is sorted by seq)
     Time time;
@@ -225,6 +246,7 @@ class FlowModel final : public NetworkModel {
   }
   static bool later(const Finish& a, const Finish& b) { return b.time < a.time; }
   Time next_finish() {
+    if (!heap_mode_) return global_next_;
     while (!finish_.empty()) {
       if (current(finish_.front())) return finish_.front().time;
       std::pop_heap(finish_.begin(), finish_.end(), later);  // superseded by a later solve, or the flow has gone
@@ -235,32 +257,30 @@ class FlowModel final : public NetworkModel {
   void mark(int l) {
     if (!link_dirty_[l]) link_dirty_[l] = 1, dirty_.push_back(l);
   }
-  // Removes hop i of flow `slot` from its link's member list (swap with the last).
-  void unlink(std::uint32_t slot, std::uint32_t i) {
-    const Flow& f = flows_[slot];
-    const int l = arena_[f.off + i];
-    auto& v = on_link_[l];
-    const std::uint32_t p = pos_[f.off + i];
-    const Member last = v.back();
-    v[p] = last;
-    pos_[flows_[last.slot].off + last.hop] = p;
-    v.pop_back();
+  // A member is live while its flow is active and its slot not reused.
+  bool live(const Member& m) const {
+    const Flow& f = flows_[m.slot];
+    return f.state == State::active && f.gen == m.gen;
+  }
+  // A flow leaves link l: its member entry stays until the list is more than
+  // half dead, then the list is compacted (amortised O(1) per leave, and no
+  // index into the list to keep per hop).
+  void leave(int l) {
+    --live_on_[l];
     mark(l);
+    auto& v = on_link_[l];
+    if (v.size() > 16 && v.size() > 2 * live_on_[l]) std::erase_if(v, [this](const Member& m) { return !live(m); });
   }
   void compact() {
     std::vector<int> arena;
-    std::vector<std::uint32_t> pos;
     arena.reserve(2 * live_links_);
-    pos.reserve(2 * live_links_);
     for (Flow& f : flows_) {
       if (f.state == State::free) continue;
       const auto off = static_cast<std::uint32_t>(arena.size());
       arena.insert(arena.end(), arena_.begin() + f.off, arena_.begin() + f.off + f.len);
-      pos.insert(pos.end(), pos_.begin() + f.off, pos_.begin() + f.off + f.len);
       f.off = off;
     }
     arena_.swap(arena);
-    pos_.swap(pos);
   }
 
   // Max-min over the flows of comp_flows_ (whole components).
@@ -305,14 +325,57 @@ class FlowModel final : public NetworkModel {
     f.last = now_;
     f.rate = rate;
     ++f.version;
-    fresh_.push_back(Finish{now_ + duration_for_rate(f.remaining, f.rate), slot, f.version});
+    f.finish = now_ + duration_for_rate(f.remaining, f.rate);
+    if (heap_mode_) fresh_.push_back(Finish{f.finish, slot, f.version});
   }
 
   // Re-solves the components that hold a dirty link.
   void solve() {
-    ++epoch_;
     comp_links_.clear();
     comp_flows_.clear();
+    bool global = act_.size() <= kDenseFlows;
+    if (!global && global_hint_ > 0) global = true, --global_hint_;
+    if (global) {
+      // Few flows, or a recent change reached most of them: one solve over
+      // all of them on the topology's link ids costs less than finding the
+      // components (the same rates: max-min keeps components apart, and ties
+      // go to the lowest link id either way).
+      for (int l : dirty_) link_dirty_[l] = 0;
+      dirty_.clear();
+      comp_flows_.assign(act_.begin(), act_.end());
+      paths_.clear();
+      caps_.clear();
+      bool capped = false;
+      for (std::uint32_t slot : comp_flows_) {
+        const Flow& f = flows_[slot];
+        paths_.emplace_back(arena_.data() + f.off, f.len);
+        caps_.push_back(f.cap);
+        capped = capped || f.cap > 0;
+      }
+      // Completions are found by a scan of the flows, as cheap as the solve.
+      heap_mode_ = false;
+      finish_.clear();
+      global_next_ = Time::max();
+      if (!comp_flows_.empty()) {
+        max_min_rates(capacity_, paths_, capped ? std::span<const double>(caps_) : std::span<const double>(), scratch_,
+                      rates_);
+        for (std::size_t i = 0; i < comp_flows_.size(); ++i) {
+          set_rate(comp_flows_[i], rates_[i]);
+          global_next_ = std::min(global_next_, flows_[comp_flows_[i]].finish);
+        }
+      }
+      fresh_.clear();
+      return;
+    }
+    if (!heap_mode_) {
+      // Leaving global mode: every active flow's completion goes in the heap.
+      heap_mode_ = true;
+      finish_.clear();
+      for (std::uint32_t slot : act_) finish_.push_back(Finish{flows_[slot].finish, slot, flows_[slot].version});
+      std::make_heap(finish_.begin(), finish_.end(), later);
+    }
+    ++epoch_;
+    std::size_t singles = 0;
     // Breadth-first over links and flows from each dirty link, one component
     // at a time. A flow alone on its links gets the rate of its slowest link
     // (or its cap) without the solver; the other components are solved
@@ -325,7 +388,7 @@ class FlowModel final : public NetworkModel {
       comp_links_.push_back(l);
       for (std::size_t q = links0; q < comp_links_.size(); ++q) {
         for (const Member& m : on_link_[comp_links_[q]]) {
-          if (flow_seen_[m.slot] == epoch_) continue;
+          if (flow_seen_[m.slot] == epoch_ || !live(m)) continue;
           flow_seen_[m.slot] = epoch_;
           comp_flows_.push_back(m.slot);
           const Flow& f = flows_[m.slot];
@@ -342,12 +405,25 @@ class FlowModel final : public NetworkModel {
         for (std::uint32_t i = 1; i < f.len; ++i) rate = std::min(rate, capacity_[arena_[f.off + i]]);
         if (f.cap > 0 && f.cap < rate) rate = f.cap;
         set_rate(slot, rate);
+        ++singles;
         comp_flows_.pop_back();
         comp_links_.resize(links0);
       }
     }
     dirty_.clear();
+    // Most flows were reached: the next solves go global (cheaper than the
+    // search) until the hint runs out and the search looks again, twice as
+    // late each time it finds the same (up to 4096 solves later).
+    if (2 * (comp_flows_.size() + singles) >= act_.size()) {
+      hint_len_ = std::min(2 * hint_len_, 4096);
+      global_hint_ = hint_len_;
+    } else {
+      hint_len_ = 8;
+    }
     if (!comp_flows_.empty()) solve_shared();
+    queue_finishes();
+  }
+  void queue_finishes() {
     // Few new completions: push them. Many: drop the stale entries and heapify
     // once (linear, where as many pushes would cost n log n).
     if (fresh_.size() * 4 < finish_.size()) {
@@ -364,17 +440,27 @@ class FlowModel final : public NetworkModel {
   }
 
   std::vector<double> capacity_;
-  std::vector<std::vector<Member>> on_link_;  // active flows crossing each link
+  std::vector<std::vector<Member>> on_link_;  // flows crossing each link (some may have left)
+  std::vector<std::uint32_t> live_on_;        // how many of them are active
   std::vector<char> link_dirty_;
   std::vector<int> dirty_;
   std::vector<std::uint64_t> link_seen_, flow_seen_;
   std::uint64_t epoch_ = 0;
   std::vector<int> local_;  // link id -> index in the component being solved
   std::vector<Flow> flows_;
-  std::vector<std::uint32_t> free_, done_buf_;
+  std::vector<std::uint32_t> free_;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> done_buf_;  // (seq, slot) of the flows completing now
   std::vector<int> arena_;          // route links of every flow
-  std::vector<std::uint32_t> pos_;  // per route link: the flow's index in on_link_
   std::size_t live_links_ = 0, active_ = 0;
+  std::vector<std::uint32_t> act_;  // active flow slots, in no particular order
+  // Up to this many active flows, a solve covers all of them at once
+  // (measured on a 32-GPU layer: cheaper than the component search).
+  static constexpr std::size_t kDenseFlows = 2048;
+  int global_hint_ = 0, hint_len_ = 8;
+  // Global solves scan the flows for their completions (global_next_: the
+  // earliest); component solves keep them in the heap finish_.
+  bool heap_mode_ = false;
+  Time global_next_ = Time::max();
   // Solver input and scratch, reused.
   std::vector<int> comp_links_, path_arena_;
   std::vector<std::uint32_t> comp_flows_;
