@@ -128,3 +128,25 @@ TEST_CASE("the memory estimate of a layer counts its inputs and weights by hand"
   // The reference adds the gradients (as much as the data) and 2 activations of H per token: 41472 + 64 x 2 x 32 x 4.
   CHECK(v.reference == 41472 + 64 * 2 * 32 * 4 * 2);
 }
+
+TEST_CASE("the column header says where the time and #wrong are", "[calib][hardening]") {
+  // Older nccl-tests: no root column, an "error" column (a largest deviation, not a count): time is column 4.
+  const std::string old = temp_file("old_all_reduce_perf.txt",
+                                    "#  Rank  0 Pid 1 on h device 0 [0x00] GPU\n#  Rank  1 Pid 1 on h device 1 [0x00] GPU\n"
+                                    "#       size    count   type   redop    time   algbw   busbw  error     time   algbw   busbw  error\n"
+                                    "        1024      256  float     sum   11.00    0.09    0.09  1e-06   11.50    0.09    0.09  2e-06\n"
+                                    "        2048      512  float     sum   12.00    0.17    0.17  1e-06   12.50    0.16    0.16  2e-06\n");
+  const calib::NcclTable o = calib::read_nccl_tests_text(old);
+  REQUIRE(o.points.size() == 2);
+  CHECK(o.points[0].t == Approx(11.00e-6));
+  CHECK(o.points[1].t == Approx(12.00e-6));
+  // -B (bitwise repeatability) adds a #bitdiff column after each #wrong: 15 columns, the time still column 5,
+  // the #wrong counts columns 8 and 13 (a "time" 8 from the end would be busbw).
+  const std::string bw = temp_file("bw_all_reduce_perf.txt",
+                                   "#  size  count  type  redop  root  time  algbw  busbw  #wrong  #bitdiff  time  algbw  busbw  #wrong  #bitdiff\n"
+                                   "   1024    256 float    sum    -1 20.00   0.05   0.09       0         7 21.00   0.05   0.09       0         7\n"
+                                   "   2048    512 float    sum    -1 21.00   0.10   0.18       4         0 22.00   0.09   0.17       0         0\n");
+  CHECK_THROWS_WITH(calib::read_nccl_tests_text(bw), Catch::Contains("bw_all_reduce_perf.txt:3: #wrong is 4 (out-of-place)"));
+  std::filesystem::remove(old);
+  std::filesystem::remove(bw);
+}

@@ -113,7 +113,8 @@ NcclTable read_nccl_tests_text(const std::string& file, const std::string& op) {
   t.file = file;
   std::set<std::string> hosts;
   std::string line, program, program_at;
-  int lineno = 0, seen = 0;
+  int lineno = 0, seen = 0, time_col = -1;
+  std::vector<int> wrong_cols;  // data columns holding #wrong (from the column header)
   while (std::getline(in, line)) {
     ++lineno;
     const auto tok = tokens(line);
@@ -135,6 +136,15 @@ NcclTable read_nccl_tests_text(const std::string& file, const std::string& op) {
         if (number(tok[2], &th) && number(tok[4], &g) && th >= 1 && g >= 1 && th * g < (1 << 20))
           t.per_process = static_cast<int>(th * g);
       }
+      // The column header "#  size count type redop root time algbw busbw #wrong time ... #wrong": where the
+      // out-of-place time and the #wrong counts are (older versions have no root column and an "error" column,
+      // a largest deviation, not a count; -B and per-iteration runs add columns).
+      if (tok.size() > 6 && tok[0] == "#" && tok[1] == "size" && time_col < 0) {
+        for (std::size_t i = 1; i < tok.size(); ++i) {
+          if (time_col < 0 && (tok[i] == "time" || tok[i] == "cputime")) time_col = static_cast<int>(i) - 1;
+          if (tok[i] == "#wrong") wrong_cols.push_back(static_cast<int>(i) - 1);
+        }
+      }
       if (const auto at = line.find("Collective test starting:"); at != std::string::npos && program.empty()) {
         program = program_of(line.substr(at + 25));
         program_at = fmt::format("{}:{}", file, lineno);
@@ -145,16 +155,23 @@ NcclTable read_nccl_tests_text(const std::string& file, const std::string& op) {
     auto tk = tok;
     if (tk.size() >= 13 && tk[tk.size() - 2].find('-') != std::string::npos && tk.back().find(':') != std::string::npos)
       tk.resize(tk.size() - 2);  // the -T timestamp column
+    // Without a column header: the time 8 columns from the end, and #wrong where nccl-tests' 13 columns have it.
+    const int tc = time_col >= 0 ? time_col : static_cast<int>(tk.size()) - 8;
+    std::vector<int> wc = wrong_cols;
+    if (time_col < 0 && tk.size() == 13) wc = {8, 12};
+    int need = std::max(11, tc + 1);
+    for (const int c : wc) need = std::max(need, c + 1);
     double size = 0, time_us = 0;
-    if (tk.size() < 11 || !number(tk[0], &size) || !number(tk[tk.size() - 8], &time_us) || !(size >= 0) ||
-        !std::isfinite(size) || size != std::floor(size) || !(time_us > 0) || !std::isfinite(time_us))
+    if (static_cast<int>(tk.size()) < need || tc < 0 || !number(tk[0], &size) ||
+        !number(tk[static_cast<std::size_t>(tc)], &time_us) || !(size >= 0) || !std::isfinite(size) ||
+        size != std::floor(size) || !(time_us > 0) || !std::isfinite(time_us))
       throw ParmError(
           fmt::format("{}:{}: expected an nccl-tests data line (size count type redop root time algbw "
                       "busbw #wrong time algbw busbw #wrong), got '{}'",
                       file, lineno, line));
     const std::string where = fmt::format("{}:{}", file, lineno);
-    check_wrong(tk[tk.size() - 5], where, "out-of-place", size, line);
-    check_wrong(tk.back(), where, "in-place", size, line);
+    for (std::size_t i = 0; i < wc.size(); ++i)
+      check_wrong(tk[static_cast<std::size_t>(wc[i])], where, i == 0 ? "out-of-place" : "in-place", size, line);
     t.points.push_back({size, time_us * 1e-6});
   }
   t.op = resolve_op(file, program_at, program, op);
