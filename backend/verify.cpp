@@ -96,6 +96,32 @@ moe::LayerSpec small_layer() {
   return s;
 }
 
+MemoryEstimate estimate_memory(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
+                               bool verify) {
+  const moe::Dims d = dims_for(s, c);
+  const auto f = moe::forward_ops(s, d, o);
+  const auto b = moe::backward_ops(f, s, d, o);
+  const TaskGraph g = moe::build_training_graph(f, b, s, d, o);
+  constexpr double F = sizeof(float);
+  MemoryEstimate m;
+  for (const Buffer& buf : g.buffers()) m.buffers += static_cast<double>(buf.elems) * F;
+  // make_data: x and dout (tokens x M), Wg (M x E), W1 and W2 (E x M x H).
+  const double tokens = static_cast<double>(d.n_ep) * static_cast<double>(d.S), M = static_cast<double>(s.M),
+               H = static_cast<double>(s.H), E = static_cast<double>(s.E);
+  m.data = (2 * tokens * M + M * E + 2 * E * M * H) * F;
+  // The host communicator copies every member's input and output of a collective.
+  const double per_byte = F / static_cast<double>(dtype_bytes(s.dtype));
+  for (const Collective& col : g.collectives()) {
+    double bytes = static_cast<double>(col.bytes);
+    for (const auto& row : col.matrix)
+      for (const std::uint64_t x : row) bytes = std::max(bytes, static_cast<double>(x) * static_cast<double>(row.size()));
+    m.scratch = std::max(m.scratch, 2 * static_cast<double>(col.group.size()) * bytes * per_byte);
+  }
+  // The reference: the same gradients as the inputs and weights, and k activations of H per token.
+  if (verify) m.reference = m.data + 2 * tokens * static_cast<double>(s.k) * H * F;
+  return m;
+}
+
 double VerifyResult::worst() const {
   double w = 0;
   for (const auto& e : errors) w = std::max(w, e.max_rel_error);

@@ -49,6 +49,20 @@ struct Execution {
 Execution execute_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o, std::uint64_t seed,
                            Executor* executor = nullptr);
 
+// What running a layer holds in host memory at once, estimated before
+// anything is allocated: every rank's buffers (the CPU executor keeps them all
+// as fp32, and the CUDA executor stages them on the host too), the global
+// inputs and weights the ranks' buffers are filled from, and the host
+// communicator's copies of the largest collective (every member's input and
+// output). `verify` adds the dense reference layer: its gradients and
+// activations. Sums are in double: a layer past 2^64 bytes is still refused.
+struct MemoryEstimate {
+  double buffers = 0, data = 0, scratch = 0, reference = 0;  // bytes
+  double total() const { return buffers + data + scratch + reference; }
+};
+MemoryEstimate estimate_memory(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
+                               bool verify = false);
+
 // The value nearest to v in `d` (fp32: v itself; ties to even).
 float round_to(DType d, float v);
 

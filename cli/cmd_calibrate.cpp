@@ -6,13 +6,17 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
+#include <tuple>
 
 #include "backend/calibrate.hpp"
 #include "backend/cuda/cuda_backend.hpp"
 #include "cli/common.hpp"
 #include "cli/gpu_trace.hpp"
 #include "sim/sweep/mpi_shim.hpp"
+#include "sim/calib/calibration.hpp"
 #include "sim/calib/fit.hpp"
 #include "sim/calib/machine_fit.hpp"
 #include "sim/calib/nccl_tests.hpp"
@@ -88,6 +92,57 @@ void fit_machine_cmd(const Args& a) {
     for (const std::string& f : a.files) header += " " + f;
     write_atomically(a.out, [&](std::ostream& os) { os << calib::overlay_yaml(fit, header); });
     fmt::print("wrote {}\n", a.out);
+  }
+}
+
+// A YAML double-quoted scalar (JSON's string syntax is YAML's): a path with quotes or backslashes stays one.
+std::string yaml_quoted(const std::string& s) { return nlohmann::json(s).dump(); }
+
+// What an imported table must hold before it is fitted: a group of 2 or more
+// ranks, and 3 or more distinct non-zero sizes (2 besides a held-out one).
+void check_importable(const calib::NcclTable& t, bool held) {
+  if (t.ranks == 0)
+    throw ParmError(fmt::format(
+        "{}: the ranks are not listed (no '#  Rank N ... on HOST' lines; in -J output, no config.devices){}: the group "
+        "size and whether it spans hosts are unknown; import nccl-tests' whole output",
+        t.file,
+        t.per_process > 0 ? fmt::format(" and the header gives {} rank(s) per process, not how many processes",
+                                        t.per_process)
+                          : ""));
+  if (t.ranks < 2)
+    throw ParmError(fmt::format("{}: {} rank: a collective calibration needs 2 or more ranks", t.file, t.ranks));
+  std::set<double> sizes;
+  for (const calib::Point& p : t.points)
+    if (p.x > 0) sizes.insert(p.x);
+  if (sizes.size() < 3)
+    throw ParmError(fmt::format("{}: {} distinct non-zero size(s); calibrate fits a curve to 3 or more{} (nccl-tests "
+                                "-b 8 -e 1G -f 2 measures 28)",
+                                t.file, sizes.size(), held ? ", one of them held out" : ""));
+}
+
+// The alpha-beta line is what the simulator uses beyond the measured sizes: it
+// must have a positive latency and bandwidth, as written (6 decimals).
+void check_line(const std::string& file, const calib::Curve& c) {
+  const double alpha_us = c.line.alpha * 1e6, bw = 1e-9 / c.line.beta;
+  const auto written = [](double v) { return std::stod(fmt::format("{:.6f}", v)); };
+  if (!std::isfinite(bw) || !(c.line.beta > 0) || !(written(bw) > 0))
+    throw ParmError(fmt::format("{}: the alpha-beta line fitted to its {} sizes has bandwidth {:.6g} GB/s: time does "
+                                "not grow with size over these rows, so nothing beyond them can be predicted; import "
+                                "a table over more sizes (nothing written)",
+                                file, c.points.size(), bw));
+  if (!std::isfinite(alpha_us) || !(written(alpha_us) > 0))
+    throw ParmError(fmt::format("{}: the alpha-beta line fitted to its {} sizes has latency {:.6g} us (alpha must be "
+                                "positive): the small sizes do not show a fixed cost; import a table that starts at "
+                                "a few bytes (nothing written)",
+                                file, c.points.size(), alpha_us));
+}
+
+// The file about to be written loads as --calibration would load it.
+void check_loads(const std::string& yaml, const std::string& out) {
+  try {
+    (void)parse_calibration(yaml, out.empty() ? std::string("(calibration)") : out);
+  } catch (const ParmError& e) {
+    throw ParmError(fmt::format("calibrate: the calibration would not load (nothing written): {}", e.what()));
   }
 }
 
@@ -177,6 +232,7 @@ void add_calibrate(CLI::App& app) {
       if (!lead) return;
       std::string table;
       const std::string y = exec::calibration_yaml(s, where, &table);
+      check_loads(y, a->out);
       fmt::print("{}", table);
       if (!a->out.empty()) {
         write_atomically(a->out, [&](std::ostream& os) { os << y; });
@@ -195,19 +251,28 @@ void add_calibrate(CLI::App& app) {
     yaml += held ? fmt::format("# held_out_*: the size {} B was left out of the fit; its error.\n", *held)
                  : "# held_out_*: each size left out in turn and predicted from the others (mean relative error).\n";
     yaml += "collectives:\n";
+    // Every table is read and fitted before anything is printed or written: a refused one leaves one line.
+    std::string report;
+    std::map<std::tuple<std::string, int, bool>, std::string> imported;  // (op, ranks, inter) -> file
     if (held)
-      fmt::print("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10} {:>8} {:>13} {:>12} {:>16} {:>16}\n", "op", "ranks", "hosts",
+      report += fmt::format("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10} {:>8} {:>13} {:>12} {:>16} {:>16}\n", "op", "ranks", "hosts",
                  "link", "sizes", "alpha_us", "bw_GBps", "held_out(B)", "measured_us", "curve_us(err)", "line_us(err)");
     else
-      fmt::print("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10} {:>8}  {:>22}  {:>22}\n", "op", "ranks", "hosts", "link",
+      report += fmt::format("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10} {:>8}  {:>22}  {:>22}\n", "op", "ranks", "hosts", "link",
                  "sizes", "alpha_us", "bw_GBps", "held out: curve mape/worst", "line mape/worst");
     for (const std::string& f : a->files) {
       const calib::NcclTable t = calib::read_nccl_tests(f, a->op);
+      check_importable(t, held.has_value());
       std::vector<calib::Point> pts;
       for (const calib::Point& p : t.points)
         if (p.x > 0 && (!held || p.x != *held)) pts.push_back(p);
-      const calib::Curve curve = calib::fit_curve(pts);
       const std::string link = t.hosts > 1 ? "inter" : "intra";
+      if (const auto [it, fresh] = imported.emplace(std::make_tuple(t.op, t.ranks, t.hosts > 1), f); !fresh)
+        throw ParmError(fmt::format("{}: {} over {} ranks ({}) is already imported from {}; a calibration holds one "
+                                    "entry per (op, ranks, link)",
+                                    f, t.op, t.ranks, link, it->second));
+      const calib::Curve curve = calib::fit_curve(pts);
+      check_line(f, curve);
       // The line's worst error on the imported sizes (the curve's is 0 by construction).
       double line_fit_worst = 0;
       for (const auto& [x, tt] : curve.points) line_fit_worst = std::max(line_fit_worst, std::abs(curve.line.at(x) - tt) / tt);
@@ -217,7 +282,7 @@ void add_calibrate(CLI::App& app) {
         const auto h = calib::hold_out(t.points, *held);
         if (h.empty()) throw ParmError(fmt::format("{}: --hold-out: no measurement of {} B", f, *held));
         curve_mape = curve_worst = std::abs(h[0].curve), line_mape = line_worst = std::abs(h[0].line);
-        fmt::print("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10.3f} {:>8.2f} {:>13.0f} {:>12.2f} {:>8.2f}({:+.1f}%) {:>8.2f}({:+.1f}%)\n",
+        report += fmt::format("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10.3f} {:>8.2f} {:>13.0f} {:>12.2f} {:>8.2f}({:+.1f}%) {:>8.2f}({:+.1f}%)\n",
                    t.op, t.ranks, t.hosts, link, curve.points.size(), curve.line.alpha * 1e6, 1e-9 / curve.line.beta,
                    *held, h[0].p.t * 1e6, curve.at(*held) * 1e6, 100 * h[0].curve, curve.line.at(*held) * 1e6,
                    100 * h[0].line);
@@ -228,7 +293,7 @@ void add_calibrate(CLI::App& app) {
           line_mape += std::abs(l.line), line_worst = std::max(line_worst, std::abs(l.line));
         }
         curve_mape /= static_cast<double>(loo.size()), line_mape /= static_cast<double>(loo.size());
-        fmt::print("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10.3f} {:>8.2f}  {:>12.2f}% {:>8.2f}%  {:>12.2f}% {:>8.2f}%\n",
+        report += fmt::format("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10.3f} {:>8.2f}  {:>12.2f}% {:>8.2f}%  {:>12.2f}% {:>8.2f}%\n",
                    t.op, t.ranks, t.hosts, link, curve.points.size(), curve.line.alpha * 1e6, 1e-9 / curve.line.beta,
                    100 * curve_mape, 100 * curve_worst, 100 * line_mape, 100 * line_worst);
       }
@@ -236,11 +301,14 @@ void add_calibrate(CLI::App& app) {
       for (const auto& [x, tt] : curve.points) pts_us += fmt::format("{}[{:.0f}, {:.6g}]", pts_us.empty() ? "" : ", ", x, tt * 1e6);
       yaml += fmt::format(
           "  - {{op: {}, ranks: {}, hosts: {}, link: {}, alpha: {:.6f}us, bandwidth: {:.6f}GBps, points: {}, "
-          "held_out_mape: {:.6f}, held_out_curve_mape: {:.6f}, topology: \"{}\", source: \"{}\",\n"
+          "held_out_mape: {:.6f}, held_out_curve_mape: {:.6f}, topology: {}, source: {},\n"
           "     points_us: [{}]}}\n",
           t.op, t.ranks, t.hosts, link, curve.line.alpha * 1e6, 1e-9 / curve.line.beta, curve.points.size(),
-          line_mape, curve_mape, a->topology, f, pts_us);
+          line_mape, curve_mape, yaml_quoted(a->topology), yaml_quoted(f), pts_us);
     }
+    // Whatever calibrate writes, --calibration reads.
+    check_loads(yaml, a->out);
+    fmt::print("{}", report);
     if (held)
       fmt::print("# held out: {:.0f} B, left out of every fit and predicted by the measured curve (log-log between its "
                  "neighbours) and by the alpha-beta line; the other sizes are reproduced exactly by the curve\n",

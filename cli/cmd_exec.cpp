@@ -10,6 +10,7 @@
 #include "backend/verify.hpp"
 #include "cli/common.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/units.hpp"
 #include "sim/io/output.hpp"
 #include "sim/sweep/mpi_shim.hpp"
 
@@ -21,7 +22,7 @@ namespace {
 constexpr int kMaxExecRanks = 1024;
 
 struct LayerArgs {
-  std::string set, schedule = "all";
+  std::string set, schedule = "all", max_memory;
   int gpus = 8, node_gpus = 0;
   std::uint64_t seed = 1;
   void add(CLI::App* c) {
@@ -36,6 +37,28 @@ struct LayerArgs {
     c->add_option("--node-gpus", node_gpus, "GPUs per node (default: all ranks on one node)")
         ->check(int_in(0, kMaxExecRanks));
     c->add_option("--seed", seed, "random inputs and weights")->capture_default_str()->check(uint64_any());
+    add_max_memory_option(c, max_memory);
+  }
+  // Before anything is allocated: the layer's tensors fit under --max-memory.
+  void check_memory(const std::string& cmd, const moe::LayerSpec& s,
+                    const std::vector<moe::ScheduleOptions>& scheds) const {
+    const MemoryLimit lim = memory_limit(max_memory);
+    exec::MemoryEstimate worst;
+    for (const auto& o : scheds) {
+      const exec::MemoryEstimate m = exec::estimate_memory(s, cluster(), o, cmd == "verify");
+      if (m.total() > worst.total()) worst = m;
+    }
+    if (worst.total() <= static_cast<double>(lim.bytes)) return;
+    auto gib = [](double b) {
+      return b >= 0x1p30 ? fmt::format("{:.2f}GiB", b / 0x1p30)
+                         : b >= 0x1p20 ? fmt::format("{:.1f}MiB", b / 0x1p20) : fmt::format("{:.1f}KiB", b / 0x1p10);
+    };
+    throw ParmError(fmt::format(
+        "{}: {} on {} ranks needs about {} of host memory (rank buffers {}, inputs and weights {}, collective copies "
+        "{}{}); the limit is {} ({}); nothing run or written",
+        cmd, moe::spec_string(s), gpus, gib(worst.total()), gib(worst.buffers), gib(worst.data), gib(worst.scratch),
+        worst.reference > 0 ? ", reference layer " + gib(worst.reference) : std::string(),
+        units::format_bytes(lim.bytes), lim.why));
   }
   moe::LayerSpec spec(moe::ScheduleOptions* custom, bool* has_custom) const {
     moe::LayerSpec s = exec::small_layer();
@@ -129,6 +152,7 @@ void add_exec(CLI::App& app) {
     const moe::LayerSpec s = va->spec(&custom, &has_custom);
     const double limit = *tol >= 0 ? *tol : s.dtype == DType::fp32 ? 1e-5 : 2e-2;
     const auto cl = va->cluster();
+    va->check_memory("verify", s, va->schedules(custom, has_custom));
     auto gpu = vb->make("verify");
     const bool lead = !gpu || gpu->world_rank() == 0;
     if (lead) {
@@ -183,6 +207,7 @@ void add_exec(CLI::App& app) {
     const moe::LayerSpec s = ea->layer.spec(&custom, &has_custom);
     const auto scheds = ea->layer.schedules(custom, has_custom);
     if (scheds.size() != 1) throw ParmError("execute: give one --schedule (baseline, s1 or s2)");
+    ea->layer.check_memory("execute", s, scheds);
     auto gpu = ea->be.make("execute");
     exec::Execution ex = exec::execute_schedule(s, ea->layer.cluster(), scheds[0], ea->layer.seed, gpu.get());
     if (gpu && gpu->world_size() > 1) {

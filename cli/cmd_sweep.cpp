@@ -15,7 +15,7 @@ void add_sweep(CLI::App& app) {
                                "run a sweep spec (a grid of MoE layers on topologies) and write one CSV row per "
                                "(configuration, schedule); shard with `mpirun -np N parmsim sweep ...`");
   struct Args {
-    std::string spec, out, calibration;
+    std::string spec, out, calibration, max_memory;
     int jobs = 0;
     bool resume = false, quiet = false, list = false;
   };
@@ -30,12 +30,24 @@ void add_sweep(CLI::App& app) {
               "input file changed since");
   c->add_flag("-q,--quiet", a->quiet, "no progress output");
   add_calibration_option(c, a->calibration);
-  c->add_flag("--count", a->list, "only expand the spec and print how many configurations it holds");
+  c->add_flag("--count", a->list,
+              "only print how many configurations the spec holds (the product of its grids' lengths; with "
+              "skip_invalid, each combination is checked in turn, none is kept)");
+  add_max_memory_option(c, a->max_memory);
   c->callback([a] {
-    const sweep::Spec spec = sweep::load_spec(a->spec, a->calibration);
+    sweep::LoadOptions lo;
+    lo.count_only = a->list;
+    if (!a->list) {
+      // A configuration held in memory, its rows waiting to be written in order: about 1 KiB with its Config.
+      const MemoryLimit m = memory_limit(a->max_memory);
+      constexpr std::uint64_t per_config = sizeof(sweep::Config) + 1024;
+      lo.max_configs = m.bytes / per_config;
+      lo.max_configs_why = fmt::format("{} B each, {}", per_config, m.why);
+    }
+    const sweep::Spec spec = sweep::load_spec(a->spec, a->calibration, lo);
     if (a->list) {
       fmt::print("{}: {} configurations x {} schedules on {} topology variant(s); {} invalid skipped\n", spec.name,
-                 spec.configs.size(), spec.schedules.size(), spec.topologies.size(), spec.skipped);
+                 spec.count, spec.schedules.size(), spec.variants, spec.skipped);
       return;
     }
     if (a->out.empty()) throw ParmError("sweep: --output FILE is required");

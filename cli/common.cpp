@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <unistd.h>
 
 #include "sim/calib/calibration.hpp"
 #include "sim/core/error.hpp"
@@ -143,6 +145,44 @@ CLI::Validator finite_at_least(double lo) {
         return {};
       },
       fmt::format("finite, >= {:g}", lo));
+}
+
+void add_max_memory_option(CLI::App* c, std::string& value) {
+  c->add_option("--max-memory", value,
+                "refuse a run estimated to need more memory than this, e.g. 4GiB (default: half of this machine's "
+                "memory, or of its cgroup's limit when lower)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            std::string why;
+            const auto b = units::parse_size(v, &why);
+            if (!b) return fmt::format("expected a size such as 4GiB, got '{}' ({})", v, why);
+            if (*b == 0) return fmt::format("expected a positive size such as 4GiB, got '{}'", v);
+            return {};
+          },
+          "SIZE"));
+}
+
+MemoryLimit memory_limit(const std::string& value) {
+  if (!value.empty()) {
+    std::string why;
+    return {*units::parse_size(value, &why), "--max-memory " + value};
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  std::uint64_t total = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page)
+                                              : std::uint64_t{8} << 30;
+  std::string what = "this machine's memory";
+  // A container's limit (cgroup v2, then v1), when it is below the machine's.
+  for (const char* f : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(f);
+    std::string v;
+    if (!(in >> v) || v == "max") continue;
+    char* end = nullptr;
+    const unsigned long long b = std::strtoull(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != 0 || b == 0) continue;
+    if (b < total) total = b, what = "this cgroup's memory limit";
+    break;
+  }
+  return {total / 2, fmt::format("half of {}, {}; --max-memory SIZE", what, units::format_bytes(total))};
 }
 
 }  // namespace parmsim::cli

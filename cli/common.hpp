@@ -38,6 +38,17 @@ CLI::Validator uint64_any();
 // A finite number >= lo (no nan, no inf).
 CLI::Validator finite_at_least(double lo);
 
+// --max-memory SIZE (e.g. 4GiB): what a run may need before it is refused,
+// on the commands that estimate it first (execute, verify, sweep).
+void add_max_memory_option(CLI::App* c, std::string& value);
+struct MemoryLimit {
+  std::uint64_t bytes = 0;
+  std::string why;  // "--max-memory 4GiB", or where the default came from
+};
+// The option's value, or by default half of the machine's physical memory
+// (sysconf), or of the cgroup's limit when that is lower.
+MemoryLimit memory_limit(const std::string& value);
+
 // Makes MPI the transport of sim/sweep/mpi_shim (nothing in a build without MPI).
 void install_mpi();
 

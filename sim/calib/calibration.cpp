@@ -71,11 +71,15 @@ const CalibratedCollective* Calibration::find(CollOp op, int ranks, bool inter) 
   return nullptr;
 }
 
-Calibration load_calibration(const std::string& file) {
-  const YamlReader r = YamlReader::load_file(file);
+namespace {
+
+Calibration read_calibration(const YamlReader& r, const std::string& file) {
   r.check_keys(kCal);
   Calibration cal;
   cal.file = file;
+  std::vector<int> coll_lines, kern_lines;  // each entry's line, for "first at line N"
+  auto line_of = [](const YamlReader& e) { return e.node().Mark().line + 1; };
+  if (r.has("source")) r.at("source").as_string();
   if (auto cs = r.opt("collectives")) {
     cs->expect_seq();
     for (std::size_t i = 0; i < cs->size(); ++i) {
@@ -91,6 +95,11 @@ Calibration load_calibration(const std::string& file) {
       c.alpha = e.at("alpha").as_time();
       c.bandwidth = e.at("bandwidth").as_bandwidth();
       c.source = e.get_string("source", "");
+      if (e.has("topology")) e.at("topology").as_string();
+      if (e.has("hosts")) e.at("hosts").as_int(1, 1 << 20);
+      if (e.has("points")) e.at("points").as_int(0, 1 << 30);
+      for (const char* k : {"held_out_mape", "held_out_curve_mape", "held_out_mape_1MiB", "held_out_worst_1MiB"})
+        if (e.has(k) && !(e.at(k).as_double() >= 0)) e.at(k).fail("a non-negative fraction");
       if (auto pts = e.opt("points_us")) {
         pts->expect_seq();
         for (std::size_t j = 0; j < pts->size(); ++j) {
@@ -108,10 +117,12 @@ Calibration load_calibration(const std::string& file) {
             pts->fail(fmt::format("size {} appears twice", c.points[j].first));
         if (c.points.size() < 2) pts->fail("two or more measured sizes");
       }
-      if (cal.find(c.op, c.ranks, c.inter))
-        e.fail(fmt::format("one entry per (op, ranks, link); {} over {} ranks ({}) appears twice", to_string(c.op),
-                           c.ranks, link));
+      if (const CalibratedCollective* first = cal.find(c.op, c.ranks, c.inter))
+        e.fail(fmt::format("one entry per (op, ranks, link); {} over {} ranks ({}) appears twice (first at line {}), "
+                           "got a second",
+                           to_string(c.op), c.ranks, link, coll_lines[static_cast<std::size_t>(first - cal.collectives.data())]));
       cal.collectives.push_back(c);
+      coll_lines.push_back(line_of(e));
     }
   }
   if (auto ks = r.opt("kernels")) {
@@ -137,7 +148,8 @@ Calibration load_calibration(const std::string& file) {
         pt.expect_seq();
         if (pt.size() != 2) pt.fail("a pair [x, microseconds]");
         const double x = pt[0].as_double(), us = pt[1].as_double();
-        if (!(x > 0) || !(us > 0)) pt.fail("a positive size and a positive time");
+        if (!(x > 0) || !(us > 0) || !std::isfinite(x) || !std::isfinite(us))
+          pt.fail("a positive size and a positive time");
         k.points.emplace_back(x, us * 1e-6);
         fit.push_back({x, us * 1e-6});
       }
@@ -148,11 +160,25 @@ Calibration load_calibration(const std::string& file) {
       } catch (const ParmError& err) {
         pts.fail(err.what());
       }
-      if (cal.kernel(k.name, k.dtype)) e.fail("one table per (name, dtype)");
+      if (const KernelTable* first = cal.kernel(k.name, k.dtype))
+        e.fail(fmt::format("one table per (name, dtype); {} ({}) appears twice (first at line {}), got a second",
+                           k.name, to_string(k.dtype), kern_lines[static_cast<std::size_t>(first - cal.kernels.data())]));
+      if (e.has("source")) e.at("source").as_string();
+      if (e.has("held_out_mape") && !(e.at("held_out_mape").as_double() >= 0))
+        e.at("held_out_mape").fail("a non-negative fraction");
       cal.kernels.push_back(std::move(k));
+      kern_lines.push_back(line_of(e));
     }
   }
   return cal;
+}
+
+}  // namespace
+
+Calibration load_calibration(const std::string& file) { return read_calibration(YamlReader::load_file(file), file); }
+
+Calibration parse_calibration(const std::string& text, const std::string& name) {
+  return read_calibration(YamlReader::load_string(text, name), name);
 }
 
 }  // namespace parmsim

@@ -53,6 +53,12 @@ struct Calibration {
   const KernelTable* kernel(std::string_view name, DType dtype) const;
 };
 
+// Every entry is checked: values with their units, finite and positive where
+// a time or bandwidth is meant; one entry per (op, ranks, link) and one kernel
+// table per (name, dtype). Errors name file:line:column and the key.
 Calibration load_calibration(const std::string& file);
+// The same from text (`name` stands for the file in errors): what `calibrate`
+// checks before it writes a file.
+Calibration parse_calibration(const std::string& text, const std::string& name);
 
 }  // namespace parmsim

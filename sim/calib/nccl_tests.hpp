@@ -12,13 +12,28 @@ namespace parmsim::calib {
 struct NcclTable {
   std::string file;
   std::string op;  // parmsim's name: allreduce, allgather, reducescatter, alltoall, sendrecv
+  // 0 when the output lists no ranks (no "#  Rank" lines, no config.devices).
+  // The text lists every rank (a process's list may be cut at about 22 lines:
+  // nccl-tests' 2048-character buffer), the JSON one device per process: the
+  // ranks are the processes times the header's nThread x nGpus.
   int ranks = 0, hosts = 0;
+  int per_process = 0;        // nThread x nGpus from the header (0: no header)
   std::vector<Point> points;  // bytes (nccl-tests' size), seconds
 };
 
-// `op` overrides the collective (otherwise taken from the "Collective test
-// starting" line or the file name). Throws ParmError naming file:line for a
-// malformed data line, and when no data line or no op is found.
+// The collective parmsim calls `name`: its own names (allreduce, allgather,
+// reducescatter, alltoall, sendrecv) or nccl-tests' (all_reduce,
+// all_reduce_perf, ./build/all_gather_perf, ...); "" for anything else
+// (broadcast, reduce, gather, scatter, hypercube).
+std::string nccl_op(const std::string& name);
+
+// `op` (--op, either spelling) names the collective when the output does not;
+// when its "Collective test starting" line (JSON: args[0]) names another, or
+// names a program parmsim cannot calibrate (broadcast_perf, ...), that is an
+// error naming file:line. Otherwise the op comes from the file name. Throws
+// ParmError naming file:line for a malformed data line and for a row whose
+// #wrong column (JSON: nwrong) is not 0 or N/A, and when no data line or no op
+// is found.
 NcclTable read_nccl_tests_text(const std::string& file, const std::string& op = "");
 
 // The JSON that nccl-tests writes with -J: "args" (the program first),

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "sim/compute/gpu_profile.hpp"
@@ -44,23 +45,23 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// Cartesian product of (key, values) lists, first key slowest.
-std::vector<std::vector<std::string>> product(
-    const std::vector<std::pair<std::string, std::vector<std::string>>>& axes) {
-  std::vector<std::vector<std::string>> out{{}};
-  for (const auto& [key, values] : axes) {
-    std::vector<std::vector<std::string>> next;
-    for (const auto& prefix : out)
-      for (const auto& v : values) {
-        auto row = prefix;
-        row.push_back(key + "=" + v);
-        next.push_back(std::move(row));
-      }
-    out = std::move(next);
-  }
-  return out;
+// Two grid values that mean the same: equal text, or equal numbers ("4" and "4.0").
+bool same_value(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  auto num = [](const std::string& s, double* v) {
+    try {
+      std::size_t used = 0;
+      *v = std::stod(s, &used);
+      return used == s.size();
+    } catch (const std::logic_error&) {
+      return false;
+    }
+  };
+  double x = 0, y = 0;
+  return num(a, &x) && num(b, &y) && x == y;
 }
 
+// Each key's list of values; a value twice in one list (the same configurations twice) is an error at its line.
 std::vector<std::pair<std::string, std::vector<std::string>>> axes_of(const YamlReader& m) {
   std::vector<std::pair<std::string, std::vector<std::string>>> axes;
   for (const std::string& k : m.keys()) {
@@ -68,13 +69,52 @@ std::vector<std::pair<std::string, std::vector<std::string>>> axes_of(const Yaml
     std::vector<std::string> vals;
     if (v.node().IsSequence()) {
       if (v.size() == 0) v.fail("a non-empty list of values");
-      for (std::size_t i = 0; i < v.size(); ++i) vals.push_back(v[i].as_string());
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string x = v[i].as_string();
+        for (std::size_t j = 0; j < vals.size(); ++j)
+          if (same_value(vals[j], x))
+            v[i].fail(fmt::format("each value once (a repeat runs the same configurations twice); '{}' is already "
+                                  "at {}",
+                                  vals[j], v[j].where()));
+        vals.push_back(x);
+      }
     } else {
       vals.push_back(v.as_string());
     }
     axes.emplace_back(k, vals);
   }
   return axes;
+}
+
+// The product of the axes' lengths (times `n`), or 0 past 2^62.
+std::uint64_t grid_size(const std::vector<std::pair<std::string, std::vector<std::string>>>& axes, std::uint64_t n) {
+  for (const auto& [k, v] : axes) {
+    if (n > (std::uint64_t{1} << 62) / v.size()) return 0;
+    n *= v.size();
+  }
+  return n;
+}
+
+// "2 topology variant(s) x B(3) x L(3)": how a grid multiplies out.
+std::string grid_shape(std::uint64_t variants,
+                       const std::vector<std::pair<std::string, std::vector<std::string>>>& axes) {
+  std::string out = fmt::format("{} topology variant(s)", variants);
+  for (const auto& [k, v] : axes) out += fmt::format(" x {}({})", k, v.size());
+  return out;
+}
+
+// Visits every combination of the axes ("key=value" each), first key slowest, one at a time.
+template <class Fn>
+void for_each_combination(const std::vector<std::pair<std::string, std::vector<std::string>>>& axes, Fn fn) {
+  std::vector<std::size_t> at(axes.size(), 0);
+  std::vector<std::string> row(axes.size());
+  while (true) {
+    for (std::size_t i = 0; i < axes.size(); ++i) row[i] = axes[i].first + "=" + axes[i].second[at[i]];
+    fn(row);
+    std::size_t i = axes.size();
+    while (i > 0 && ++at[i - 1] == axes[i - 1].second.size()) at[--i] = 0;
+    if (i == 0) return;
+  }
 }
 
 }  // namespace
@@ -87,7 +127,7 @@ std::uint64_t fnv1a(const std::string& data, std::uint64_t h) {
   return h;
 }
 
-Spec load_spec(const std::string& file, const std::string& calibration_file) {
+Spec load_spec(const std::string& file, const std::string& calibration_file, const LoadOptions& opt) {
   const YamlReader r = YamlReader::load_file(file);
   r.check_keys(kSweep);
   Spec s;
@@ -108,6 +148,9 @@ Spec load_spec(const std::string& file, const std::string& calibration_file) {
     for (std::size_t i = 0; i < sc->size(); ++i) {
       const std::string n = (*sc)[i].as_string();
       if (n != "baseline" && n != "s1" && n != "s2") (*sc)[i].fail("baseline, s1 or s2");
+      for (std::size_t j = 0; j < i; ++j)
+        if ((*sc)[j].as_string() == n)
+          (*sc)[i].fail(fmt::format("each schedule once; '{}' is already at {}", n, (*sc)[j].where()));
       if (n != "baseline") s.schedules.push_back(n);
     }
   } else {
@@ -119,97 +162,177 @@ Spec load_spec(const std::string& file, const std::string& calibration_file) {
   const YamlReader tops = r.at("topologies");
   tops.expect_seq();
   if (tops.size() == 0) tops.fail("at least one topology");
-  for (std::size_t i = 0; i < tops.size(); ++i) {
-    const YamlReader t = tops[i];
-    t.check_keys(kTopo);
-    const std::string rel = t.at("file").as_string();
-    const std::string path = (base / rel).lexically_normal().string();
-    std::vector<std::string> fixed, overlay;
-    if (t.has("overlay")) {
-      const std::string ov = (base / t.at("overlay").as_string()).lexically_normal().string();
-      try {
-        overlay = load_topology_overlay(ov);
-      } catch (const ParmError& e) {
-        throw ParmError(fmt::format("{}: {}", t.at("overlay").where(), e.what()));
-      }
-      s.input_hash = fnv1a(read_file(ov), s.input_hash);
-    }
-    if (auto set = t.opt("set"))
-      for (const std::string& k : set->keys()) fixed.push_back(k + "=" + set->at(k).as_string());
-    std::vector<std::vector<std::string>> variants{{}};
-    if (auto g = t.opt("grid")) variants = product(axes_of(*g));
-    for (const auto& var : variants) {
-      TopologyVariant v;
-      v.file = path;
-      v.overrides = fixed;
-      v.overrides.insert(v.overrides.end(), var.begin(), var.end());
-      try {
-        v.topo = std::make_shared<const Topology>(load_topology(path, v.overrides, overlay));
-      } catch (const ParmError& e) {
-        throw ParmError(fmt::format("{}: {}", t.at("file").where(), e.what()));
-      }
-      s.input_hash = fnv1a(read_file(path), s.input_hash);
-      v.label = t.has("label") ? t.at("label").as_string() : v.topo->name();
-      if (!var.empty()) {
-        std::string p;
-        for (const auto& x : var) p += (p.empty() ? "" : ",") + x;
-        v.label += "[" + p + "]";
-      }
-      s.topologies.push_back(std::move(v));
-    }
-  }
-
   const YamlReader grid = r.at("grid");
   grid.expect_map();
   const auto axes = axes_of(grid);
-  const auto rows = product(axes);
-  for (std::size_t ti = 0; ti < s.topologies.size(); ++ti) {
-    const Topology& topo = *s.topologies[ti].topo;
-    for (const auto& row : rows) {
-      moe::LayerSpec spec;
-      moe::ScheduleOptions dummy = moe::preset("s1");
-      std::int64_t per_gpu = 0;
-      std::string desc;
-      for (const std::string& kv : row) {
-        desc += (desc.empty() ? "" : ",") + kv;
-        const auto eq = kv.find('=');
-        const std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
+
+  // Each topology entry: its file, overrides and grid of overrides, read and checked before anything is expanded.
+  struct Entry {
+    std::string path, label, overlay_path;
+    std::vector<std::string> fixed, overlay;
+    std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+    std::uint64_t variants = 1;
+  };
+  std::vector<Entry> entries;
+  std::uint64_t variants = 0;
+  std::map<std::string, std::string> labels;  // a variant's label -> where its entry is
+  for (std::size_t i = 0; i < tops.size(); ++i) {
+    const YamlReader t = tops[i];
+    t.check_keys(kTopo);
+    Entry en;
+    en.path = (base / t.at("file").as_string()).lexically_normal().string();
+    if (t.has("overlay")) {
+      const std::string ov = (base / t.at("overlay").as_string()).lexically_normal().string();
+      try {
+        en.overlay = load_topology_overlay(ov);
+      } catch (const ParmError& e) {
+        throw ParmError(fmt::format("{}: {}", t.at("overlay").where(), e.what()));
+      }
+      en.overlay_path = ov;
+    }
+    if (auto set = t.opt("set"))
+      for (const std::string& k : set->keys()) en.fixed.push_back(k + "=" + set->at(k).as_string());
+    if (auto g = t.opt("grid")) en.axes = axes_of(*g);
+    en.variants = grid_size(en.axes, 1);
+    if (en.variants == 0 || variants + en.variants > (std::uint64_t{1} << 62))
+      t.fail("a grid of overrides below 2^62 variants");
+    variants += en.variants;
+    // The first variant is loaded here: the file and every override key are checked even when counting.
+    std::vector<std::string> first = en.fixed;
+    for (const auto& [k, v] : en.axes) first.push_back(k + "=" + v[0]);
+    std::shared_ptr<const Topology> topo;
+    try {
+      topo = std::make_shared<const Topology>(load_topology(en.path, first, en.overlay));
+    } catch (const ParmError& e) {
+      throw ParmError(fmt::format("{}: {}", t.at("file").where(), e.what()));
+    }
+    en.label = t.has("label") ? t.at("label").as_string() : topo->name();
+    // Rows name their topology by its label (and grid values): two variants with the same label would be told
+    // apart by nothing.
+    const YamlReader named = t.has("label") ? t.at("label") : t.at("file");
+    if (variants <= (1u << 20))
+      for_each_combination(en.axes, [&](const std::vector<std::string>& var) {
+        std::string l = en.label, p;
+        for (const auto& x : var) p += (p.empty() ? "" : ",") + x;
+        if (!var.empty()) l += "[" + p + "]";
+        if (const auto [it, fresh] = labels.emplace(l, named.where()); !fresh)
+          named.fail(fmt::format("a topology label no other entry has (rows name their topology by it); '{}' is "
+                                 "already the label of the entry at {} (give each entry its own `label`)",
+                                 l, it->second));
+      });
+    entries.push_back(std::move(en));
+  }
+
+  const std::uint64_t total = grid_size(axes, variants);
+  if (total == 0 || total > (std::uint64_t{1} << 62))
+    throw ParmError(fmt::format("{}: the grid expands past 2^62 configurations ({})", file, grid_shape(variants, axes)));
+  const bool count_only = opt.count_only;
+  if (count_only && !skip) {
+    // Each value on its own (a key or value no layer takes is an error here as in a run), then every
+    // combination, as the product of the axes' lengths: nothing is expanded.
+    for (const auto& [key, vals] : axes)
+      for (const std::string& val : vals) {
         if (key == "experts_per_gpu") {
+          std::int64_t per_gpu = 0;
           try {
             per_gpu = std::stoll(val);
           } catch (const std::logic_error&) {
-            per_gpu = 0;
           }
-          if (per_gpu < 1 || per_gpu > moe::kMaxExperts) grid.at(key).fail(fmt::format("integers in [1, {}]", moe::kMaxExperts));
+          if (per_gpu < 1 || per_gpu > moe::kMaxExperts)
+            grid.at(key).fail(fmt::format("integers in [1, {}]", moe::kMaxExperts));
           continue;
         }
+        moe::LayerSpec spec;
         try {
           moe::set_key(&spec, nullptr, key, val, grid.at(key).where());
         } catch (const ParmError& e) {
           throw ParmError(fmt::format("{} (grid keys are the layer keys and experts_per_gpu)", e.what()));
         }
       }
-      if (per_gpu > 0) spec.E = per_gpu * topo.num_gpus();
-      try {
-        moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
-        gpu_profile(topo.gpu_model()).peak(spec.dtype);
-      } catch (const ParmError& e) {
-        if (skip) {
-          ++s.skipped;
-          continue;
-        }
-        throw ParmError(
-            fmt::format("{}: configuration {} on {} is impossible: {} (set skip_invalid: true to leave "
-                        "such combinations out)",
-                        file, desc, s.topologies[ti].label, e.what()));
-      }
-      Config c;
-      c.index = static_cast<int>(s.configs.size());
-      c.topology = static_cast<int>(ti);
-      c.layer = spec;
-      s.configs.push_back(c);
-    }
+    s.count = total;
+    s.variants = variants;
+    return s;
   }
+  if (!count_only && opt.max_configs > 0 && total > opt.max_configs)
+    throw ParmError(fmt::format("{}: the grid expands to {} configurations ({}); {} fit in the memory a run may use "
+                                "({}); shard it into smaller specs, or raise --max-memory",
+                                file, total, grid_shape(variants, axes), opt.max_configs, opt.max_configs_why));
+
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const Entry& en = entries[i];
+    const YamlReader t = tops[i];
+    if (!en.overlay_path.empty()) s.input_hash = fnv1a(read_file(en.overlay_path), s.input_hash);
+    for_each_combination(en.axes, [&](const std::vector<std::string>& var) {
+      TopologyVariant v;
+      v.file = en.path;
+      v.overrides = en.fixed;
+      v.overrides.insert(v.overrides.end(), var.begin(), var.end());
+      try {
+        v.topo = std::make_shared<const Topology>(load_topology(en.path, v.overrides, en.overlay));
+      } catch (const ParmError& e) {
+        throw ParmError(fmt::format("{}: {}", t.at("file").where(), e.what()));
+      }
+      s.input_hash = fnv1a(read_file(en.path), s.input_hash);
+      v.label = t.has("label") ? t.at("label").as_string() : v.topo->name();
+      if (!var.empty()) {
+        std::string p;
+        for (const auto& x : var) p += (p.empty() ? "" : ",") + x;
+        v.label += "[" + p + "]";
+      }
+      const std::size_t ti = s.topologies.size();
+      const Topology& topo = *v.topo;
+      if (!count_only) s.topologies.push_back(v);
+      // Counting under skip_invalid: each variant's layers are checked as they come, one variant at a time.
+      for_each_combination(axes, [&](const std::vector<std::string>& row) {
+        moe::LayerSpec spec;
+        std::int64_t per_gpu = 0;
+        std::string desc;
+        for (const std::string& kv : row) {
+          desc += (desc.empty() ? "" : ",") + kv;
+          const auto eq = kv.find('=');
+          const std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
+          if (key == "experts_per_gpu") {
+            try {
+              per_gpu = std::stoll(val);
+            } catch (const std::logic_error&) {
+              per_gpu = 0;
+            }
+            if (per_gpu < 1 || per_gpu > moe::kMaxExperts)
+              grid.at(key).fail(fmt::format("integers in [1, {}]", moe::kMaxExperts));
+            continue;
+          }
+          try {
+            moe::set_key(&spec, nullptr, key, val, grid.at(key).where());
+          } catch (const ParmError& e) {
+            throw ParmError(fmt::format("{} (grid keys are the layer keys and experts_per_gpu)", e.what()));
+          }
+        }
+        if (per_gpu > 0) spec.E = per_gpu * topo.num_gpus();
+        try {
+          moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
+          gpu_profile(topo.gpu_model()).peak(spec.dtype);
+        } catch (const ParmError& e) {
+          if (skip) {
+            ++s.skipped;
+            return;
+          }
+          throw ParmError(
+              fmt::format("{}: configuration {} on {} is impossible: {} (set skip_invalid: true to leave "
+                          "such combinations out)",
+                          file, desc, v.label, e.what()));
+        }
+        ++s.count;
+        if (count_only) return;
+        Config c;
+        c.index = static_cast<int>(s.configs.size());
+        c.topology = static_cast<int>(ti);
+        c.layer = spec;
+        s.configs.push_back(c);
+      });
+    });
+  }
+  s.variants = variants;
+  if (count_only) return s;
   if (s.configs.empty()) throw ParmError(fmt::format("{}: the grid expands to no valid configuration", file));
   return s;
 }

@@ -32,17 +32,33 @@ struct Spec {
   std::string network = "flow";
   std::vector<std::string> schedules;  // always starts with "baseline"
   std::vector<TopologyVariant> topologies;
-  std::vector<Config> configs;
+  std::vector<Config> configs;                     // empty when only counted
+  std::uint64_t count = 0;                         // valid configurations (configs.size() when expanded)
+  std::uint64_t variants = 0;                      // topology variants
   std::size_t skipped = 0;                         // invalid combinations left out (skip_invalid: true)
   std::uint64_t input_hash = 0;                    // FNV-1a over the spec, every topology file and the calibration
   std::shared_ptr<const Calibration> calibration;  // measured collectives, or null
   std::string calibration_file;
 };
 
+struct LoadOptions {
+  // Only count: without skip_invalid the count is the product of the axes'
+  // lengths (nothing is expanded or checked past the first topology variant of
+  // each entry); with it, every combination is checked, one at a time, and
+  // none is kept. `configs` and `topologies` stay empty.
+  bool count_only = false;
+  // More configurations than this (0: no limit) are refused before any is
+  // expanded; `max_configs_why` says where the limit comes from.
+  std::uint64_t max_configs = 0;
+  std::string max_configs_why;
+};
+
 // Loads, validates and expands a spec. Every configuration is checked
 // against its topology (make_dims); an impossible one is an error naming it,
-// or is skipped and counted when the spec says skip_invalid: true.
-Spec load_spec(const std::string& file, const std::string& calibration_file = "");
+// or is skipped and counted when the spec says skip_invalid: true. A value
+// twice in one grid list, and two topology variants with the same label, are
+// errors naming file:line:column and the key.
+Spec load_spec(const std::string& file, const std::string& calibration_file = "", const LoadOptions& opt = {});
 
 std::uint64_t fnv1a(const std::string& data, std::uint64_t h = 1469598103934665603ULL);
 

@@ -173,5 +173,139 @@ refused graph-json-duplicate-key "$tmp/dup.json:1:" "duplicate key 'ranks'" -- "
 { cat $D/small-sweep.yaml; printf -- '---\nname: other\n'; } > "$tmp/twodocs.yaml"
 refused sweep-second-document "$tmp/twodocs.yaml:" "second YAML document" -- "$bin" sweep "$tmp/twodocs.yaml" --count
 
+# ---- calibration files that lie ---------------------------------------------
+# Whatever `calibrate` writes loads with --calibration; what it cannot fit, or
+# a table that says it is something else, is refused and nothing is written.
+AR=$D/nccl-tests/all_reduce_perf.8gpu.txt
+CAL="$bin calibrate -o $tmp/cal-x.yaml --import-nccl-tests"
+# row SIZE TIME_US [WRONG_OUT] [WRONG_IN]: one data line in nccl-tests' 13 columns.
+row() { printf '%12s %12s float sum -1 %8s 0.10 0.18 %6s %8s 0.10 0.18 %6s\n' "$1" $(($1 / 4)) "$2" "${3:-0}" "$2" "${4:-0}"; }
+head8() { sed -n '1,/^# *(B)/p' $AR; }  # the header and the 8 rank lines, no data
+{ head8; row 1024 30.00; row 2048 20.00; row 4096 10.00; } > "$tmp/falling.txt"
+refused calib-negative-bandwidth "$tmp/falling.txt: the alpha-beta line fitted to its 3 sizes has bandwidth -" -- \
+  $CAL "$tmp/falling.txt"
+{ head8; row 1024 1.00; row 2048 2.50; row 4096 6.00; row 8192 14.00; } > "$tmp/noalpha.txt"
+refused calib-negative-latency "$tmp/noalpha.txt: the alpha-beta line fitted to its 4 sizes has latency -" -- \
+  $CAL "$tmp/noalpha.txt"
+{ head8; row 1024 10.00; row 2048 12.00; row 0 9.00; } > "$tmp/two.txt"
+refused calib-two-sizes "$tmp/two.txt: 2 distinct non-zero size(s); calibrate fits a curve to 3 or more" -- \
+  $CAL "$tmp/two.txt"
+{ head8; row 1024 10.00; row 2048 nan; } > "$tmp/nan.txt"
+refused calib-nan-time "$tmp/nan.txt:$(($(head8 | wc -l) + 2)): expected an nccl-tests data line" -- $CAL "$tmp/nan.txt"
+grep -v "Collective test starting" $AR > "$tmp/headless.txt"
+refused calib-op-broadcast "--op 'broadcast': calibrate imports allreduce" -- $CAL "$tmp/headless.txt" --op broadcast
+sed 's/all_reduce_perf/broadcast_perf/' $AR > "$tmp/bcast.txt"
+refused calib-table-broadcast "$tmp/bcast.txt:1: the table is broadcast_perf's" -- $CAL "$tmp/bcast.txt"
+refused calib-op-relabel "$AR:1: the table is all_reduce_perf's (allreduce), not --op alltoall's" -- $CAL $AR --op alltoall
+J=$D/nccl-tests/alltoall_perf.16gpu-2node.json
+refused calib-json-op-relabel "$J: args[0]: the table is alltoall_perf's (alltoall), not --op all_reduce's" -- \
+  $CAL $J --op all_reduce
+refused calib-same-file-twice "$AR: allreduce over 8 ranks (intra) is already imported from $AR" -- $CAL $AR $AR
+cp $AR "$tmp/ar-copy.txt"
+refused calib-same-entry-twice "$tmp/ar-copy.txt: allreduce over 8 ranks (intra) is already imported from $AR" -- \
+  $CAL $AR "$tmp/ar-copy.txt"
+n=$(grep -n '^ *65536 ' $AR | cut -d: -f1)
+awk -v n=$n 'NR == n { $9 = 3 } { print }' $AR > "$tmp/wrong.txt"
+refused calib-wrong-out-of-place "$tmp/wrong.txt:$n: #wrong is 3 (out-of-place) at size 65536" -- $CAL "$tmp/wrong.txt"
+awk -v n=$n 'NR == n { $13 = 1 } { print }' $AR > "$tmp/wrong-in.txt"
+refused calib-wrong-in-place "$tmp/wrong-in.txt:$n: #wrong is 1 (in-place) at size 65536" -- $CAL "$tmp/wrong-in.txt"
+python3 -c "
+import json; j = json.load(open('$J')); j['results'][3]['out_of_place']['nwrong'] = 2.0
+json.dump(j, open('$tmp/nwrong.json', 'w'), indent=1)"
+refused calib-json-nwrong "$tmp/nwrong.json: results[3].out_of_place.nwrong is 2.0 at size 8192" -- $CAL "$tmp/nwrong.json"
+grep -v '^# *Rank ' $AR > "$tmp/norank.txt"
+refused calib-no-rank-lines "$tmp/norank.txt: the ranks are not listed" "1 rank(s) per process" -- $CAL "$tmp/norank.txt"
+grep -v '^# *Rank *[1-7] ' $AR > "$tmp/onerank.txt"
+refused calib-one-rank "$tmp/onerank.txt: 1 rank: a collective calibration needs 2 or more ranks" -- $CAL "$tmp/onerank.txt"
+# A table without its rank lines but with the header and one process's first line: ranks = processes x nGpus.
+grep -v '^# *Rank *[1-7] ' $AR | sed 's/nGpus 1 /nGpus 8 /' > "$tmp/cut.txt"
+"$bin" calibrate --import-nccl-tests "$tmp/cut.txt" 2>&1 | grep -q '^allreduce *8 *1 *intra' && ok || bad "cut rank list: 1 process x nGpus 8"
+
+# Round trip: every op calibrate imports is written and then loads with --calibration.
+for op in all_reduce all_gather reduce_scatter alltoall sendrecv; do
+  sed "s/all_reduce_perf/${op}_perf/" $AR > "$tmp/rt.txt"
+  if out=$("$bin" calibrate --import-nccl-tests "$tmp/rt.txt" -t "my \"lab\" \\ cluster" -o "$tmp/rt-$op.yaml" 2>&1) &&
+     out=$("$bin" collective -t $T --op allreduce -b 1MiB --calibration "$tmp/rt-$op.yaml" 2>&1); then ok
+  else bad "round trip $op: $out"; fi
+done
+grep -q 'topology: "my \\"lab\\" \\\\ cluster"' "$tmp/rt-alltoall.yaml" && ok || bad "topology name not quoted: $(grep -o 'topology: [^,]*' "$tmp/rt-alltoall.yaml")"
+
+# The loader: values that are not finite, not positive, or twice.
+# ent [MORE]: one entry; A= and BW= replace its alpha and bandwidth.
+ent() { echo "{op: allreduce, ranks: 8, link: intra, alpha: ${A:-15us}, bandwidth: ${BW:-240GBps}${1:-}}"; }
+ld() { printf 'collectives:\n' > "$tmp/ld.yaml"; printf '  - %s\n' "$@" >> "$tmp/ld.yaml"; }
+C2="$bin collective -t $T --op allreduce -b 1MiB --calibration $tmp/ld.yaml"
+ld "$(A=nanus ent)"
+refused cal-nan-alpha "$tmp/ld.yaml:2:" "key 'collectives[0].alpha'" -- $C2
+ld "$(BW=-240GBps ent)"
+refused cal-negative-bandwidth "$tmp/ld.yaml:2:" "key 'collectives[0].bandwidth'" "a negative value" -- $C2
+ld "$(BW=0GBps ent)"
+refused cal-zero-bandwidth "$tmp/ld.yaml:2:" "key 'collectives[0].bandwidth'" "a positive bandwidth" -- $C2
+ld "$(A=-2us ent)"
+refused cal-negative-alpha "$tmp/ld.yaml:2:" "key 'collectives[0].alpha'" "a negative value" -- $C2
+ld "$(ent ', points_us: [[1024, 15], [2048, inf]]')"
+refused cal-inf-point "$tmp/ld.yaml:2:" "key 'collectives[0].points_us[1][1]'" "a finite number" -- $C2
+ld "$(ent ', points_us: [[1024, 15], [1024, 16]]')"
+refused cal-duplicate-point "$tmp/ld.yaml:2:" "size 1024 appears twice" -- $C2
+ld "$(ent ', held_out_mape: nan')"
+refused cal-nan-held-out "$tmp/ld.yaml:2:" "key 'collectives[0].held_out_mape'" -- $C2
+ld "$(ent ', held_out_mape: -0.5')"
+refused cal-negative-held-out "$tmp/ld.yaml:2:" "key 'collectives[0].held_out_mape'" "non-negative" -- $C2
+ld "$(ent)" "$(A=20us ent)"
+refused cal-duplicate-entry "$tmp/ld.yaml:3:" "key 'collectives[1]'" "appears twice (first at line 2)" -- $C2
+printf 'kernels:\n  - {name: k, op: gemm, points_us: [[1, 1], [2, 2]]}\n  - {name: k, op: gemm, points_us: [[1, 1], [2, 3]]}\n' > "$tmp/ld.yaml"
+refused cal-duplicate-kernel "$tmp/ld.yaml:3:" "key 'kernels[1]'" "k (fp32) appears twice (first at line 2)" -- $C2
+
+# ---- runs that cannot fit in memory -----------------------------------------
+# 1024 experts of 8192 x 32768: W1 and W2 alone are 2 x 1024 x 8192 x 32768 x 4 B = 2 TiB.
+HUGE="B=2,L=64,M=8192,H=32768,E=1024,mp=2"
+refused execute-huge-layer "execute:" "needs about" "inputs and weights 2048.0" "the limit is" "--max-memory SIZE" -- \
+  "$bin" execute --backend cpu --schedule s1 --set $HUGE --trace "$tmp/huge.csv"
+refused verify-huge-layer "verify:" "needs about" "reference layer" -- "$bin" verify --schedule s1 --set $HUGE
+refused execute-max-memory "execute:" "the limit is 64KiB (--max-memory 64KiB)" -- \
+  "$bin" execute --backend cpu --schedule s1 --max-memory 64KiB --trace "$tmp/small.csv"
+"$bin" execute --backend cpu --schedule s1 --max-memory 64MiB --trace "$tmp/small.csv" > /dev/null && [ -s "$tmp/small.csv" ] &&
+  ok || bad "the small layer under --max-memory 64MiB"
+rm -f "$tmp/small.csv" "$tmp/small.csv.json"
+
+# sweep --count multiplies the axes' lengths: 2 topologies x B(1000) x L(1000) x M(100) x H(100) x f(10)
+# = 2 x 10^11 configurations, counted without expanding one; a run of it is refused before expanding.
+python3 -c "
+r = lambda n, s=1: '[' + ', '.join(str(s * (i + 1)) for i in range(n)) + ']'
+print('name: huge\ntopologies:\n  - {file: topos/pcie-8gpu.yaml}\n  - {file: topos/parm-32gpu.yaml}\ngrid:')
+print('  B:', r(1000)); print('  L:', r(1000)); print('  M:', r(100, 64)); print('  H:', r(100, 64))
+print('  f:', '[' + ', '.join(str(1 + i / 10) for i in range(10)) + ']'); print('  experts_per_gpu: [1]')
+" > "$tmp/huge.yaml"
+t0=$(date +%s%N)
+out=$("$bin" sweep "$tmp/huge.yaml" --count 2>&1)
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ "$out" = "huge: 200000000000 configurations x 3 schedules on 2 topology variant(s); 0 invalid skipped" ] && ok ||
+  bad "sweep --count of the huge grid: $out"
+[ $ms -lt 5000 ] && ok || bad "sweep --count of the huge grid took $ms ms"
+echo "sweep --count, 2 x 10^11 configurations: $ms ms"
+refused sweep-huge-grid "$tmp/huge.yaml: the grid expands to 200000000000 configurations (2 topology variant(s) x B(1000) x L(1000) x M(100) x H(100) x f(10) x experts_per_gpu(1))" -- \
+  "$bin" sweep "$tmp/huge.yaml" -q -o "$tmp/huge.csv"
+
+# ---- sweep specs that would run a configuration twice ----------------------
+sed 's/B: \[2, 4\]/B: [2, 4, 2]/' "$tmp/spec.yaml" > "$tmp/dupval.yaml"
+l=$(grep -n '^  B:' "$tmp/dupval.yaml" | cut -d: -f1)
+refused sweep-duplicate-grid-value "$tmp/dupval.yaml:$l:" "key 'grid.B[2]'" "'2' is already at $tmp/dupval.yaml:$l:" -- \
+  "$bin" sweep "$tmp/dupval.yaml" --count
+sed 's/L: \[256\]/L: [256, 256.0]/' "$tmp/spec.yaml" > "$tmp/dupnum.yaml"
+refused sweep-duplicate-grid-number "key 'grid.L[1]'" "'256' is already at" -- "$bin" sweep "$tmp/dupnum.yaml" --count
+sed 's|parm-32gpu.yaml}|pcie-8gpu.yaml}|' "$tmp/spec.yaml" > "$tmp/duplabel.yaml"
+l=$(grep -n 'pcie-8gpu' "$tmp/duplabel.yaml" | tail -1 | cut -d: -f1)
+refused sweep-duplicate-topology "$tmp/duplabel.yaml:$l:" "key 'topologies[1].file'" "'pcie-8gpu' is already the label of the entry at" -- \
+  "$bin" sweep "$tmp/duplabel.yaml" --count
+sed 's|parm-32gpu.yaml}|parm-32gpu.yaml, label: pcie-8gpu}|' "$tmp/spec.yaml" > "$tmp/duplabel2.yaml"
+refused sweep-duplicate-label "key 'topologies[1].label'" "'pcie-8gpu' is already the label" -- \
+  "$bin" sweep "$tmp/duplabel2.yaml" --count
+sed 's|parm-32gpu.yaml}|parm-32gpu.yaml, grid: {nodes: [2, 4, 2]}}|' "$tmp/spec.yaml" > "$tmp/duptopo.yaml"
+refused sweep-duplicate-topology-grid-value "key 'topologies[1].grid.nodes[2]'" "'2' is already at" -- \
+  "$bin" sweep "$tmp/duptopo.yaml" --count
+printf 'schedules: [baseline, s1, s1]\n' >> "$tmp/spec.yaml"
+refused sweep-duplicate-schedule "key 'schedules[2]'" "each schedule once" -- "$bin" sweep "$tmp/spec.yaml" --count
+sed -i '$d' "$tmp/spec.yaml"
+
 echo "hardening: $passes passed, $fails failed ($cases refused inputs)"
 [ "$fails" = 0 ]
