@@ -335,6 +335,13 @@ class FlowModel final : public NetworkModel {
     comp_flows_.clear();
     bool global = act_.size() <= kDenseFlows;
     if (!global && global_hint_ > 0) global = true, --global_hint_;
+    if (!global) {
+      // The flows on the dirty links alone are half of them: the search would
+      // reach at least that many, so go global at once.
+      std::size_t reached = 0;
+      for (int l : dirty_) reached += live_on_[l];
+      global = 2 * reached >= act_.size();
+    }
     if (global) {
       // Few flows, or a recent change reached most of them: one solve over
       // all of them on the topology's link ids costs less than finding the
