@@ -54,7 +54,11 @@ struct LayerArgs {
     }
     return s;
   }
-  exec::Cluster cluster() const { return {gpus, node_gpus > 0 ? node_gpus : gpus}; }
+  exec::Cluster cluster() const {
+    if (node_gpus > 0 && gpus % node_gpus != 0)
+      throw ParmError(fmt::format("--node-gpus: {} GPUs per node must divide --gpus {} (whole nodes)", node_gpus, gpus));
+    return {gpus, node_gpus > 0 ? node_gpus : gpus};
+  }
   std::vector<moe::ScheduleOptions> schedules(const moe::ScheduleOptions& custom, bool has_custom) const {
     std::vector<moe::ScheduleOptions> v;
     if (schedule == "search") {
@@ -126,9 +130,9 @@ void add_exec(CLI::App& app) {
   v->callback([va, vb, tol] {
     moe::ScheduleOptions custom = moe::preset("s1");
     bool has_custom = false;
+    const auto cl = va->cluster();
     const moe::LayerSpec s = va->spec(&custom, &has_custom);
     const double limit = *tol >= 0 ? *tol : s.dtype == DType::fp32 ? 1e-5 : 2e-2;
-    const auto cl = va->cluster();
     auto gpu = vb->make("verify");
     const bool lead = !gpu || gpu->world_rank() == 0;
     if (lead) {
@@ -180,6 +184,7 @@ void add_exec(CLI::App& app) {
     check_outputs({{"--trace", ea->trace}, {"--trace (its .json sidecar)", ea->trace + ".json"}}, {});
     moe::ScheduleOptions custom = moe::preset("s1");
     bool has_custom = false;
+    ea->layer.cluster();  // --node-gpus divides --gpus
     const moe::LayerSpec s = ea->layer.spec(&custom, &has_custom);
     const auto scheds = ea->layer.schedules(custom, has_custom);
     if (scheds.size() != 1) throw ParmError("execute: give one --schedule (baseline, s1 or s2)");

@@ -62,13 +62,20 @@ std::vector<int> parse_ranks(const std::string& s, int limit) {
       throw ParmError(fmt::format("--gpus: expected 'all' or ids like 0-3,8, got '{}'", s));
     }
   };
+  std::vector<bool> seen(static_cast<std::size_t>(limit), false);
+  auto add = [&](int v) {
+    if (seen[v]) throw ParmError(fmt::format("--gpus: GPU {} is named twice in '{}'", v, s));
+    seen[v] = true;
+    out.push_back(v);
+  };
   for (const auto& p : split(s, ',')) {
     const auto d = p.find('-');
     if (d == std::string::npos) {
-      out.push_back(num(p));
+      add(num(p));
     } else {
       const int a = num(p.substr(0, d)), b = num(p.substr(d + 1));
-      for (int i = a; i <= b; ++i) out.push_back(i);
+      if (a > b) throw ParmError(fmt::format("--gpus: the range '{}' runs backwards (write {}-{})", p, b, a));
+      for (int i = a; i <= b; ++i) add(i);
     }
   }
   return out;

@@ -98,6 +98,8 @@ TaskGraph build(const YamlReader& top) {
       buf.rank = static_cast<int>(x.at("rank").as_int(0, R - 1));
       buf.name = x.at("name").as_string();
       buf.elems = as_count(x.at("elems"));
+      // Its bytes (elems * 2 or 4) stay 64-bit.
+      if (buf.elems > (std::uint64_t{1} << 60)) x.at("elems").fail("at most 2^60 elements");
       if (auto d = x.opt("dtype")) buf.dtype = dtype_of(*d);
       b.add_buffer(buf);
     }
@@ -133,8 +135,14 @@ TaskGraph build(const YamlReader& top) {
       if (!c.proto.empty() && c.proto != "ll" && c.proto != "ll128" && c.proto != "simple")
         x.at("proto").fail("ll, ll128 or simple");
       if (x.has("channels")) c.channels = static_cast<int>(x.at("channels").as_int(1, 64));
-      c.window = static_cast<int>(x.has("window") ? x.at("window").as_int(0, 1 << 20) : 0);
-      if (c.op == CollOp::saa) c.inner = static_cast<int>(x.at("inner").as_int(1, 1 << 20));
+      if (auto w = x.opt("window")) {
+        c.window = static_cast<int>(w->as_int(0, 1 << 20));
+        if (const std::string why = window_unused(c.op, c.algo); !why.empty()) w->fail("no `window`: " + why);
+      }
+      if (c.op == CollOp::saa)
+        c.inner = static_cast<int>(x.at("inner").as_int(1, 1 << 20));
+      else if (auto in = x.opt("inner"))
+        in->fail(fmt::format("no `inner` (only saa takes an inner group size, not {})", to_string(c.op)));
       if (colls.count(c.name)) x.at("name").fail("a collective name not used before");
       const int id = b.add_collective(c);
       colls[c.name] = id;
@@ -197,6 +205,8 @@ TaskGraph build(const YamlReader& top) {
     for (std::size_t j = 0; j < d.size(); ++j) {
       auto it = names.find(d[j].as_string());
       if (it == names.end()) d[j].fail("the name of a task in this graph (dangling dependency)");
+      if (it->second == id)
+        d[j].fail(fmt::format("the name of another task: task '{}' depends on itself", d[j].as_string()));
       b.add_dep(id, it->second);
     }
   }

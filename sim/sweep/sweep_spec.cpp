@@ -162,6 +162,8 @@ Spec load_spec(const std::string& file, const std::string& calibration_file) {
   const YamlReader grid = r.at("grid");
   grid.expect_map();
   const auto axes = axes_of(grid);
+  if (grid.has("E") && grid.has("experts_per_gpu"))
+    grid.at("experts_per_gpu").fail("no `experts_per_gpu` beside `E` in the grid: give one of the two (E would be ignored)");
   const auto rows = product(axes);
   for (std::size_t ti = 0; ti < s.topologies.size(); ++ti) {
     const Topology& topo = *s.topologies[ti].topo;
