@@ -52,6 +52,10 @@ struct LayerArgs {
       *has_custom =
           *has_custom || k == "split" || k == "gather" || k == "fuse_dispatch" || k == "fuse_combine" || k == "chunks";
     }
+    if (*has_custom && (schedule == "baseline" || schedule == "search"))
+      throw ParmError(fmt::format("--set: split, gather, fuse_dispatch, fuse_combine and chunks shape the Parm "
+                                  "schedules; --schedule {} would ignore them",
+                                  schedule));
     return s;
   }
   exec::Cluster cluster() const {

@@ -94,6 +94,9 @@ void add_layer(CLI::App& app) {
       has_custom = has_custom || key == "split" || key == "gather" || key == "fuse_dispatch" || key == "fuse_combine" ||
                    key == "chunks";
     }
+    if (has_custom && a->schedule == "baseline")
+      throw ParmError("--set: split, gather, fuse_dispatch, fuse_combine and chunks shape the Parm schedules; "
+                      "--schedule baseline would ignore them");
     const moe::Dims dims = moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
     const GpuProfile& gpu = gpu_profile(topo.gpu_model());
     gpu.peak(spec.dtype);  // rejects an unsupported dtype up front

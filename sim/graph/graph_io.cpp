@@ -119,6 +119,7 @@ TaskGraph build(const YamlReader& top) {
       grp.expect_seq();
       for (std::size_t j = 0; j < grp.size(); ++j) c.group.push_back(static_cast<int>(grp[j].as_int(0, R - 1)));
       if (c.op == CollOp::alltoallv) {
+        if (auto by = x.opt("bytes")) by->fail("no `bytes` on an alltoallv (its `matrix` gives the sizes)");
         const YamlReader m = x.at("matrix");
         m.expect_seq();
         for (std::size_t j = 0; j < m.size(); ++j) {
@@ -128,6 +129,7 @@ TaskGraph build(const YamlReader& top) {
           c.matrix.push_back(row);
         }
       } else {
+        if (auto m = x.opt("matrix")) m->fail(fmt::format("no `matrix` (only alltoallv takes one, not {})", to_string(c.op)));
         c.bytes = x.at("bytes").as_size();
       }
       c.algo = x.get_string("algo", "");
@@ -171,6 +173,10 @@ TaskGraph build(const YamlReader& top) {
       if (it == colls.end()) c->fail("the name of a collective declared in `collectives`");
       t.kind = TaskKind::collective;
       t.collective = it->second;
+      // A collective's part takes its sizes from the collective.
+      for (const char* k : {"flops", "bytes", "dtype", "shape"})
+        if (auto v = x.opt(k))
+          v->fail(fmt::format("no `{}` on a collective's task (the collective '{}' gives its sizes)", k, c->as_string()));
     } else {
       if (!parse_op_kind(x.at("op").as_string(), &t.op))
         x.at("op").fail("gemm, softmax, topk, order, iorder, activation, elementwise, copy or slice");
