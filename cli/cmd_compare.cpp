@@ -51,6 +51,7 @@ void add_compare(CLI::App& app) {
   c->add_option("-n,--network", a->network, "analytical | flow")->capture_default_str();
   c->add_option("-o,--output", a->out, "CSV: name, measured_us, predicted_us (for plots/make_figures.py)");
   c->callback([a] {
+    check_network_option(a->network);
     check_outputs({{"--output", a->out}}, {{"the --measured trace", a->measured},
                                           {"the --measured trace's .json sidecar", a->measured + ".json"},
                                           {"the topology file", a->topo},

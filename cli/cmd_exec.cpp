@@ -65,6 +65,9 @@ struct LayerArgs {
   }
   std::vector<moe::ScheduleOptions> schedules(const moe::ScheduleOptions& custom, bool has_custom) const {
     std::vector<moe::ScheduleOptions> v;
+    if (schedule != "search" && schedule != "all" && schedule != "baseline" && schedule != "s1" && schedule != "s2")
+      throw ParmError(
+          fmt::format("--schedule: unknown schedule '{}': expected baseline, s1, s2, all or search", schedule));
     if (schedule == "search") {
       v.push_back(moe::preset("baseline"));
       for (auto o : moe::search_space()) {
@@ -137,6 +140,7 @@ void add_exec(CLI::App& app) {
     const auto cl = va->cluster();
     const moe::LayerSpec s = va->spec(&custom, &has_custom);
     const double limit = *tol >= 0 ? *tol : s.dtype == DType::fp32 ? 1e-5 : 2e-2;
+    const auto schedules = va->schedules(custom, has_custom);  // rejects an unknown --schedule before any output
     auto gpu = vb->make("verify");
     const bool lead = !gpu || gpu->world_rank() == 0;
     if (lead) {
@@ -148,7 +152,6 @@ void add_exec(CLI::App& app) {
                      : std::string("cpu"));
     }
     // The schedule column is as wide as the longest name: search variants print in full.
-    const auto schedules = va->schedules(custom, has_custom);
     std::size_t w = 8;
     for (const auto& o : schedules) w = std::max(w, o.name.size());
     if (lead)

@@ -30,7 +30,7 @@ void add_model(CLI::App& app) {
   add_overlay_option(c, a->overlay);
   c->callback([a] {
     moe::ModelSpec m = moe::load_model_spec(a->spec);
-    if (!a->network.empty()) m.network = a->network;
+    if (!a->network.empty()) check_network_option(a->network), m.network = a->network;
     const Topology topo = load_topology(m.topology_file, m.topology_overrides, load_overlay_arg(a->overlay));
     const auto cal = load_calibration_arg(a->calibration);
     const moe::LayerSpec layer = moe::model_layer(m, topo);  // E as run: experts_per_gpu * GPUs, or the spec's E

@@ -85,6 +85,7 @@ void add_collective(CLI::App& app) {
     if (c->count("--window") > 0)
       if (const std::string why = window_unused(proto.op, a->algo); !why.empty())
         throw ParmError(fmt::format("--window: {} (--algo direct, p2p or hierarchical)", why));
+    check_network_option(a->network);
     const Topology topo = a->topo.load();
     const auto cal = load_calibration_arg(a->topo.calibration);
     proto.group = parse_ranks(a->gpus, topo.num_gpus());
@@ -157,6 +158,7 @@ void add_simulate(CLI::App& app) {
   c->add_option("--csv", a->csv, "write the per-task trace CSV here");
   c->add_flag("--json", a->json, "print the summary as JSON");
   c->callback([a] {
+    check_network_option(a->network);
     const Topology topo = a->topo.load();
     const TaskGraph g = load_task_graph(a->graph);
     const auto cal = load_calibration_arg(a->topo.calibration);

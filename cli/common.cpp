@@ -9,6 +9,7 @@
 #include "sim/calib/calibration.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
+#include "sim/net/network_model.hpp"
 #include "sim/topo/topology_io.hpp"
 
 namespace parmsim::cli {
@@ -109,6 +110,16 @@ std::vector<std::string> split_assignments(const std::string& s) {
   for (const auto& p : split(s, ','))
     if (!p.empty()) out.push_back(p);
   return out;
+}
+
+void check_network_option(const std::string& name) {
+  std::string names;
+  const auto& models = network_models();
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    if (models[i].first == name) return;
+    names += (i == 0 ? "" : i + 1 == models.size() ? " or " : ", ") + models[i].first;
+  }
+  throw ParmError(fmt::format("--network: unknown network model '{}': expected {}", name, names));
 }
 
 CLI::Validator int_in(long long lo, long long hi) {

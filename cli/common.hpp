@@ -38,6 +38,9 @@ CLI::Validator uint64_any();
 // A finite number >= lo (no nan, no inf).
 CLI::Validator finite_at_least(double lo);
 
+// --network NAME: one of network_models(), else a ParmError naming the option.
+void check_network_option(const std::string& name);
+
 // Makes MPI the transport of sim/sweep/mpi_shim (nothing in a build without MPI).
 void install_mpi();
 

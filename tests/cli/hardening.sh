@@ -290,6 +290,12 @@ refused sweep-grid-E-and-experts-per-gpu "spec-e.yaml:" "key 'grid.experts_per_g
 refused layer-baseline-schedule-options "--set:" "--schedule baseline would ignore them" -- $L chunks=2 --schedule baseline
 refused execute-baseline-schedule-options "--set:" "--schedule baseline would ignore them" -- \
   "$bin" execute --schedule baseline --set gather=before_iorder --trace "$tmp/e.csv"
+# ---- messages name the option (class 9) ------------------------------------
+refused layer-network-named "--network: unknown network model 'magic'" -- "$bin" layer -t $T -n magic
+refused simulate-network-named "--network: unknown network model 'magic'" -- "$bin" simulate -t $T -g $D/graph.json -n magic
+refused model-network-named "--network: unknown network model 'magic'" -- "$bin" model $M -n magic
+refused layer-schedule-named "--schedule: unknown schedule 's3'" -- "$bin" layer -t $T --schedule s3
+refused verify-schedule-named "--schedule: unknown schedule 's3'" -- "$bin" verify --schedule s3
 # The model prints the E it runs: experts_per_gpu 1 on 4 GPUs is E=4 (not the layer default 32).
 model 's/^name: .*/name: four\ntopology_set: {nodes: 1}/' four
 out=$("$bin" model "$tmp/four.yaml" -n analytical 2>&1 | head -1)
