@@ -91,7 +91,9 @@ struct LayerArgs {
 struct BackendArgs {
   std::string backend = "cpu";
   exec::CudaOptions cuda;
+  CLI::App* app = nullptr;
   void add(CLI::App* c, bool timing) {
+    app = c;
     c->add_option("--backend", backend,
                   "cpu | cuda (cuda: every rank on one GPU (loopback), or one process per GPU under mpirun -np N)")
         ->capture_default_str();
@@ -111,7 +113,13 @@ struct BackendArgs {
   // The executor to use (null: the CPU one). Under mpirun the CUDA executor
   // runs one rank per process over NCCL. Only here is the CUDA module opened.
   std::unique_ptr<exec::GpuExecutor> make(const std::string& cmd) {
-    if (backend == "cpu") return nullptr;
+    if (backend == "cpu") {
+      // The CUDA executor's options would be ignored.
+      for (const char* o : {"--device", "--warmup", "--reps"})
+        if (app && app->get_option_no_throw(o) && app->count(o) > 0)
+          throw ParmError(fmt::format("{}: applies to --backend cuda, not cpu", o));
+      return nullptr;
+    }
     if (backend != "cuda") throw ParmError(fmt::format("{}: unknown backend '{}': cpu or cuda", cmd, backend));
     if (const std::string why = exec::cuda_backend_unavailable(); !why.empty())
       throw ParmError(fmt::format("{} --backend cuda: {}", cmd, why));

@@ -487,7 +487,7 @@ TEST_CASE("window and inner are refused where the collective would ignore them",
   CHECK(error_of([&] { parse_task_graph_text(head + "algo: direct, window: 1" + tail, "g.yaml"); }).empty());
 }
 
-TEST_CASE("a fabric key its kind does not read is refused; topology sizes are bounded", "[hardening][topology]") {
+TEST_CASE("a fabric key its kind does not read is refused, and topology sizes are bounded", "[hardening][topology]") {
   const std::string src = slurp(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
   REQUIRE(src.find("  kind: switch\n") != std::string::npos);
   std::string t = src;

@@ -87,6 +87,9 @@ TaskGraph build(const YamlReader& top) {
   if (auto s = top.opt("streams")) {
     streams = strings(*s);
     if (streams.empty()) s->fail("at least one stream name");
+    // Every rank holds every stream: bounded, as the graph is held in memory.
+    if (static_cast<std::int64_t>(streams.size()) * R > (std::int64_t{1} << 24))
+      s->fail(fmt::format("at most 2^24 streams in all: ranks * streams = {} * {}", R, streams.size()));
   }
   for (const auto& s : streams) b.add_stream_all(s);
   if (auto bufs = top.opt("buffers")) {

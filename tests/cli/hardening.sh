@@ -235,6 +235,8 @@ sed 's/^  kind: fat_tree/  kind: rail/; /nodes_per_leaf/d; /oversubscription/d; 
 refused topology-rail-spine-bandwidth "rail.yaml:" "key 'fabric.bandwidth'" "bandwidth * nodes / spines" -- "$bin" topology -t "$tmp/rail.yaml"
 printf 'ranks: 1\nbuffers: [{rank: 0, name: x, elems: 1e19}]\ntasks: [{name: a, rank: 0, op: copy, bytes: 1B}]\n' > "$tmp/elems.yaml"
 refused graph-buffer-elems "elems.yaml:2:" "key 'buffers[0].elems'" "2^60" -- "$bin" simulate -t $T -g "$tmp/elems.yaml"
+python3 -c "print('ranks: 1048576\nstreams: [' + ', '.join('s%d' % i for i in range(64)) + ']\ntasks: [{name: a, rank: 0, op: copy}]')" > "$tmp/streams.yaml"
+refused graph-ranks-times-streams "streams.yaml:2:" "key 'streams'" "ranks * streams = 1048576 * 64" -- "$bin" simulate -t $T -g "$tmp/streams.yaml"
 M=experiments/bert-moe.yaml
 model() { sed "s|\.\./topologies|$PWD/topologies|; $1" $M > "$tmp/$2.yaml"; }
 # 2*batch*seq*hidden*vocab = 2 * 2^20 * 2^12 * 2^32 = 2^65 (the layer itself fits).
@@ -290,6 +292,9 @@ refused sweep-grid-E-and-experts-per-gpu "spec-e.yaml:" "key 'grid.experts_per_g
 refused layer-baseline-schedule-options "--set:" "--schedule baseline would ignore them" -- $L chunks=2 --schedule baseline
 refused execute-baseline-schedule-options "--set:" "--schedule baseline would ignore them" -- \
   "$bin" execute --schedule baseline --set gather=before_iorder --trace "$tmp/e.csv"
+refused execute-reps-on-cpu "--reps: applies to --backend cuda" -- "$bin" execute --backend cpu --reps 5 --trace "$tmp/e.csv"
+refused verify-device-on-cpu "--device: applies to --backend cuda" -- "$bin" verify --device 1
+
 # ---- messages name the option (class 9) ------------------------------------
 refused layer-network-named "--network: unknown network model 'magic'" -- "$bin" layer -t $T -n magic
 refused simulate-network-named "--network: unknown network model 'magic'" -- "$bin" simulate -t $T -g $D/graph.json -n magic
