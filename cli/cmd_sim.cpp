@@ -205,6 +205,9 @@ void add_topology(CLI::App& app) {
   c->add_option("--to", a->dst, "... to this GPU")->check(int_in(0, 2147483647));
   c->callback([a] {
     if ((a->src >= 0) != (a->dst >= 0)) throw ParmError("--route/--to: give both, the source and the destination GPU");
+    if (a->src >= 0 && a->src == a->dst)
+      throw ParmError(fmt::format("--route/--to: two different GPUs (a GPU has no route to itself), got {} and {}",
+                                  a->src, a->dst));
     const Topology t = a->topo.load();
     std::map<std::string, int> kinds;
     for (int v = 0; v < t.num_devices(); ++v) kinds[to_string(t.device(v).kind)]++;

@@ -217,6 +217,7 @@ rejected topology-route-negative "--route" -- "$bin" topology -t $T --route -1 -
 refused verify-node-gpus-not-dividing "--node-gpus: 3 GPUs per node must divide --gpus 8" -- "$bin" verify --node-gpus 3
 refused verify-node-gpus-above-gpus "--node-gpus: 16" -- "$bin" verify --node-gpus 16
 refused execute-node-gpus-not-dividing "--node-gpus: 3" -- "$bin" execute --gpus 4 --node-gpus 3 --trace "$tmp/e.csv"
+refused topology-route-to-itself "--route/--to: two different GPUs" -- "$bin" topology -t $T --route 3 --to 3
 refused topology-route-without-to "--route/--to: give both" -- "$bin" topology -t $T --route 0
 refused collective-gpus-twice "--gpus: GPU 0 is named twice" -- "$bin" collective -t $T --gpus 0,1,0
 refused collective-gpus-backwards "--gpus: the range '3-1' runs backwards" -- "$bin" collective -t $T --gpus 3-1
