@@ -178,7 +178,9 @@ Spec load_spec(const std::string& file, const std::string& calibration_file) {
         const std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
         if (key == "experts_per_gpu") {
           try {
-            per_gpu = std::stoll(val);
+            std::size_t used = 0;
+            per_gpu = std::stoll(val, &used);
+            if (used != val.size()) per_gpu = 0;  // "1.5" is no count of experts
           } catch (const std::logic_error&) {
             per_gpu = 0;
           }

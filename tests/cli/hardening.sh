@@ -300,6 +300,8 @@ model 's/^heads: .*/heads: 20/' heads
 refused model-heads-not-dividing-hidden "heads.yaml:" "key 'heads'" "divisor of hidden=768" -- "$bin" model "$tmp/heads.yaml"
 model 's/^moe_every: .*/moe_every: 13/' moe-every
 refused model-moe-every-beyond-layers "moe-every.yaml:" "key 'moe_every'" "at most layers=12" -- "$bin" model "$tmp/moe-every.yaml"
+sed 's/^  experts_per_gpu: \[1\]/  experts_per_gpu: [1.5]/' "$tmp/spec.yaml" > "$tmp/spec-epg.yaml"
+refused sweep-grid-experts-per-gpu-fraction "spec-epg.yaml:" "key 'grid.experts_per_gpu'" -- "$bin" sweep "$tmp/spec-epg.yaml" --count
 sed 's/^  experts_per_gpu: \[1\]/  experts_per_gpu: [1]\n  E: [32]/' "$tmp/spec.yaml" > "$tmp/spec-e.yaml"
 refused sweep-grid-E-and-experts-per-gpu "spec-e.yaml:" "key 'grid.experts_per_gpu'" -- "$bin" sweep "$tmp/spec-e.yaml" --count
 refused layer-baseline-schedule-options "--set:" "--schedule baseline would ignore them" -- $L chunks=2 --schedule baseline
