@@ -51,6 +51,7 @@ void add_compare(CLI::App& app) {
   c->add_option("-n,--network", a->network, "analytical | flow")->capture_default_str();
   c->add_option("-o,--output", a->out, "CSV: name, measured_us, predicted_us (for plots/make_figures.py)");
   c->callback([a] {
+    check_network_option(a->network);
     check_outputs({{"--output", a->out}}, {{"the --measured trace", a->measured},
                                           {"the --measured trace's .json sidecar", a->measured + ".json"},
                                           {"the topology file", a->topo},
@@ -71,8 +72,21 @@ void add_compare(CLI::App& app) {
     moe::LayerSpec s = exec::small_layer();
     moe::ScheduleOptions custom = moe::preset("s1");
     moe::apply_assignments(&s, &custom, split_assignments(side.value("layer", std::string())), a->measured + ".json");
-    const std::string sched = side.value("schedule", std::string("s2"));
-    const exec::Cluster cl{side.value("gpus", 8), side.value("node_gpus", 8)};
+    std::string sched;
+    exec::Cluster cl{};
+    try {
+      sched = side.value("schedule", std::string("s2"));
+      cl = {side.value("gpus", 8), side.value("node_gpus", 8)};
+    } catch (const nlohmann::json::exception&) {
+      throw ParmError(fmt::format("{}.json: expected 'schedule' a string, 'gpus' and 'node_gpus' integers (as "
+                                  "`parmsim execute` writes them)",
+                                  a->measured));
+    }
+    // The executors run at most 1024 ranks, in whole nodes.
+    if (cl.gpus < 1 || cl.gpus > 1024 || cl.gpus_per_node < 1 || cl.gpus % cl.gpus_per_node != 0)
+      throw ParmError(fmt::format("{}.json: keys 'gpus', 'node_gpus': expected 1 to 1024 GPUs in whole nodes, got "
+                                  "gpus {} and node_gpus {}",
+                                  a->measured, cl.gpus, cl.gpus_per_node));
     const moe::Dims d = moe::make_dims(s, cl.gpus, cl.gpus_per_node);
     const moe::ScheduleOptions o = moe::preset(sched);
     const auto f = moe::forward_ops(s, d, o);
@@ -100,6 +114,12 @@ void add_compare(CLI::App& app) {
         measured[id] = std::stod(fl[8]);
         mstart[id] = std::stod(fl[6]);
         mend[id] = std::stod(fl[7]);
+        // A NaN would pass every comparison; a negative time is no measurement.
+        for (double v : {measured[id], mstart[id], mend[id]})
+          if (!std::isfinite(v) || v < 0)
+            throw ParmError(fmt::format("{}:{}: columns start_us, end_us, duration_us: expected finite times >= 0, "
+                                        "got '{}', '{}', '{}'",
+                                        a->measured, lineno, fl[6], fl[7], fl[8]));
         measured_end = std::max(measured_end, mend[id]);
       } catch (const std::logic_error&) {
         throw ParmError(fmt::format("{}:{}: row does not match task {} of the graph in {}.json", a->measured, lineno,

@@ -75,11 +75,22 @@ struct LayerArgs {
       *has_custom =
           *has_custom || k == "split" || k == "gather" || k == "fuse_dispatch" || k == "fuse_combine" || k == "chunks";
     }
+    if (*has_custom && (schedule == "baseline" || schedule == "search"))
+      throw ParmError(fmt::format("--set: split, gather, fuse_dispatch, fuse_combine and chunks shape the Parm "
+                                  "schedules; --schedule {} would ignore them",
+                                  schedule));
     return s;
   }
-  exec::Cluster cluster() const { return {gpus, node_gpus > 0 ? node_gpus : gpus}; }
+  exec::Cluster cluster() const {
+    if (node_gpus > 0 && gpus % node_gpus != 0)
+      throw ParmError(fmt::format("--node-gpus: {} GPUs per node must divide --gpus {} (whole nodes)", node_gpus, gpus));
+    return {gpus, node_gpus > 0 ? node_gpus : gpus};
+  }
   std::vector<moe::ScheduleOptions> schedules(const moe::ScheduleOptions& custom, bool has_custom) const {
     std::vector<moe::ScheduleOptions> v;
+    if (schedule != "search" && schedule != "all" && schedule != "baseline" && schedule != "s1" && schedule != "s2")
+      throw ParmError(
+          fmt::format("--schedule: unknown schedule '{}': expected baseline, s1, s2, all or search", schedule));
     if (schedule == "search") {
       v.push_back(moe::preset("baseline"));
       for (auto o : moe::search_space()) {
@@ -103,7 +114,9 @@ struct LayerArgs {
 struct BackendArgs {
   std::string backend = "cpu";
   exec::CudaOptions cuda;
+  CLI::App* app = nullptr;
   void add(CLI::App* c, bool timing) {
+    app = c;
     c->add_option("--backend", backend,
                   "cpu | cuda (cuda: every rank on one GPU (loopback), or one process per GPU under mpirun -np N)")
         ->capture_default_str();
@@ -123,7 +136,13 @@ struct BackendArgs {
   // The executor to use (null: the CPU one). Under mpirun the CUDA executor
   // runs one rank per process over NCCL. Only here is the CUDA module opened.
   std::unique_ptr<exec::GpuExecutor> make(const std::string& cmd) {
-    if (backend == "cpu") return nullptr;
+    if (backend == "cpu") {
+      // The CUDA executor's options would be ignored.
+      for (const char* o : {"--device", "--warmup", "--reps"})
+        if (app && app->get_option_no_throw(o) && app->count(o) > 0)
+          throw ParmError(fmt::format("{}: applies to --backend cuda, not cpu", o));
+      return nullptr;
+    }
     if (backend != "cuda") throw ParmError(fmt::format("{}: unknown backend '{}': cpu or cuda", cmd, backend));
     if (const std::string why = exec::cuda_backend_unavailable(); !why.empty())
       throw ParmError(fmt::format("{} --backend cuda: {}", cmd, why));
@@ -149,10 +168,11 @@ void add_exec(CLI::App& app) {
   v->callback([va, vb, tol] {
     moe::ScheduleOptions custom = moe::preset("s1");
     bool has_custom = false;
+    const auto cl = va->cluster();
     const moe::LayerSpec s = va->spec(&custom, &has_custom);
     const double limit = *tol >= 0 ? *tol : s.dtype == DType::fp32 ? 1e-5 : 2e-2;
-    const auto cl = va->cluster();
-    va->check_memory("verify", s, va->schedules(custom, has_custom));
+    const auto schedules = va->schedules(custom, has_custom);  // rejects an unknown --schedule before any output
+    va->check_memory("verify", s, schedules);
     auto gpu = vb->make("verify");
     const bool lead = !gpu || gpu->world_rank() == 0;
     if (lead) {
@@ -164,7 +184,6 @@ void add_exec(CLI::App& app) {
                      : std::string("cpu"));
     }
     // The schedule column is as wide as the longest name: search variants print in full.
-    const auto schedules = va->schedules(custom, has_custom);
     std::size_t w = 8;
     for (const auto& o : schedules) w = std::max(w, o.name.size());
     if (lead)
@@ -204,6 +223,7 @@ void add_exec(CLI::App& app) {
     check_outputs({{"--trace", ea->trace}, {"--trace (its .json sidecar)", ea->trace + ".json"}}, {});
     moe::ScheduleOptions custom = moe::preset("s1");
     bool has_custom = false;
+    ea->layer.cluster();  // --node-gpus divides --gpus
     const moe::LayerSpec s = ea->layer.spec(&custom, &has_custom);
     const auto scheds = ea->layer.schedules(custom, has_custom);
     if (scheds.size() != 1) throw ParmError("execute: give one --schedule (baseline, s1 or s2)");

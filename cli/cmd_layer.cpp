@@ -72,6 +72,10 @@ void add_layer(CLI::App& app) {
   c->add_flag("--search", a->search, "try every combination of the builder's options and report the best");
   c->add_flag("--json", a->json, "print JSON instead of tables");
   c->callback([a] {
+    check_network_option(a->network);
+    if (a->schedule != "all" && a->schedule != "auto" && a->schedule != "baseline" && a->schedule != "s1" &&
+        a->schedule != "s2")
+      throw ParmError(fmt::format("--schedule: unknown schedule '{}': expected baseline, s1, s2, auto or all", a->schedule));
     const Topology topo = load_topology(a->topo, split_assignments(a->topo_set), load_overlay_arg(a->overlay));
     moe::LayerSpec spec;
     moe::ScheduleOptions custom = moe::preset("s1");
@@ -94,6 +98,9 @@ void add_layer(CLI::App& app) {
       has_custom = has_custom || key == "split" || key == "gather" || key == "fuse_dispatch" || key == "fuse_combine" ||
                    key == "chunks";
     }
+    if (has_custom && a->schedule == "baseline")
+      throw ParmError("--set: split, gather, fuse_dispatch, fuse_combine and chunks shape the Parm schedules; "
+                      "--schedule baseline would ignore them");
     const moe::Dims dims = moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
     const GpuProfile& gpu = gpu_profile(topo.gpu_model());
     gpu.peak(spec.dtype);  // rejects an unsupported dtype up front

@@ -30,15 +30,17 @@ void add_model(CLI::App& app) {
   add_overlay_option(c, a->overlay);
   c->callback([a] {
     moe::ModelSpec m = moe::load_model_spec(a->spec);
-    if (!a->network.empty()) m.network = a->network;
+    if (!a->network.empty()) check_network_option(a->network), m.network = a->network;
     const Topology topo = load_topology(m.topology_file, m.topology_overrides, load_overlay_arg(a->overlay));
     const auto cal = load_calibration_arg(a->calibration);
+    const moe::LayerSpec layer = moe::model_layer(m, topo);  // E as run: experts_per_gpu * GPUs, or the spec's E
     const auto res = moe::run_model(m, topo, cal.get());
     const double base = res.front().total().to_seconds();
     if (a->json) {
       nlohmann::json j = {{"model", m.name},
                           {"topology", topo.name()},
                           {"network", m.network},
+                          {"layer", moe::spec_string(layer)},
                           {"grad_bucket", m.grad_bucket}};
       nlohmann::json sch = nlohmann::json::object();
       for (const auto& r : res) {
@@ -64,7 +66,7 @@ void add_model(CLI::App& app) {
       return;
     }
     fmt::print("model {} on {} ({} GPUs), {} network: {} blocks, one FFN in {} an MoE layer ({})\n", m.name,
-               topo.name(), topo.num_gpus(), m.network, m.layers, m.moe_every, moe::spec_string(m.layer));
+               topo.name(), topo.num_gpus(), m.network, m.layers, m.moe_every, moe::spec_string(layer));
     fmt::print("gradient AllReduce: {}; dp_grad_allreduce below is its exposed part\n",
                m.grad_bucket > 0 ? fmt::format("{} bucket(s) of at most {} elements, overlapped with backward",
                                                res.front().grad_sync.buckets(), m.grad_bucket)

@@ -72,15 +72,22 @@ void add_collective(CLI::App& app) {
       ->capture_default_str()
       ->check(int_in(0, 1048576));
   c->add_flag("--json", a->json, "print a JSON list of {bytes, time_us, algbw_GBps, busbw_GBps, algorithm}");
-  c->callback([a] {
-    const Topology topo = a->topo.load();
-    const auto cal = load_calibration_arg(a->topo.calibration);
+  c->callback([a, c] {
     Collective proto;
     if (!parse_coll_op(a->op, &proto.op) || proto.op == CollOp::alltoallv)
       throw ParmError(
           fmt::format("--op: expected alltoall, allgather, reducescatter, allreduce, sendrecv or saa, got "
                       "'{}' (alltoallv needs a byte matrix: use `parmsim simulate` with a graph file)",
                       a->op));
+    // Options that would be ignored are refused.
+    if (c->count("--inner") > 0 && proto.op != CollOp::saa)
+      throw ParmError(fmt::format("--inner: only --op saa takes an inner group size, not --op {}", a->op));
+    if (c->count("--window") > 0)
+      if (const std::string why = window_unused(proto.op, a->algo); !why.empty())
+        throw ParmError(fmt::format("--window: {} (--algo direct, p2p or hierarchical)", why));
+    check_network_option(a->network);
+    const Topology topo = a->topo.load();
+    const auto cal = load_calibration_arg(a->topo.calibration);
     proto.group = parse_ranks(a->gpus, topo.num_gpus());
     proto.algo = a->algo == "auto" ? "" : a->algo;
     proto.proto = a->proto;
@@ -151,6 +158,7 @@ void add_simulate(CLI::App& app) {
   c->add_option("--csv", a->csv, "write the per-task trace CSV here");
   c->add_flag("--json", a->json, "print the summary as JSON");
   c->callback([a] {
+    check_network_option(a->network);
     const Topology topo = a->topo.load();
     const TaskGraph g = load_task_graph(a->graph);
     const auto cal = load_calibration_arg(a->topo.calibration);
@@ -196,6 +204,10 @@ void add_topology(CLI::App& app) {
   c->add_option("--route", a->src, "print the route from this GPU ...")->check(int_in(0, 2147483647));
   c->add_option("--to", a->dst, "... to this GPU")->check(int_in(0, 2147483647));
   c->callback([a] {
+    if ((a->src >= 0) != (a->dst >= 0)) throw ParmError("--route/--to: give both, the source and the destination GPU");
+    if (a->src >= 0 && a->src == a->dst)
+      throw ParmError(fmt::format("--route/--to: two different GPUs (a GPU has no route to itself), got {} and {}",
+                                  a->src, a->dst));
     const Topology t = a->topo.load();
     std::map<std::string, int> kinds;
     for (int v = 0; v < t.num_devices(); ++v) kinds[to_string(t.device(v).kind)]++;

@@ -11,6 +11,7 @@
 #include "sim/calib/calibration.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
+#include "sim/net/network_model.hpp"
 #include "sim/topo/topology_io.hpp"
 
 namespace parmsim::cli {
@@ -64,13 +65,20 @@ std::vector<int> parse_ranks(const std::string& s, int limit) {
       throw ParmError(fmt::format("--gpus: expected 'all' or ids like 0-3,8, got '{}'", s));
     }
   };
+  std::vector<bool> seen(static_cast<std::size_t>(limit), false);
+  auto add = [&](int v) {
+    if (seen[v]) throw ParmError(fmt::format("--gpus: GPU {} is named twice in '{}'", v, s));
+    seen[v] = true;
+    out.push_back(v);
+  };
   for (const auto& p : split(s, ',')) {
     const auto d = p.find('-');
     if (d == std::string::npos) {
-      out.push_back(num(p));
+      add(num(p));
     } else {
       const int a = num(p.substr(0, d)), b = num(p.substr(d + 1));
-      for (int i = a; i <= b; ++i) out.push_back(i);
+      if (a > b) throw ParmError(fmt::format("--gpus: the range '{}' runs backwards (write {}-{})", p, b, a));
+      for (int i = a; i <= b; ++i) add(i);
     }
   }
   return out;
@@ -104,6 +112,16 @@ std::vector<std::string> split_assignments(const std::string& s) {
   for (const auto& p : split(s, ','))
     if (!p.empty()) out.push_back(p);
   return out;
+}
+
+void check_network_option(const std::string& name) {
+  std::string names;
+  const auto& models = network_models();
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    if (models[i].first == name) return;
+    names += (i == 0 ? "" : i + 1 == models.size() ? " or " : ", ") + models[i].first;
+  }
+  throw ParmError(fmt::format("--network: unknown network model '{}': expected {}", name, names));
 }
 
 CLI::Validator int_in(long long lo, long long hi) {

@@ -22,6 +22,7 @@
 #include "sim/graph/graph_io.hpp"
 #include "sim/io/output.hpp"
 #include "sim/io/yaml_reader.hpp"
+#include "sim/moe/model.hpp"
 #include "sim/sweep/runner.hpp"
 #include "sim/sweep/sweep_spec.hpp"
 #include "sim/topo/topology_io.hpp"
@@ -443,4 +444,77 @@ TEST_CASE("a sweep that fails before a configuration is complete leaves nothing 
   const std::string msg = run_cut_short(spec, d / "r.csv", 700);
   CHECK_THAT(msg, Catch::Contains("r.csv.partial") && Catch::Contains("write failed"));
   CHECK(d.entries() == before);
+}
+
+// ---- Classes 5, 6 and 8 at the library: products, and keys that would be ignored ----
+
+TEST_CASE("a task that depends on itself is named as such, at its file:line", "[hardening][graph]") {
+  const std::string text =
+      "ranks: 1\ntasks:\n  - {name: a, rank: 0, op: gemm, flops: 1}\n  - {name: b, rank: 0, op: gemm, flops: 1, "
+      "deps: [b]}\n";
+  const std::string msg = error_of([&] { parse_task_graph_text(text, "g.yaml"); });
+  CHECK_THAT(msg, Catch::StartsWith("g.yaml:4:") && Catch::Contains("tasks[1].deps[0]") &&
+                      Catch::Contains("task 'b' depends on itself"));
+  // The builder, without a file, says the same (it used to say "task id 1 does not exist").
+  TaskGraphBuilder b(1);
+  b.add_stream_all("main");
+  Task t;
+  t.name = "x";
+  const int id = b.add_task(t);
+  b.add_dep(id, id);
+  CHECK_THAT(error_of([&] { std::move(b).build(); }), Catch::Contains("task 'x' depends on itself"));
+}
+
+TEST_CASE("window and inner are refused where the collective would ignore them", "[hardening][graph]") {
+  // Paced: direct on every op it runs, p2p and auto (= p2p) AlltoAlls, hierarchical AlltoAll.
+  CHECK(window_unused(CollOp::allreduce, "direct").empty());
+  CHECK(window_unused(CollOp::alltoall, "").empty());
+  CHECK(window_unused(CollOp::alltoallv, "auto").empty());
+  CHECK(window_unused(CollOp::alltoall, "hierarchical").empty());
+  // Not paced: NCCL's algorithms, pairwise (a window of 1 by definition), SAA, sendrecv.
+  CHECK_THAT(window_unused(CollOp::allreduce, ""), Catch::Contains("not auto allreduce"));
+  CHECK(!window_unused(CollOp::allreduce, "ring").empty());
+  CHECK(!window_unused(CollOp::alltoall, "pairwise").empty());
+  CHECK(!window_unused(CollOp::allgather, "hierarchical").empty());
+  CHECK(!window_unused(CollOp::saa, "released").empty());
+  CHECK(!window_unused(CollOp::sendrecv, "p2p").empty());
+  const std::string head = "ranks: 2\ncollectives: [{name: c, op: allreduce, group: [0, 1], bytes: 1MiB, ";
+  const std::string tail = "}]\ntasks: [{name: a, rank: 0, collective: c}, {name: b, rank: 1, collective: c}]\n";
+  CHECK_THAT(error_of([&] { parse_task_graph_text(head + "inner: 2" + tail, "g.yaml"); }),
+             Catch::StartsWith("g.yaml:2:") && Catch::Contains("collectives[0].inner") && Catch::Contains("only saa"));
+  CHECK_THAT(error_of([&] { parse_task_graph_text(head + "window: 1" + tail, "g.yaml"); }),
+             Catch::StartsWith("g.yaml:2:") && Catch::Contains("collectives[0].window"));
+  CHECK(error_of([&] { parse_task_graph_text(head + "algo: direct, window: 1" + tail, "g.yaml"); }).empty());
+}
+
+TEST_CASE("a fabric key its kind does not read is refused, and topology sizes are bounded", "[hardening][topology]") {
+  const std::string src = slurp(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
+  REQUIRE(src.find("  kind: switch\n") != std::string::npos);
+  std::string t = src;
+  t.replace(t.find("  kind: switch\n"), 15, "  kind: switch\n  oversubscription: 2\n");
+  CHECK_THAT(error_of([&] { parse_topology_text(t, "t.yaml"); }),
+             Catch::StartsWith("t.yaml:") && Catch::Contains("fabric.oversubscription") &&
+                 Catch::Contains("kind switch"));
+  // 2^20 nodes of 4 GPUs: 2^22 GPUs, above the bound of 2^20 (the int ranks would not wrap, but memory would run out).
+  CHECK_THAT(error_of([&] { parse_topology_text(src, "t.yaml", {"nodes=1048576"}); }),
+             Catch::Contains("key 'nodes'") && Catch::Contains("nodes * node.gpus = 1048576 * 4 = 4194304"));
+}
+
+TEST_CASE("a model spec's E is the one it runs, and E beside experts_per_gpu is refused", "[hardening][model]") {
+  TempDir d;
+  const std::string src = std::string(PARMSIM_SOURCE_DIR);
+  std::string spec = slurp(src + "/experiments/bert-moe.yaml");
+  const auto at = spec.find("topology: ../topologies/");
+  REQUIRE(at != std::string::npos);
+  spec.replace(at, 24, "topology: " + src + "/topologies/");
+  spit(d / "m.yaml", spec);
+  const moe::ModelSpec m = moe::load_model_spec(d / "m.yaml");
+  // experts_per_gpu 1 on parm-32gpu (8 nodes x 4 GPUs) and on one node of it.
+  CHECK(moe::model_layer(m, load_topology(m.topology_file, {})).E == 32);
+  CHECK(moe::model_layer(m, load_topology(m.topology_file, {"nodes=1"})).E == 4);
+  const auto e = spec.find("experts_per_gpu: 1\n");
+  REQUIRE(e != std::string::npos);
+  spit(d / "both.yaml", spec.substr(0, e) + "E: 64\n" + spec.substr(e));
+  CHECK_THAT(error_of([&] { moe::load_model_spec(d / "both.yaml"); }),
+             Catch::Contains("both.yaml:") && Catch::Contains("key 'experts_per_gpu'"));
 }

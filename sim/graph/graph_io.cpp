@@ -87,6 +87,9 @@ TaskGraph build(const YamlReader& top) {
   if (auto s = top.opt("streams")) {
     streams = strings(*s);
     if (streams.empty()) s->fail("at least one stream name");
+    // Every rank holds every stream: bounded, as the graph is held in memory.
+    if (static_cast<std::int64_t>(streams.size()) * R > (std::int64_t{1} << 24))
+      s->fail(fmt::format("at most 2^24 streams in all: ranks * streams = {} * {}", R, streams.size()));
   }
   for (const auto& s : streams) b.add_stream_all(s);
   if (auto bufs = top.opt("buffers")) {
@@ -98,6 +101,8 @@ TaskGraph build(const YamlReader& top) {
       buf.rank = static_cast<int>(x.at("rank").as_int(0, R - 1));
       buf.name = x.at("name").as_string();
       buf.elems = as_count(x.at("elems"));
+      // Its bytes (elems * 2 or 4) stay 64-bit.
+      if (buf.elems > (std::uint64_t{1} << 60)) x.at("elems").fail("at most 2^60 elements");
       if (auto d = x.opt("dtype")) buf.dtype = dtype_of(*d);
       b.add_buffer(buf);
     }
@@ -117,6 +122,7 @@ TaskGraph build(const YamlReader& top) {
       grp.expect_seq();
       for (std::size_t j = 0; j < grp.size(); ++j) c.group.push_back(static_cast<int>(grp[j].as_int(0, R - 1)));
       if (c.op == CollOp::alltoallv) {
+        if (auto by = x.opt("bytes")) by->fail("no `bytes` on an alltoallv (its `matrix` gives the sizes)");
         const YamlReader m = x.at("matrix");
         m.expect_seq();
         for (std::size_t j = 0; j < m.size(); ++j) {
@@ -126,6 +132,7 @@ TaskGraph build(const YamlReader& top) {
           c.matrix.push_back(row);
         }
       } else {
+        if (auto m = x.opt("matrix")) m->fail(fmt::format("no `matrix` (only alltoallv takes one, not {})", to_string(c.op)));
         c.bytes = x.at("bytes").as_size();
       }
       c.algo = x.get_string("algo", "");
@@ -133,8 +140,14 @@ TaskGraph build(const YamlReader& top) {
       if (!c.proto.empty() && c.proto != "ll" && c.proto != "ll128" && c.proto != "simple")
         x.at("proto").fail("ll, ll128 or simple");
       if (x.has("channels")) c.channels = static_cast<int>(x.at("channels").as_int(1, 64));
-      c.window = static_cast<int>(x.has("window") ? x.at("window").as_int(0, 1 << 20) : 0);
-      if (c.op == CollOp::saa) c.inner = static_cast<int>(x.at("inner").as_int(1, 1 << 20));
+      if (auto w = x.opt("window")) {
+        c.window = static_cast<int>(w->as_int(0, 1 << 20));
+        if (const std::string why = window_unused(c.op, c.algo); !why.empty()) w->fail("no `window`: " + why);
+      }
+      if (c.op == CollOp::saa)
+        c.inner = static_cast<int>(x.at("inner").as_int(1, 1 << 20));
+      else if (auto in = x.opt("inner"))
+        in->fail(fmt::format("no `inner` (only saa takes an inner group size, not {})", to_string(c.op)));
       if (colls.count(c.name)) x.at("name").fail("a collective name not used before");
       const int id = b.add_collective(c);
       colls[c.name] = id;
@@ -163,6 +176,10 @@ TaskGraph build(const YamlReader& top) {
       if (it == colls.end()) c->fail("the name of a collective declared in `collectives`");
       t.kind = TaskKind::collective;
       t.collective = it->second;
+      // A collective's part takes its sizes from the collective.
+      for (const char* k : {"flops", "bytes", "dtype", "shape"})
+        if (auto v = x.opt(k))
+          v->fail(fmt::format("no `{}` on a collective's task (the collective '{}' gives its sizes)", k, c->as_string()));
     } else {
       if (!parse_op_kind(x.at("op").as_string(), &t.op))
         x.at("op").fail("gemm, softmax, topk, order, iorder, activation, elementwise, copy or slice");
@@ -197,6 +214,8 @@ TaskGraph build(const YamlReader& top) {
     for (std::size_t j = 0; j < d.size(); ++j) {
       auto it = names.find(d[j].as_string());
       if (it == names.end()) d[j].fail("the name of a task in this graph (dangling dependency)");
+      if (it->second == id)
+        d[j].fail(fmt::format("the name of another task: task '{}' depends on itself", d[j].as_string()));
       b.add_dep(id, it->second);
     }
   }

@@ -58,6 +58,16 @@ bool parse_coll_op(const std::string& s, CollOp* out) {
   return false;
 }
 
+std::string window_unused(CollOp op, const std::string& algo) {
+  const bool a2a = op == CollOp::alltoall || op == CollOp::alltoallv;
+  // auto on an AlltoAll is p2p; on the other ops NCCL's algorithms (rings, trees) or SAA's, which have no rounds.
+  const bool paced = algo == "direct" || (algo == "p2p" && op != CollOp::sendrecv && op != CollOp::saa) ||
+                     (algo == "hierarchical" && op == CollOp::alltoall) || ((algo.empty() || algo == "auto") && a2a);
+  if (paced) return "";
+  return fmt::format("a window paces the direct, p2p and hierarchical AlltoAll rounds, not {} {}",
+                     algo.empty() ? "auto" : algo, to_string(op));
+}
+
 const char* to_string(OpKind k) {
   switch (k) {
     case OpKind::gemm:
@@ -214,9 +224,11 @@ TaskGraph TaskGraphBuilder::build() && {
     if (t.stream < 0 || t.stream >= static_cast<int>(g.streams_[t.rank].size()))
       throw ParmError(fmt::format("task graph: task '{}' names stream {} on rank {}, which has {} streams", t.name,
                                   t.stream, t.rank, g.streams_[t.rank].size()));
-    for (int d : t.deps)
-      if (d < 0 || d >= N || d == t.id)
+    for (int d : t.deps) {
+      if (d == t.id) throw ParmError(fmt::format("task graph: task '{}' depends on itself", t.name));
+      if (d < 0 || d >= N)
         throw ParmError(fmt::format("task graph: task '{}' depends on task id {}, which does not exist", t.name, d));
+    }
     for (const auto* list : {&t.inputs, &t.outputs})
       for (const std::string& b : *list)
         if (!has_buf(t.rank, b))

@@ -28,6 +28,10 @@ DType parse_dtype(const std::string& s);  // throws ParmError
 enum class CollOp { alltoall, alltoallv, allgather, reducescatter, allreduce, sendrecv, saa };
 const char* to_string(CollOp op);
 bool parse_coll_op(const std::string& s, CollOp* out);
+// Empty when a `window` (peers in flight at once) paces op under algo ("" or
+// "auto": the op's default); else why it would be ignored. Only the round-based
+// algorithms take one: direct and p2p, and hierarchical's AlltoAll.
+std::string window_unused(CollOp op, const std::string& algo);
 
 // Compute op kinds. gemm is costed as compute-bound, the rest as memory-bound.
 enum class OpKind { gemm, softmax, topk, order, iorder, activation, elementwise, copy, slice };

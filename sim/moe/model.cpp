@@ -120,8 +120,15 @@ ModelSpec load_model_spec(const std::string& file) {
     const YamlReader g = r.at("grad_bucket");
     m.grad_bucket = g.as_string() == "none" ? 0 : g.as_int(0, std::int64_t{1} << 50);
   }
+  if (r.has("E") && r.has("experts_per_gpu"))
+    r.at("experts_per_gpu").fail("no `experts_per_gpu` beside `E`: give one of the two (E wins, so one would be ignored)");
   m.experts_per_gpu = r.has("E") ? 0 : (r.has("experts_per_gpu") ? r.at("experts_per_gpu").as_int(1, 1 << 20) : 1);
   if (m.heads % m.layer.mp != 0) r.at("heads").fail(fmt::format("a multiple of mp={}", m.layer.mp));
+  // Each head has hidden/heads dimensions: a remainder would be dropped.
+  if (m.layer.M % m.heads != 0)
+    r.at("heads").fail(fmt::format("a divisor of hidden={} (each head takes hidden/heads dimensions)", m.layer.M));
+  if (m.moe_every > m.layers)
+    r.at("moe_every").fail(fmt::format("at most layers={} (else no block has an MoE layer)", m.layers));
   return m;
 }
 
@@ -176,9 +183,33 @@ GradSync grad_sync_timeline(const std::vector<BackwardStep>& steps, std::int64_t
   return g;
 }
 
-std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo, const Calibration* cal) {
+LayerSpec model_layer(const ModelSpec& m, const Topology& topo) {
   LayerSpec s = m.layer;
   if (m.experts_per_gpu > 0) s.E = m.experts_per_gpu * topo.num_gpus();
+  const Dims d = make_dims(s, topo.num_gpus(), topo.gpus_per_node());
+  // The model's products beyond the layer's (make_dims checks those): the
+  // output head's S*V and the word embedding's V*M, the attention scores'
+  // B*heads*L*L; bytes at most 4x and a factor 3 leave them below 2^63.
+  using i128 = __int128;
+  const i128 limit = i128{1} << 60, S = d.S;
+  auto check = [&](i128 v, const char* keys, const char* what) {
+    if (v > limit)
+      throw ParmError(fmt::format("{}: model too large: keys {} (batch={}, seq={}, hidden={}, heads={}, vocab={}): {} "
+                                  "= {:.3g} overflows the simulator's 64-bit counts (at most 2^60)",
+                                  m.file, keys, s.B, s.L, s.M, m.heads, m.vocab, what, static_cast<double>(v)));
+  };
+  check(S * m.vocab, "'vocab', 'batch', 'seq'", "the output head's logits batch*seq*vocab");
+  check(i128{m.vocab} * s.M, "'vocab', 'hidden'", "the word embedding vocab*hidden");
+  check(i128{s.B} * m.heads * s.L * s.L, "'seq', 'batch', 'heads'", "the attention scores batch*heads*seq^2");
+  check(2 * S * s.M * s.M, "'hidden', 'batch', 'seq'", "the attention GEMMs' FLOPs 2*batch*seq*hidden^2");
+  check(2 * S * s.M * s.H, "'ffn', 'hidden', 'batch', 'seq'", "the FFN GEMMs' FLOPs 2*batch*seq*hidden*ffn");
+  check(2 * S * s.M * m.vocab, "'vocab', 'hidden', 'batch', 'seq'", "the output head's FLOPs 2*batch*seq*hidden*vocab");
+  check(2 * S * s.L * s.M, "'seq', 'hidden', 'batch'", "the attention's FLOPs 2*batch*seq^2*hidden");
+  return s;
+}
+
+std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo, const Calibration* cal) {
+  const LayerSpec s = model_layer(m, topo);
   const Dims d = make_dims(s, topo.num_gpus(), topo.gpus_per_node());
   const std::uint64_t b = static_cast<std::uint64_t>(d.dtype_bytes);
   const std::uint64_t S = d.S, M = s.M, H = s.H, G = d.G, L = s.L, B = s.B, V = m.vocab;

@@ -39,6 +39,12 @@ struct ModelSpec {
 
 ModelSpec load_model_spec(const std::string& file);
 
+// The layer the model runs on `topo`: E = experts_per_gpu * GPUs when the spec
+// gives experts_per_gpu (or neither key), else its E. Checks the layer
+// (make_dims) and that the model's own products (vocabulary, attention) fit
+// 64-bit counts, naming the spec's keys.
+LayerSpec model_layer(const ModelSpec& m, const Topology& topo);
+
 struct Component {
   std::string name;
   int count = 0;           // times per iteration

@@ -373,10 +373,13 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
   RunOptions opt = opt_in;
   // 0: one thread per core; never more than 4 per core (more only contend).
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int asked = opt.threads;
   opt.threads = opt.threads <= 0 ? cores : std::min(opt.threads, 4 * cores);
   const auto t0 = std::chrono::steady_clock::now();
   RunSummary sum;
   const bool root = opt.mpi_rank == 0;
+  if (asked > opt.threads && opt.progress && root)
+    fmt::print(stderr, "sweep: --jobs {} capped to {} threads (4 per core on {} cores)\n", asked, opt.threads, cores);
   PartialFile pf;
   pf.path = opt.out + ".partial";
 

@@ -165,6 +165,8 @@ Spec load_spec(const std::string& file, const std::string& calibration_file, con
   const YamlReader grid = r.at("grid");
   grid.expect_map();
   const auto axes = axes_of(grid);
+  if (grid.has("E") && grid.has("experts_per_gpu"))
+    grid.at("experts_per_gpu").fail("no `experts_per_gpu` beside `E` in the grid: give one of the two (E would be ignored)");
 
   // Each topology entry: its file, overrides and grid of overrides, read and checked before anything is expanded.
   struct Entry {
@@ -235,7 +237,9 @@ Spec load_spec(const std::string& file, const std::string& calibration_file, con
         if (key == "experts_per_gpu") {
           std::int64_t per_gpu = 0;
           try {
-            per_gpu = std::stoll(val);
+            std::size_t used = 0;
+            per_gpu = std::stoll(val, &used);
+            if (used != val.size()) per_gpu = 0;  // "1.5" is no count of experts
           } catch (const std::logic_error&) {
           }
           if (per_gpu < 1 || per_gpu > moe::kMaxExperts)

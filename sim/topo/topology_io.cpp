@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "sim/compute/gpu_profile.hpp"
@@ -77,6 +78,10 @@ const Section kFabric{
      {"oversubscription", "number", "1", "fat_tree: leaf down bandwidth / up bandwidth"}}};
 SectionRegistrar r1(kTop), r2(kNode), r3(kDevice), r4(kLink), r5(kFabric), r6(kEff), r7(kNccl);
 
+// Bounds on a topology's size (memory grows with links, about 150 bytes each).
+constexpr std::int64_t kMaxGpus = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxLinks = std::int64_t{1} << 22;
+
 double default_nvlink_efficiency(const std::string& gpu) {
   if (gpu == "a100") return 20.0 / 25.0;
   if (gpu == "h100" || gpu == "h200") return 20.6 / 25.0;
@@ -119,6 +124,11 @@ Topology build(const YamlReader& top) {
     }
     if (!known) g.fail("a GPU profile: " + names);
   }
+  // Every GPU, device and link is held in memory (about 150 bytes a link) and
+  // numbered with an int: the products of the sizes are bounded first.
+  if (std::int64_t{nodes} * gpn > kMaxGpus)
+    top.at("nodes").fail(fmt::format("at most {} GPUs in all: nodes * node.gpus = {} * {} = {}", kMaxGpus, nodes, gpn,
+                                     std::int64_t{nodes} * gpn));
   Topology t(name, top.at("gpu").as_string(), gpn);
 
   // Device templates for one server.
@@ -147,6 +157,9 @@ Topology build(const YamlReader& top) {
       }
     }
   }
+  if (std::int64_t{nodes} * static_cast<std::int64_t>(tmpl.size()) > kMaxLinks)
+    top.at("nodes").fail(fmt::format("at most {} devices in all: nodes * (node.gpus + node.devices) = {} * {}",
+                                     kMaxLinks, nodes, tmpl.size()));
   std::vector<std::vector<int>> vtx(nodes, std::vector<int>(tmpl.size()));
   // GPUs first, in rank order (rank = node * gpus + local index).
   for (int n = 0; n < nodes; ++n)
@@ -164,6 +177,7 @@ Topology build(const YamlReader& top) {
     if (it == local.end()) r.fail("the name of a GPU (gpu0..) or of a device declared in node.devices");
     return it->second;
   };
+  std::int64_t node_links = 0;
   for (std::size_t i = 0; i < links.size(); ++i) {
     const YamlReader l = links[i];
     l.check_keys(kLink);
@@ -177,6 +191,9 @@ Topology build(const YamlReader& top) {
     const std::uint64_t bw = l.at("bandwidth").as_bandwidth();
     const std::uint64_t bw_ba = l.has("bandwidth_ba") ? l.at("bandwidth_ba").as_bandwidth() : bw;
     const Time lat = l.at("latency").as_time();
+    node_links += static_cast<std::int64_t>(as.size());
+    if (node_links * nodes > kMaxLinks)
+      l.fail(fmt::format("at most {} links in all: nodes * node.links = {} * {} or more", kMaxLinks, nodes, node_links));
     for (int ai : as) {
       if (ai == b) l.fail("a link between two different devices");
       for (int n = 0; n < nodes; ++n) t.add_link(vtx[n][ai], vtx[n][b], bw, bw_ba, lat);
@@ -193,6 +210,19 @@ Topology build(const YamlReader& top) {
   if (fab) {
     fab->check_keys(kFabric);
     kind = fab->get_string("kind", "none");
+    // A key the kind does not read would be ignored: refused.
+    const std::map<std::string, std::vector<std::string>> takes = {
+        {"none", {"kind"}},
+        {"switch", {"kind", "bandwidth", "latency"}},
+        {"rail", {"kind", "bandwidth", "latency", "spines"}},
+        {"fat_tree", {"kind", "bandwidth", "latency", "nodes_per_leaf", "spines", "oversubscription"}}};
+    if (auto it = takes.find(kind); it != takes.end())
+      for (const std::string& k : fab->keys())
+        if (std::find(it->second.begin(), it->second.end(), k) == it->second.end()) {
+          std::string list;
+          for (const auto& x : it->second) list += (list.empty() ? "" : ", ") + x;
+          fab->at(k).fail(fmt::format("no `{}` on a fabric of kind {} (it takes {})", k, kind, list));
+        }
   }
   if (kind == "none") {
     if (nodes > 1) top.at("nodes").fail("1 node when fabric.kind is none (add a fabric to join servers)");
@@ -207,7 +237,15 @@ Topology build(const YamlReader& top) {
       for (int n = 0; n < nodes; ++n)
         for (int v : nics[n]) t.add_link(v, s, bw, bw, lat);
     } else if (kind == "rail") {
-      const int spines = static_cast<int>(fab->get_int("spines", 0));
+      const int spines = fab->has("spines") ? static_cast<int>(fab->at("spines").as_int(0, 1 << 16)) : 0;
+      if ((std::int64_t{nodes} + spines) * static_cast<std::int64_t>(nic_count) > kMaxLinks)
+        fab->fail(fmt::format("at most {} links in all: (nodes + spines) * NICs per node = ({} + {}) * {}", kMaxLinks,
+                              nodes, spines, nic_count));
+      // A spine link's bandwidth, bw * nodes / spines, stays below 2^63 B/s.
+      if (spines > 0 && static_cast<double>(bw) * nodes / spines >= 9.2e18)
+        fab->at("bandwidth").fail(fmt::format("a bandwidth whose spine links, bandwidth * nodes / spines = {} * {} / {}, "
+                                              "stay below 2^63 B/s",
+                                              bw, nodes, spines));
       std::vector<int> rails;
       for (std::size_t r = 0; r < nic_count; ++r) rails.push_back(sw(fmt::format("rail{}", r)));
       for (int n = 0; n < nodes; ++n)
@@ -230,6 +268,9 @@ Topology build(const YamlReader& top) {
         if (!(over >= 1)) o->fail("a ratio of at least 1 (down bandwidth / up bandwidth)");
       }
       const int leaves = nodes / npl;
+      if (std::int64_t{leaves} * spines + std::int64_t{nodes} * static_cast<std::int64_t>(nic_count) > kMaxLinks)
+        sp_r.fail(fmt::format("at most {} links in all: leaves * spines + nodes * NICs = {} * {} + {} * {}", kMaxLinks,
+                              leaves, spines, nodes, nic_count));
       std::vector<int> leaf;
       for (int l = 0; l < leaves; ++l) leaf.push_back(sw(fmt::format("leaf{}", l)));
       for (int n = 0; n < nodes; ++n)
@@ -238,7 +279,10 @@ Topology build(const YamlReader& top) {
         // Down bandwidth of a leaf = npl * nics * bw; up = down / over, split over the spines.
         const double up_total = static_cast<double>(bw) * npl * static_cast<double>(nic_count) / over;
         const auto up = static_cast<std::uint64_t>(up_total / spines);
-        if (up == 0) sp_r.fail("fewer spines: each uplink would get zero bandwidth");
+        if (up == 0)
+          sp_r.fail(fmt::format("fewer spines (or a smaller oversubscription, {:g}): each uplink would get zero "
+                                "bandwidth",
+                                over));
         for (int s = 0; s < spines; ++s) {
           const int sv = sw(fmt::format("spine{}", s));
           for (int l = 0; l < leaves; ++l) t.add_link(leaf[l], sv, up, up, lat);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Outputs that must not damage files, sweeps that must not resume across
 # changed inputs or beside a running sweep, YAML/JSON that must not be read
-# quietly wrong. Each case: exit status 1, one line naming the option (or
+# quietly wrong; options and keys out of range, products that would wrap,
+# NaN/inf/negative numbers, and options or keys that would be ignored. Each case: exit status 1, one line naming the option (or
 # file:line:col and key) and the path, and no file created or changed.
 set -u
 bin=$(realpath "$1")
@@ -34,6 +35,28 @@ refused() {
   if [ "$(printf '%s\n' "$out" | wc -l)" != 1 ]; then bad "$name: not one line: $out"; return; fi
   for f in "${frags[@]}"; do
     if [[ $out != *"$f"* ]]; then bad "$name: message lacks '$f': $out"; return; fi
+  done
+  if [ "$before" != "$after" ]; then bad "$name: files changed: $(diff <(echo "$before") <(echo "$after"))"; return; fi
+  ok
+}
+
+# rejected NAME "FRAGMENT..." -- COMMAND...: an option check (CLI11): exit
+# 105, the first line names the option, and the folder exactly as before.
+rejected() {
+  local name=$1
+  shift
+  local frags=()
+  while [ "$1" != "--" ]; do frags+=("$1"); shift; done
+  shift
+  cases=$((cases + 1))
+  local before after out rc
+  before=$(snap)
+  out=$(timeout 60 "$@" 2>&1 < /dev/null)
+  rc=$?
+  after=$(snap)
+  if [ $rc != 105 ]; then bad "$name: exit $rc (expected 105): $out"; return; fi
+  for f in "${frags[@]}"; do
+    if [[ $(printf '%s\n' "$out" | head -1) != *"$f"* ]]; then bad "$name: first line lacks '$f': $out"; return; fi
   done
   if [ "$before" != "$after" ]; then bad "$name: files changed: $(diff <(echo "$before") <(echo "$after"))"; return; fi
   ok
@@ -111,6 +134,18 @@ if "$bin" execute --backend cpu --schedule s1 --trace "$tmp/m.csv" > /dev/null 2
   grep -q '"gpus": 1' "$tmp/m.csv.json" || bad "sidecar not edited"
   refused compare-sidecar-duplicate "m.csv.json:" "duplicate key 'gpus'" -- $C "$tmp/cmp.csv"
   cp "$tmp/side.bak" "$tmp/m.csv.json"
+  sed -i 's/"gpus": \([0-9]*\),/"gpus": 0,/' "$tmp/m.csv.json"
+  refused compare-sidecar-gpus-zero "m.csv.json: keys 'gpus', 'node_gpus'" -- $C "$tmp/cmp.csv"
+  sed -i 's/"gpus": 0,/"gpus": "eight",/' "$tmp/m.csv.json"
+  refused compare-sidecar-gpus-string "m.csv.json: expected" "'gpus' and 'node_gpus' integers" -- $C "$tmp/cmp.csv"
+  cp "$tmp/side.bak" "$tmp/m.csv.json"
+  cp "$tmp/m.csv" "$tmp/csv.bak"
+  python3 -c "
+import sys; p = sys.argv[1]; rows = open(p).read().split('\n'); f = rows[1].split(','); f[8] = 'nan'
+rows[1] = ','.join(f); open(p, 'w').write('\n'.join(rows))" "$tmp/m.csv"
+  refused compare-measured-nan "m.csv:2: columns start_us, end_us, duration_us" -- $C "$tmp/cmp.csv"
+  cp "$tmp/csv.bak" "$tmp/m.csv"
+  rm "$tmp/csv.bak" "$tmp/side.bak"
 else
   bad "execute for compare failed"
 fi
@@ -306,6 +341,119 @@ refused sweep-duplicate-topology-grid-value "key 'topologies[1].grid.nodes[2]'" 
 printf 'schedules: [baseline, s1, s1]\n' >> "$tmp/spec.yaml"
 refused sweep-duplicate-schedule "key 'schedules[2]'" "each schedule once" -- "$bin" sweep "$tmp/spec.yaml" --count
 sed -i '$d' "$tmp/spec.yaml"
+
+# ---- options out of range (class 1): the option is named, nothing written ----
+rejected verify-gpus-zero "--gpus" "[1, 1024]" -- "$bin" verify --gpus 0
+rejected verify-gpus-negative "--gpus" -- "$bin" verify --gpus -1
+rejected verify-gpus-huge "--gpus" -- "$bin" verify --gpus 99999999999999999999
+rejected execute-gpus-zero "--gpus" -- "$bin" execute --gpus 0 --trace "$tmp/e.csv"
+rejected execute-reps-zero "--reps" -- "$bin" execute --reps 0 --trace "$tmp/e.csv"
+rejected execute-warmup-negative "--warmup" -- "$bin" execute --warmup -1 --trace "$tmp/e.csv"
+rejected verify-seed-negative "--seed" -- "$bin" verify --seed -1
+rejected verify-device-negative "--device" -- "$bin" verify --device -1
+rejected sweep-jobs-beyond-int "--jobs" "[0, 2147483647]" -- $S "$tmp/j.csv" -j 99999999999
+rejected sweep-jobs-negative "--jobs" -- $S "$tmp/j.csv" -j -1
+# More threads than 4 per core: capped, and said so.
+out=$("$bin" sweep "$tmp/spec.yaml" -o "$tmp/jcap.csv" -j 100000 2>&1 > /dev/null)
+[[ $out == *"--jobs 100000 capped to"* ]] && [ -s "$tmp/jcap.csv" ] && ok || bad "sweep -j 100000 is capped with a message: $out"
+rm -f "$tmp/jcap.csv" "$tmp/jcap.run.json"
+rejected collective-channels-zero "--channels" -- "$bin" collective -t $T --channels 0
+rejected collective-window-negative "--window" -- "$bin" collective -t $T --op alltoall --window -1
+rejected topology-route-negative "--route" -- "$bin" topology -t $T --route -1 --to 2
+refused verify-node-gpus-not-dividing "--node-gpus: 3 GPUs per node must divide --gpus 8" -- "$bin" verify --node-gpus 3
+refused verify-node-gpus-above-gpus "--node-gpus: 16" -- "$bin" verify --node-gpus 16
+refused execute-node-gpus-not-dividing "--node-gpus: 3" -- "$bin" execute --gpus 4 --node-gpus 3 --trace "$tmp/e.csv"
+refused topology-route-to-itself "--route/--to: two different GPUs" -- "$bin" topology -t $T --route 3 --to 3
+refused topology-route-without-to "--route/--to: give both" -- "$bin" topology -t $T --route 0
+refused collective-gpus-twice "--gpus: GPU 0 is named twice" -- "$bin" collective -t $T --gpus 0,1,0
+refused collective-gpus-backwards "--gpus: the range '3-1' runs backwards" -- "$bin" collective -t $T --gpus 3-1
+refused collective-gpus-beyond "--gpus: GPU 8 does not exist" -- "$bin" collective -t $T --gpus 0-8
+
+# ---- products that would wrap (class 5): refused, naming the keys -----------
+L="$bin layer -t $T -n analytical --set"
+refused layer-flops-wrap "keys 'M', 'H'" "M*H" -- $L M=4294967296,H=4294967296
+refused layer-tokens-wrap "keys 'B', 'L'" -- $L B=9223372036854775807
+refused layer-capacity-wrap "keys 'f'" "k*f*B*L/E" -- $L f=1e20
+refused layer-int-beyond-64-bit "key 'k'" -- $L k=99999999999999999999
+F=topologies/fat-tree-1024.yaml
+refused topology-gpus-product "key 'nodes'" "nodes * node.gpus" -- "$bin" topology -t $F --topo-set nodes=1048576,fabric.nodes_per_leaf=1
+refused topology-links-product "key 'fabric.spines'" "leaves * spines" -- "$bin" topology -t $F --topo-set fabric.nodes_per_leaf=1,fabric.spines=65536
+sed 's/^  kind: fat_tree/  kind: rail/; /nodes_per_leaf/d; /oversubscription/d; s/^  bandwidth: .*/  bandwidth: 9000000000000000000Bps/' $F > "$tmp/rail.yaml"
+refused topology-rail-spine-bandwidth "rail.yaml:" "key 'fabric.bandwidth'" "bandwidth * nodes / spines" -- "$bin" topology -t "$tmp/rail.yaml"
+printf 'ranks: 1\nbuffers: [{rank: 0, name: x, elems: 1e19}]\ntasks: [{name: a, rank: 0, op: copy, bytes: 1B}]\n' > "$tmp/elems.yaml"
+refused graph-buffer-elems "elems.yaml:2:" "key 'buffers[0].elems'" "2^60" -- "$bin" simulate -t $T -g "$tmp/elems.yaml"
+python3 -c "print('ranks: 1048576\nstreams: [' + ', '.join('s%d' % i for i in range(64)) + ']\ntasks: [{name: a, rank: 0, op: copy}]')" > "$tmp/streams.yaml"
+refused graph-ranks-times-streams "streams.yaml:2:" "key 'streams'" "ranks * streams = 1048576 * 64" -- "$bin" simulate -t $T -g "$tmp/streams.yaml"
+M=experiments/bert-moe.yaml
+model() { sed "s|\.\./topologies|$PWD/topologies|; $1" $M > "$tmp/$2.yaml"; }
+# 2*batch*seq*hidden*vocab = 2 * 2^20 * 2^12 * 2^32 = 2^65 (the layer itself fits).
+model 's/^vocab: .*/vocab: 4294967296/; s/^seq: .*/seq: 1048576/; s/^batch: .*/batch: 1/; s/^hidden: .*/hidden: 4096/; s/^heads: .*/heads: 16/' big-model
+refused model-head-flops-wrap "big-model.yaml: model too large: keys 'vocab', 'hidden', 'batch', 'seq'" -- "$bin" model "$tmp/big-model.yaml" -n analytical
+
+# ---- NaN, infinities, negatives (class 6) ----------------------------------
+rejected verify-tolerance-nan "--tolerance" "finite" -- "$bin" verify --tolerance nan
+rejected verify-tolerance-negative "--tolerance" -- "$bin" verify --tolerance -1
+rejected verify-tolerance-inf "--tolerance" -- "$bin" verify --tolerance inf
+refused layer-f-nan "--set: key 'f'" -- $L f=nan
+refused layer-f-negative "--set: key 'f'" -- $L f=-1
+refused layer-B-negative "--set: key 'B'" -- $L B=-1
+refused topology-efficiency-nan "key 'link_efficiency.nvlink'" "finite" -- "$bin" topology -t $T --topo-set link_efficiency.nvlink=nan
+refused topology-oversubscription-inf "key 'fabric.oversubscription'" -- "$bin" topology -t $F --topo-set fabric.oversubscription=inf
+refused topology-oversubscription-below-1 "key 'fabric.oversubscription'" -- "$bin" topology -t $F --topo-set fabric.oversubscription=-2
+refused topology-latency-negative "key 'fabric.latency'" "negative" -- "$bin" topology -t $F --topo-set fabric.latency=-1us
+printf 'ranks: 1\ntasks: [{name: a, rank: 0, op: gemm, flops: .nan}]\n' > "$tmp/nan.yaml"
+refused graph-flops-nan "nan.yaml:2:" "key 'tasks[0].flops'" -- "$bin" simulate -t $T -g "$tmp/nan.yaml"
+printf 'ranks: 1\ntasks: [{name: a, rank: 0, op: copy, flops: -5}]\n' > "$tmp/neg.yaml"
+refused graph-flops-negative "neg.yaml:2:" "key 'tasks[0].flops'" -- "$bin" simulate -t $T -g "$tmp/neg.yaml"
+model 's/^f: .*/f: .inf/' f-inf
+refused model-f-inf "f-inf.yaml:" "key 'f'" -- "$bin" model "$tmp/f-inf.yaml"
+sed 's/^  M: \[512\]/  M: [512]\n  f: [1.2, .nan]/' "$tmp/spec.yaml" > "$tmp/spec-nan.yaml"
+refused sweep-grid-f-nan "spec-nan.yaml:" "key 'f'" -- "$bin" sweep "$tmp/spec-nan.yaml" --count
+
+# ---- input that would be ignored (class 8) ---------------------------------
+refused collective-inner-not-saa "--inner: only --op saa" -- "$bin" collective -t $T --op allreduce --inner 4
+refused collective-window-not-paced "--window:" "not auto allreduce" -- "$bin" collective -t $T --op allreduce --window 2
+refused collective-window-pairwise "--window:" "pairwise" -- "$bin" collective -t $T --op alltoall --algo pairwise --window 2
+printf 'ranks: 1\ntasks:\n  - {name: a, rank: 0, op: gemm, flops: 1}\n  - {name: b, rank: 0, op: gemm, flops: 1, deps: [a, b]}\n' > "$tmp/self.yaml"
+refused graph-self-dependency "self.yaml:4:" "task 'b' depends on itself" -- "$bin" simulate -t $T -g "$tmp/self.yaml"
+sed 's/"bytes": "450MB"}/"bytes": "450MB", "inner": 2}/' $D/graph.json > "$tmp/inner.json"
+refused graph-inner-not-saa "inner.json:2:" "key 'collectives[0].inner'" "only saa" -- "$bin" simulate -t $T -g "$tmp/inner.json"
+sed 's/"bytes": "450MB"}/"bytes": "450MB", "window": 1}/' $D/graph.json > "$tmp/window.json"
+refused graph-window-sendrecv "window.json:2:" "key 'collectives[0].window'" -- "$bin" simulate -t $T -g "$tmp/window.json"
+sed 's/{"name": "s", "rank": 0, "collective": "sr"}/{"name": "s", "rank": 0, "collective": "sr", "bytes": "1GB"}/' $D/graph.json > "$tmp/part-bytes.json"
+refused graph-bytes-on-collective-task "part-bytes.json:3:" "key 'tasks[0].bytes'" -- "$bin" simulate -t $T -g "$tmp/part-bytes.json"
+sed 's/"bytes": "450MB"}/"bytes": "450MB", "matrix": [["1B", "1B"], ["1B", "1B"]]}/' $D/graph.json > "$tmp/matrix.json"
+refused graph-matrix-not-alltoallv "matrix.json:2:" "key 'collectives[0].matrix'" -- "$bin" simulate -t $T -g "$tmp/matrix.json"
+sed 's/^  kind: switch/  kind: switch\n  nodes_per_leaf: 2/' topologies/parm-32gpu.yaml > "$tmp/switch-npl.yaml"
+refused topology-switch-nodes-per-leaf "switch-npl.yaml:" "key 'fabric.nodes_per_leaf'" "kind switch" -- "$bin" topology -t "$tmp/switch-npl.yaml"
+sed 's/^  kind: fat_tree/  kind: rail/; /nodes_per_leaf/d' $F > "$tmp/rail-over.yaml"
+refused topology-rail-oversubscription "rail-over.yaml:" "key 'fabric.oversubscription'" "kind rail" -- "$bin" topology -t "$tmp/rail-over.yaml"
+model 's/^experts_per_gpu: 1/experts_per_gpu: 1\nE: 64/' e-twice
+refused model-E-and-experts-per-gpu "e-twice.yaml:" "key 'experts_per_gpu'" "beside \`E\`" -- "$bin" model "$tmp/e-twice.yaml"
+model 's/^heads: .*/heads: 20/' heads
+refused model-heads-not-dividing-hidden "heads.yaml:" "key 'heads'" "divisor of hidden=768" -- "$bin" model "$tmp/heads.yaml"
+model 's/^moe_every: .*/moe_every: 13/' moe-every
+refused model-moe-every-beyond-layers "moe-every.yaml:" "key 'moe_every'" "at most layers=12" -- "$bin" model "$tmp/moe-every.yaml"
+sed 's/^  experts_per_gpu: \[1\]/  experts_per_gpu: [1.5]/' "$tmp/spec.yaml" > "$tmp/spec-epg.yaml"
+refused sweep-grid-experts-per-gpu-fraction "spec-epg.yaml:" "key 'grid.experts_per_gpu'" -- "$bin" sweep "$tmp/spec-epg.yaml" --count
+sed 's/^  experts_per_gpu: \[1\]/  experts_per_gpu: [1]\n  E: [32]/' "$tmp/spec.yaml" > "$tmp/spec-e.yaml"
+refused sweep-grid-E-and-experts-per-gpu "spec-e.yaml:" "key 'grid.experts_per_gpu'" -- "$bin" sweep "$tmp/spec-e.yaml" --count
+refused layer-baseline-schedule-options "--set:" "--schedule baseline would ignore them" -- $L chunks=2 --schedule baseline
+refused execute-baseline-schedule-options "--set:" "--schedule baseline would ignore them" -- \
+  "$bin" execute --schedule baseline --set gather=before_iorder --trace "$tmp/e.csv"
+refused execute-reps-on-cpu "--reps: applies to --backend cuda" -- "$bin" execute --backend cpu --reps 5 --trace "$tmp/e.csv"
+refused verify-device-on-cpu "--device: applies to --backend cuda" -- "$bin" verify --device 1
+
+# ---- messages name the option (class 9) ------------------------------------
+refused layer-network-named "--network: unknown network model 'magic'" -- "$bin" layer -t $T -n magic
+refused simulate-network-named "--network: unknown network model 'magic'" -- "$bin" simulate -t $T -g $D/graph.json -n magic
+refused model-network-named "--network: unknown network model 'magic'" -- "$bin" model $M -n magic
+refused layer-schedule-named "--schedule: unknown schedule 's3'" -- "$bin" layer -t $T --schedule s3
+refused verify-schedule-named "--schedule: unknown schedule 's3'" -- "$bin" verify --schedule s3
+# The model prints the E it runs: experts_per_gpu 1 on 4 GPUs is E=4 (not the layer default 32).
+model 's/^name: .*/name: four\ntopology_set: {nodes: 1}/' four
+out=$("$bin" model "$tmp/four.yaml" -n analytical 2>&1 | head -1)
+[[ $out == *"(4 GPUs)"*"E=4,"* ]] && ok || bad "model prints the E it runs: $out"
 
 echo "hardening: $passes passed, $fails failed ($cases refused inputs)"
 [ "$fails" = 0 ]
