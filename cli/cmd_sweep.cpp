@@ -21,18 +21,22 @@ void add_sweep(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   c->add_option("spec", a->spec, "sweep YAML (see experiments/)")->required()->check(CLI::ExistingFile);
-  c->add_option("-o,--output", a->out,
+  auto* out_opt = c->add_option("-o,--output", a->out,
                 "results CSV; STEM.run.json (input hash, version, settings) is written beside it");
-  c->add_option("-j,--jobs", a->jobs,
+  auto* jobs_opt = c->add_option("-j,--jobs", a->jobs,
                 "threads (default, 0: all cores; at most 4 per core and one per configuration are started)")
       ->check(int_in(0, 2147483647));
-  c->add_flag("--resume", a->resume, "keep the complete rows of an interrupted run (OUTPUT.partial) and run the rest; refused if an "
+  auto* resume_opt = c->add_flag("--resume", a->resume, "keep the complete rows of an interrupted run (OUTPUT.partial) and run the rest; refused if an "
               "input file changed since");
   c->add_flag("-q,--quiet", a->quiet, "no progress output");
   add_calibration_option(c, a->calibration);
+  // --count runs nothing: an output, a resume or a thread count beside it would be ignored.
   c->add_flag("--count", a->list,
               "only print how many configurations the spec holds (the product of its grids' lengths; with "
-              "skip_invalid, each combination is checked in turn, none is kept)");
+              "skip_invalid, each combination is checked in turn, none is kept)")
+      ->excludes(out_opt)
+      ->excludes(resume_opt)
+      ->excludes(jobs_opt);
   add_max_memory_option(c, a->max_memory);
   c->callback([a] {
     sweep::LoadOptions lo;

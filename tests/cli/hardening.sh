@@ -455,5 +455,12 @@ model 's/^name: .*/name: four\ntopology_set: {nodes: 1}/' four
 out=$("$bin" model "$tmp/four.yaml" -n analytical 2>&1 | head -1)
 [[ $out == *"(4 GPUs)"*"E=4,"* ]] && ok || bad "model prints the E it runs: $out"
 
+# --count runs nothing: an output, a resume or a thread count beside it is refused, not ignored (class 8).
+for extra in "-o $tmp/count.csv" "--resume" "-j 2"; do
+  cases=$((cases + 1))
+  out=$("$bin" sweep $D/small-sweep.yaml --count $extra 2>&1); rc=$?
+  if [ $rc != 0 ] && [[ $out == *"excludes"* ]] && [ ! -e "$tmp/count.csv" ]; then ok; else bad "sweep --count $extra: exit $rc: $out"; fi
+done
+
 echo "hardening: $passes passed, $fails failed ($cases refused inputs)"
 [ "$fails" = 0 ]
