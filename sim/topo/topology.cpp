@@ -214,15 +214,37 @@ void Topology::finalize() {
 
 const Route& Topology::route(int src_gpu, int dst_gpu) const {
   if (!table_.empty()) return table_[static_cast<std::size_t>(src_gpu) * num_gpus() + dst_gpu];
-  thread_local Route scratch;
-  scratch = compute_route(src_gpu, dst_gpu);
-  return scratch;
+  // Above kRouteTableGpus: a per-thread direct-mapped cache of recent routes
+  // (a ring or a repeated collective asks for the same pairs again and again),
+  // filled in place so that a miss allocates nothing once the slot has grown.
+  struct Slot {
+    std::uint64_t topo = 0;
+    int src = -1, dst = -1;
+    Route r;
+  };
+  constexpr int kBits = 13;
+  thread_local std::vector<Slot> cache(std::size_t{1} << kBits);
+  const std::uint64_t key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src_gpu)) << 32) |
+                            static_cast<std::uint32_t>(dst_gpu);
+  Slot& s = cache[(key * 0x9E3779B97F4A7C15ULL) >> (64 - kBits)];
+  if (s.topo != id_ || s.src != src_gpu || s.dst != dst_gpu) {
+    compute_route(src_gpu, dst_gpu, s.r);
+    s.topo = id_, s.src = src_gpu, s.dst = dst_gpu;
+  }
+  return s.r;
 }
 
 Route Topology::compute_route(int src_gpu, int dst_gpu) const {
   Route r;
+  compute_route(src_gpu, dst_gpu, r);
+  return r;
+}
+
+void Topology::compute_route(int src_gpu, int dst_gpu, Route& r) const {
+  r.links.clear();
+  r.latency = Time{};
   r.bottleneck = UINT64_MAX;
-  if (src_gpu == dst_gpu) return r;
+  if (src_gpu == dst_gpu) return;
   const std::vector<int>& dist = dist_to(dst_gpu);
   const int dv = gpu_vertex_.at(dst_gpu);
   int v = gpu_vertex_.at(src_gpu);
@@ -254,7 +276,6 @@ Route Topology::compute_route(int src_gpu, int dst_gpu) const {
     r.bottleneck = std::min(r.bottleneck, l.bandwidth);
     v = link_ends_[l.id].second;
   }
-  return r;
 }
 
 }  // namespace parmsim

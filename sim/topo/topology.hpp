@@ -100,7 +100,8 @@ class Topology {
 
   // Precomputed for clusters of up to kRouteTableGpus GPUs (the common
   // case, and read-only so threads may share it); computed on demand above,
-  // into a per-thread buffer that the next call on the same thread reuses.
+  // into a per-thread cache of recent routes that any later call on the same
+  // thread may overwrite (copy what you keep).
   const Route& route(int src_gpu, int dst_gpu) const;
   static constexpr int kRouteTableGpus = 256;
 
@@ -128,6 +129,7 @@ class Topology {
   const std::vector<int>& dist_to(int dst_gpu) const;
   std::vector<Route> table_;  // src * n + dst, when n <= kRouteTableGpus
   Route compute_route(int src_gpu, int dst_gpu) const;
+  void compute_route(int src_gpu, int dst_gpu, Route& r) const;  // into r, reusing its storage
 };
 
 }  // namespace parmsim
