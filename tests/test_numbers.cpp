@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "sim/calib/calibration.hpp"
+#include "sim/coll/nccl_model.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/engine/simulator.hpp"
 #include "sim/graph/task_graph.hpp"
@@ -118,4 +119,33 @@ TEST_CASE("model: the data-parallel gradient AllReduce is that AllReduce, simula
     CHECK(r.grad_sync.allreduce == alone);
     CHECK(r.grad_sync.exposed() == alone);
   }
+}
+
+TEST_CASE("NCCL's estimates for every algorithm and protocol on one 8 x H100 node, by hand", "[numbers][nccl]") {
+  // One DGX H100: the ring/tree graph has 12 channels of 30 GB/s (tests/test_nccl.cpp), so the
+  // raw bus bandwidth is 360 GB/s; n = 8 ranks, N = 1 node, Hopper (docs/collectives.md, section 3).
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml");
+  std::vector<int> g = {0, 1, 2, 3, 4, 5, 6, 7};
+  const NcclSystem s = nccl_system(g, t);
+  const auto est = [&](NcclAlgo a, NcclProto p) {
+    const auto e = nccl_estimate(CollOp::allreduce, s, a, p, 0, 1 << 30);
+    REQUIRE(e.has_value());
+    return *e;
+  };
+  // Ring Simple: 360 x 8/14 = 205.714 GB/s; 8.4 + 14 steps x 3.4 = 56.0 us.
+  CHECK(est(NcclAlgo::ring, NcclProto::simple).bw_GBps == Approx(360.0 * 8 / 14));
+  CHECK(est(NcclAlgo::ring, NcclProto::simple).lat_us == Approx(56.0));
+  // Ring LL128: min(360 x 0.92 = 331.2, 12 x 36.7 = 440.4) x 8/14 = 189.257; 14.0 + 14 x 1.9 = 40.6 us.
+  CHECK(est(NcclAlgo::ring, NcclProto::ll128).bw_GBps == Approx(331.2 * 8 / 14));
+  CHECK(est(NcclAlgo::ring, NcclProto::ll128).lat_us == Approx(40.6));
+  // Tree Simple: min(360 x 0.92, 12 x 38.7 = 464.4) = 331.2, x 1/2 = 165.6; 8.4 + 2 x 7 x 4.0 = 64.4 us.
+  CHECK(est(NcclAlgo::tree, NcclProto::simple).bw_GBps == Approx(165.6));
+  CHECK(est(NcclAlgo::tree, NcclProto::simple).lat_us == Approx(64.4));
+  // Tree LL128 (one node: x 7/9): min(331.2 x 7/9 = 257.6, 12 x 36.7 = 440.4), x 1/2 = 128.8;
+  // 14.0 + 2 x 7 x 1.25 = 31.5 us.
+  CHECK(est(NcclAlgo::tree, NcclProto::ll128).bw_GBps == Approx(128.8));
+  CHECK(est(NcclAlgo::tree, NcclProto::ll128).lat_us == Approx(31.5));
+  // Tree LL: min(331.2 / 3.8 = 87.158, llMax 141), x 1/2 = 43.579; 6.8 + 2 x 7 x 0.6 = 15.2 us.
+  CHECK(est(NcclAlgo::tree, NcclProto::ll).bw_GBps == Approx(331.2 / 3.8 / 2));
+  CHECK(est(NcclAlgo::tree, NcclProto::ll).lat_us == Approx(15.2));
 }
