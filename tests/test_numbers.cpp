@@ -149,3 +149,20 @@ TEST_CASE("NCCL's estimates for every algorithm and protocol on one 8 x H100 nod
   CHECK(est(NcclAlgo::tree, NcclProto::ll).bw_GBps == Approx(331.2 / 3.8 / 2));
   CHECK(est(NcclAlgo::tree, NcclProto::ll).lat_us == Approx(15.2));
 }
+
+TEST_CASE("NCCL's tree AllReduce on two Blackwell nodes is capped per channel", "[numbers][nccl]") {
+  // Two DGX-like nodes of B200 (dgx-h100 with gpu=b200): 8 channels (one ring per NIC). The tree
+  // AllReduce's bus bandwidth is min(channels x speed x 0.92, channels x perChMaxTree[Blackwell][2
+  // nodes] = 8 x 42.8 = 342.4); NVLink5's speed makes the cap bind, so x 1/2: 171.2 GB/s.
+  const Topology t =
+      load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml", {"nodes=2", "gpu=b200"});
+  std::vector<int> g;
+  for (int r = 0; r < 16; ++r) g.push_back(r);
+  const NcclSystem s = nccl_system(g, t);
+  const NcclGraph r = nccl_ring_graph(s);
+  REQUIRE(r.channels == 8);
+  REQUIRE(r.bw_intra * 0.92 > 42.8);  // the cap binds
+  const auto e = nccl_estimate(CollOp::allreduce, s, NcclAlgo::tree, NcclProto::simple, 0, 1 << 30);
+  REQUIRE(e.has_value());
+  CHECK(e->bw_GBps == Approx(8 * 42.8 / 2));
+}
