@@ -34,3 +34,18 @@ TEMPLATE_TEST_CASE("events pop in (time, insertion) order", "[event_queue]", int
   }
   CHECK(q.empty());
 }
+
+TEST_CASE("an event earlier than the first one pops first, whichever child of the root it lands on", "[event_queue]") {
+  // A 4-ary heap: the second to fifth events are the root's children. Each, earlier than
+  // the root, must replace it.
+  for (int slot = 1; slot <= 4; ++slot) {
+    EventQueue<int> q;
+    q.push(Time::ps(100), 0);
+    for (int i = 1; i < slot; ++i) q.push(Time::ps(200 + i), i);
+    q.push(Time::ps(5), slot);
+    CAPTURE(slot);
+    CHECK(q.top().time == Time::ps(5));
+    CHECK(q.pop().payload == slot);
+    CHECK(q.pop().payload == 0);
+  }
+}

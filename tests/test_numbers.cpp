@@ -30,7 +30,7 @@ AlphaBeta paper_ab() {
   return ab;
 }
 
-double closed_form(const MoeOp& op, int P, int G) {
+double closed_form(const MoeOp& op, int P, int G, const Calibration* cal = nullptr) {
   LayerSpec s;
   s.mp = G;
   Dims d;
@@ -39,7 +39,9 @@ double closed_form(const MoeOp& op, int P, int G) {
   d.n_ep = P / G;
   d.dtype_bytes = 4;
   const ScheduleOptions o = preset("s2");
-  return model_time({op}, s, d, o, paper_ab(), gpu_profile("h100"));
+  AlphaBeta ab = paper_ab();
+  ab.calibration = cal;
+  return model_time({op}, s, d, o, ab, gpu_profile("h100"));
 }
 
 }  // namespace
@@ -165,4 +167,34 @@ TEST_CASE("NCCL's tree AllReduce on two Blackwell nodes is capped per channel", 
   const auto e = nccl_estimate(CollOp::allreduce, s, NcclAlgo::tree, NcclProto::simple, 0, 1 << 30);
   REQUIRE(e.has_value());
   CHECK(e->bw_GBps == Approx(8 * 42.8 / 2));
+}
+
+TEST_CASE("the closed form takes a measured collective for groups of two", "[numbers][moe][model][calib]") {
+  // An MP AllGather over G = 2 of 1e6 elements (4e6 B). Without a calibration, the ring
+  // form: (2 - 1) x 1 us + 4e6 x 1/2 x 1 ns = 2.001 ms. With a measured AllGather of 2
+  // ranks inside a node, 5 us + 4e6 B / 1 GB/s = 4.005 ms.
+  MoeOp op{MoeStep::ag};
+  op.group = GroupKind::mp;
+  op.elems = 1'000'000;
+  CHECK(closed_form(op, 8, 2) == Approx(2.001e-3).epsilon(1e-12));
+  Calibration cal;
+  CalibratedCollective c;
+  c.op = CollOp::allgather;
+  c.ranks = 2;
+  c.inter = false;
+  c.alpha = Time::us(5);
+  c.bandwidth = 1'000'000'000;
+  cal.collectives.push_back(c);
+  CHECK(closed_form(op, 8, 2, &cal) == Approx(4.005e-3).epsilon(1e-12));
+}
+
+TEST_CASE("NCCL's tree LL latency over PCIe nodes, by hand", "[numbers][nccl]") {
+  // parm-32gpu: 8 nodes of 4 GPUs on PCIe, one NIC each. Tree LL AllReduce over all 32:
+  // base 6.8 + 2 ((32/8 - 1) x PCIe hop 1.0 + log2 8 x network hop 5.0) = 6.8 + 2 (3 + 15) = 42.8 us.
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
+  std::vector<int> g;
+  for (int r = 0; r < 32; ++r) g.push_back(r);
+  const auto e = nccl_estimate(CollOp::allreduce, nccl_system(g, t), NcclAlgo::tree, NcclProto::ll, 0, 1024);
+  REQUIRE(e.has_value());
+  CHECK(e->lat_us == Approx(42.8));
 }

@@ -149,6 +149,14 @@ CHECKS = [
 ]
 
 
+# What scripts/run-main.sh writes before a README command that reads its results
+# (the README shows these commands after a main-job run).
+PREPARE = {
+    r"scripts/paper_tables\.py": ["build/parmsim model experiments/bert-moe.yaml --json > out/bert-moe.json",
+                                  "build/parmsim model experiments/gpt2-moe.yaml --json > out/gpt2-moe.json"],
+}
+
+
 def commands(readme):
     """The README's commands in order: each line of a ```sh block (continuations joined) and `$ cmd` lines."""
     cmds, block = [], None
@@ -199,8 +207,15 @@ def main():
         if check is None and not HAVE_GPU:
             skips += 1
             continue
-        run = re.sub(r"(?<![\w/.-])out(?=/|\s|$)", OUT, cmd)
-        run = re.sub(r"(?<![\w/])build/", BUILD + "/", run)
+        def local(c):
+            c = re.sub(r"(?<![\w/.-])out(?=/|\s|$)", OUT, c)
+            return re.sub(r"(?<![\w/])build/", BUILD + "/", c)
+
+        for pat, pre in PREPARE.items():
+            if re.search(pat, cmd):
+                for c in pre:
+                    subprocess.run(local(c), shell=True, check=True)
+        run = local(cmd)
         t0 = time.time()
         r = subprocess.run(run, shell=True, capture_output=True, text=True)
         took = time.time() - t0
