@@ -198,3 +198,24 @@ TEST_CASE("NCCL's tree LL latency over PCIe nodes, by hand", "[numbers][nccl]") 
   REQUIRE(e.has_value());
   CHECK(e->lat_us == Approx(42.8));
 }
+
+TEST_CASE("NCCL's tree AllReduce across two nodes moves its data up and down both trees", "[numbers][nccl]") {
+  // Two DGX H100, 16 ranks, tree Simple (no protocol overhead), 1 GiB. Between the two nodes each
+  // of the two trees has one edge, spread over the 8 rails: half the data per tree, 1/8 per
+  // rail, reduced up (child -> parent) and broadcast down (parent -> child):
+  // 2 trees x 8 rails x 2 directions x 2^30 / 2 / 8 B = 2^31 B across nodes.
+  const Topology t =
+      load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml", {"nodes=2"});
+  TaskGraphBuilder b(16);
+  b.add_stream_all("comm");
+  Collective c;
+  c.name = "c";
+  c.op = CollOp::allreduce;
+  c.bytes = 1ULL << 30;
+  c.algo = "tree";
+  c.proto = "simple";
+  for (int r = 0; r < 16; ++r) c.group.push_back(r);
+  b.add_collective_tasks(c, "comm", "c");
+  const SimResult r = simulate(std::move(b).build(), t, SimOptions{"flow"});
+  CHECK(r.inter_node_bytes == (1ULL << 31));
+}
