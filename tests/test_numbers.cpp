@@ -219,3 +219,27 @@ TEST_CASE("NCCL's tree AllReduce across two nodes moves its data up and down bot
   const SimResult r = simulate(std::move(b).build(), t, SimOptions{"flow"});
   CHECK(r.inter_node_bytes == (1ULL << 31));
 }
+
+TEST_CASE("model: a dense GEMM's FLOPs are 2 m n k (seen through a calibrated kernel table)", "[numbers][model][calib]") {
+  // BERT-MoE's QKV projection: [S, M] x [M, 3M/G] with S = B L = 8 x 512 = 4096, M = 768, G = 4:
+  // 2 x 4096 x 576 x 768 = 3623878656 FLOPs. A calibration table for "qkv_gemm" that costs 1 ns per
+  // FLOP (no points: the line) makes the attention block's forward pass 3.624 s plus its other
+  // kernels and its MP AllReduce (milliseconds).
+  const Topology topo = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
+  const ModelSpec m = load_model_spec(std::string(PARMSIM_SOURCE_DIR) + "/experiments/bert-moe.yaml");
+  Calibration cal;
+  KernelTable k;
+  k.name = "qkv_gemm";
+  k.op = OpKind::gemm;
+  k.dtype = DType::fp32;
+  k.alpha = 0;
+  k.beta = 1e-9;
+  cal.kernels.push_back(k);
+  const auto it = run_model(m, topo, &cal);
+  REQUIRE(!it.empty());
+  const Component& attn = it[0].parts[1];
+  REQUIRE(attn.name == "attention");
+  const double flops = 2.0 * 4096 * 576 * 768;
+  CHECK(attn.forward.to_seconds() >= flops * 1e-9);
+  CHECK(attn.forward.to_seconds() <= flops * 1e-9 + 0.05);
+}
