@@ -243,3 +243,23 @@ TEST_CASE("model: a dense GEMM's FLOPs are 2 m n k (seen through a calibrated ke
   CHECK(attn.forward.to_seconds() >= flops * 1e-9);
   CHECK(attn.forward.to_seconds() <= flops * 1e-9 + 0.05);
 }
+
+TEST_CASE("textbook ring AllGather: chunks of ceil(S / p) bytes", "[numbers][coll]") {
+  // 9 bytes over one DGX H100's 8 GPUs: each rank forwards p - 1 = 7 chunks of ceil(9 / 8) = 2 B,
+  // 8 x 7 x 2 = 112 B in all (17 bytes: ceil(17 / 8) = 3 B, 168 B).
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml");
+  for (const auto& [bytes, moved] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{{9, 112}, {17, 168}}) {
+    TaskGraphBuilder b(8);
+    b.add_stream_all("comm");
+    Collective c;
+    c.name = "c";
+    c.op = CollOp::allgather;
+    c.bytes = bytes;
+    c.algo = "flat_ring";
+    for (int r = 0; r < 8; ++r) c.group.push_back(r);
+    b.add_collective_tasks(c, "comm", "c");
+    const SimResult r = simulate(std::move(b).build(), t, SimOptions{"analytical"});
+    CAPTURE(bytes);
+    CHECK(r.intra_node_bytes == moved);
+  }
+}
