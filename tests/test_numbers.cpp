@@ -263,3 +263,19 @@ TEST_CASE("textbook ring AllGather: chunks of ceil(S / p) bytes", "[numbers][col
     CHECK(r.intra_node_bytes == moved);
   }
 }
+
+TEST_CASE("NCCL's tree AllReduce on four Blackwell nodes is capped per channel", "[numbers][nccl]") {
+  // Beyond two nodes the tree runs at the network speed per channel, capped at perChMaxTree
+  // [Blackwell][3+ nodes] = 24 GB/s: the 48 GB/s rails make the cap bind, so the bus bandwidth is
+  // channels x 24 and the algorithm bandwidth half of it.
+  const Topology t =
+      load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml", {"nodes=4", "gpu=b200"});
+  std::vector<int> g;
+  for (int r = 0; r < 32; ++r) g.push_back(r);
+  const NcclSystem s = nccl_system(g, t);
+  const NcclGraph r = nccl_ring_graph(s);
+  REQUIRE(r.bw_inter * 0.92 > 24.0);  // the cap binds
+  const auto e = nccl_estimate(CollOp::allreduce, s, NcclAlgo::tree, NcclProto::simple, 0, 1 << 30);
+  REQUIRE(e.has_value());
+  CHECK(e->bw_GBps == Approx(r.channels * 24.0 / 2));
+}
