@@ -279,3 +279,20 @@ TEST_CASE("NCCL's tree AllReduce on four Blackwell nodes is capped per channel",
   REQUIRE(e.has_value());
   CHECK(e->bw_GBps == Approx(r.channels * 24.0 / 2));
 }
+
+TEST_CASE("NCCL's channel speed across nodes is a rung of the GPU generation's ladder", "[numbers][nccl]") {
+  // Two B200 nodes whose rails run at 23 GB/s (184 Gb/s): Blackwell's inter-node ladder
+  // (search.cc) is 96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, ...; the top rung at most 23 is 22.
+  // A ring AllReduce over the 16 GPUs then runs 8 channels x 22 GB/s, x 16/30 = 93.867 GB/s.
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml",
+                                   {"nodes=2", "gpu=b200", "fabric.bandwidth=184Gbps"});
+  std::vector<int> g;
+  for (int r = 0; r < 16; ++r) g.push_back(r);
+  const NcclSystem s = nccl_system(g, t);
+  const NcclGraph r = nccl_ring_graph(s);
+  CHECK(r.channels == 8);
+  CHECK(r.bw_inter == Approx(22.0));
+  const auto e = nccl_estimate(CollOp::allreduce, s, NcclAlgo::ring, NcclProto::simple, 0, 1 << 30);
+  REQUIRE(e.has_value());
+  CHECK(e->bw_GBps == Approx(8 * 22.0 * 16 / 30));
+}
