@@ -296,3 +296,17 @@ TEST_CASE("NCCL's channel speed across nodes is a rung of the GPU generation's l
   REQUIRE(e.has_value());
   CHECK(e->bw_GBps == Approx(8 * 22.0 * 16 / 30));
 }
+
+TEST_CASE("GPU profiles carry their sources' figures", "[numbers][gemm]") {
+  // A100 SXM4 (the profile's cited sources): 108 SMs; 19.5 FP32, 156 TF32, 312 FP16, 312 BF16
+  // TFLOP/s peak; cuBLAS sustains 19.18 FP32, 258.74 FP16, 264.53 BF16 TFLOP/s.
+  const GpuProfile& a = gpu_profile("a100");
+  CHECK(a.sm_count == 108);
+  CHECK(a.peak_fp32 == 19.5e12);
+  CHECK(a.peak_tf32 == 156e12);
+  CHECK(a.peak_fp16 == 312e12);
+  CHECK(a.peak_bf16 == 312e12);
+  CHECK(a.sustained_fp32 == 19.18e12);
+  CHECK(a.sustained_fp16 == 258.74e12);
+  CHECK(a.sustained_bf16 == 264.53e12);
+}
