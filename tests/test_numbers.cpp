@@ -310,3 +310,32 @@ TEST_CASE("GPU profiles carry their sources' figures", "[numbers][gemm]") {
   CHECK(a.sustained_fp16 == 258.74e12);
   CHECK(a.sustained_bf16 == 264.53e12);
 }
+
+TEST_CASE("NCCL's ring latency across two nodes: intra hops at least the network overhead", "[numbers][nccl]") {
+  // Two DGX H100 (n = 16, N = 2), ring LL AllReduce: nsteps = 2 (n - 1) = 30, of which 2 (N - 1) = 2
+  // cross the network at 2.7 us; the other 28 cost max(NVLink hop 0.6, network overhead 1.0 (Intel))
+  // = 1.0: 6.6 + 28 x 1.0 + 2 x 2.7 = 40.0 us.
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml", {"nodes=2"});
+  std::vector<int> g;
+  for (int r = 0; r < 16; ++r) g.push_back(r);
+  const auto e = nccl_estimate(CollOp::allreduce, nccl_system(g, t), NcclAlgo::ring, NcclProto::ll, 0, 1024);
+  REQUIRE(e.has_value());
+  CHECK(e->lat_us == Approx(40.0));
+}
+
+TEST_CASE("hierarchical AlltoAll: half of every send buffer crosses to the other node", "[numbers][coll]") {
+  // Two DGX H100, 16 ranks, 16 MiB per rank: each rank's data for the 8 ranks of the other node,
+  // 8 MiB, crosses once (gathered per rail): 16 x 8 MiB = 128 MiB across nodes.
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml", {"nodes=2"});
+  TaskGraphBuilder b(16);
+  b.add_stream_all("comm");
+  Collective c;
+  c.name = "c";
+  c.op = CollOp::alltoall;
+  c.bytes = 16ULL << 20;
+  c.algo = "hierarchical";
+  for (int r = 0; r < 16; ++r) c.group.push_back(r);
+  b.add_collective_tasks(c, "comm", "c");
+  const SimResult r = simulate(std::move(b).build(), t, SimOptions{"analytical"});
+  CHECK(r.inter_node_bytes == 128ULL << 20);
+}
