@@ -3,6 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 
 #include "sim/calib/calibration.hpp"
 #include "sim/coll/nccl_model.hpp"
@@ -338,4 +341,59 @@ TEST_CASE("hierarchical AlltoAll: half of every send buffer crosses to the other
   b.add_collective_tasks(c, "comm", "c");
   const SimResult r = simulate(std::move(b).build(), t, SimOptions{"analytical"});
   CHECK(r.inter_node_bytes == 128ULL << 20);
+}
+
+TEST_CASE("NCCL's ring Simple latency across two nodes, by hand", "[numbers][nccl]") {
+  // Two DGX H100, ring Simple AllReduce of 1 KiB (4 B per runtime channel and rank: below 64, no
+  // x1.4): the 28 intra steps cost max(NVLink Simple hop 3.4, network overhead 1.0 x 3) = 3.4, the
+  // 2 network steps 14.0: 8.4 + 28 x 3.4 + 2 x 14.0 = 131.6 us.
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml", {"nodes=2"});
+  std::vector<int> g;
+  for (int r = 0; r < 16; ++r) g.push_back(r);
+  const auto e = nccl_estimate(CollOp::allreduce, nccl_system(g, t), NcclAlgo::ring, NcclProto::simple, 0, 1024);
+  REQUIRE(e.has_value());
+  CHECK(e->lat_us == Approx(131.6));
+}
+
+TEST_CASE("NCCL's tree LL128 across two nodes: x 120/128 below the per-channel cap", "[numbers][nccl]") {
+  // Two DGX A100 on a 100 Gb/s (12.5 GB/s) fabric: the channel speed is the pre-Hopper ladder's
+  // rung 12 (tests below check the graph), 8 channels. Tree AllReduce: min(8 x 12 x 0.92 = 88.32,
+  // 8 x 23.6) = 88.32; LL128 across nodes: min(88.32 x 120/128 = 82.8, 8 x 20 = 160) = 82.8;
+  // x 1/2 = 41.4 GB/s.
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-a100.yaml",
+                                   {"nodes=2", "fabric.bandwidth=100Gbps"});
+  std::vector<int> g;
+  for (int r = 0; r < 16; ++r) g.push_back(r);
+  const NcclSystem s = nccl_system(g, t);
+  const NcclGraph r = nccl_ring_graph(s);
+  REQUIRE(r.channels == 8);
+  REQUIRE(r.bw_intra == Approx(12.0));
+  const auto e = nccl_estimate(CollOp::allreduce, s, NcclAlgo::tree, NcclProto::ll128, 0, 1 << 30);
+  REQUIRE(e.has_value());
+  CHECK(e->bw_GBps == Approx(41.4));
+}
+
+TEST_CASE("a layer with no experts or no choices is refused", "[numbers][moe][errors]") {
+  LayerSpec s;
+  s.k = 0;
+  CHECK_THROWS_WITH(make_dims(s, 32, 4), Catch::Contains("must be at least 1"));
+  s.k = 2;
+  s.E = 0;
+  CHECK_THROWS_WITH(make_dims(s, 32, 4), Catch::Contains("must be at least 1"));
+}
+
+TEST_CASE("a calibration file's kernel table: every point read, log-log between them", "[numbers][calib]") {
+  const std::string path = (std::filesystem::temp_directory_path() / "parmsim-numbers-kernels.yaml").string();
+  {
+    std::ofstream f(path);
+    f << "kernels:\n  - {name: k1, op: gemm, dtype: fp32, points_us: [[1000000, 10], [100000000, 1000]]}\n";
+  }
+  const Calibration cal = load_calibration(path);
+  std::remove(path.c_str());
+  const KernelTable* k = cal.kernel("k1", DType::fp32);
+  REQUIRE(k != nullptr);
+  REQUIRE(k->points.size() == 2);
+  // x = 1e7: halfway in log x between (1e6, 10 us) and (1e8, 1000 us): sqrt(10 x 1000) = 100 us.
+  CHECK(k->time(1e7).to_us() == Approx(100.0).epsilon(1e-9));
+  CHECK(k->time(1e6).to_us() == Approx(10.0).epsilon(1e-9));
 }
