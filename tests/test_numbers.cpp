@@ -397,3 +397,26 @@ TEST_CASE("a calibration file's kernel table: every point read, log-log between 
   CHECK(k->time(1e7).to_us() == Approx(100.0).epsilon(1e-9));
   CHECK(k->time(1e6).to_us() == Approx(10.0).epsilon(1e-9));
 }
+
+TEST_CASE("the lean baseline's backward: the ESP AllReduce follows the experts, in place", "[numbers][moe]") {
+  // Forward (ds_moe=lean): ..., AlltoAll, experts, AllReduce_ESP(D), AlltoAll, ... The AllReduce's
+  // adjoint is the identity and fc1's input gradient needs one after the experts: the backward
+  // list keeps AlltoAll, experts, AllReduce, AlltoAll in that order (the pair swapped, nothing else).
+  LayerSpec s;
+  s.ds_moe = DsMoe::lean;
+  const Dims d = make_dims(s, 32, 4);
+  const ScheduleOptions o = preset("baseline");
+  const auto fwd = forward_ops(s, d, o);
+  const auto bwd = backward_ops(fwd, s, d, o);
+  int seen = 0;
+  for (std::size_t i = 0; i < bwd.size(); ++i)
+    if (bwd[i].kind == MoeStep::ar && bwd[i].group == GroupKind::esp) {
+      ++seen;
+      REQUIRE(i >= 2);
+      REQUIRE(i + 1 < bwd.size());
+      CHECK(bwd[i - 1].kind == MoeStep::experts);
+      CHECK(bwd[i - 2].kind == MoeStep::a2a);
+      CHECK(bwd[i + 1].kind == MoeStep::a2a);
+    }
+  CHECK(seen == 1);
+}
