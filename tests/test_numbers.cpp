@@ -420,3 +420,19 @@ TEST_CASE("the lean baseline's backward: the ESP AllReduce follows the experts, 
     }
   CHECK(seen == 1);
 }
+
+TEST_CASE("NCCL's tree correction factors scale the tree's bandwidth by size", "[numbers][nccl]") {
+  // treeCorrectionFactor[LL] (tuning.cc) at log2(bytes / 64) = 18, 19, 20 (16, 32, 64 MiB): 0.9, 1.0,
+  // 1.0; everything else about a tree LL AllReduce on two DGX H100 is the same at these sizes.
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml", {"nodes=2"});
+  std::vector<int> g;
+  for (int r = 0; r < 16; ++r) g.push_back(r);
+  const NcclSystem s = nccl_system(g, t);
+  const auto bw = [&](std::uint64_t bytes) {
+    const auto e = nccl_estimate(CollOp::allreduce, s, NcclAlgo::tree, NcclProto::ll, 0, bytes);
+    REQUIRE(e.has_value());
+    return e->bw_GBps;
+  };
+  CHECK(bw(32 << 20) / bw(16 << 20) == Approx(1.0 / 0.9));
+  CHECK(bw(64 << 20) / bw(32 << 20) == Approx(1.0));
+}
