@@ -436,3 +436,13 @@ TEST_CASE("NCCL's tree correction factors scale the tree's bandwidth by size", "
   CHECK(bw(32 << 20) / bw(16 << 20) == Approx(1.0 / 0.9));
   CHECK(bw(64 << 20) / bw(32 << 20) == Approx(1.0));
 }
+
+TEST_CASE("NCCL's inter-node channel speed on Hopper: the ladder's top rung at most the rail", "[numbers][nccl]") {
+  // Two DGX H100 on a 256 Gb/s (32 GB/s) rail fabric: Hopper's inter-node ladder is 48, 45, 42,
+  // 40, 30, 24, ...; the top rung at most 32 is 30.
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml",
+                                   {"nodes=2", "fabric.bandwidth=256Gbps"});
+  std::vector<int> g;
+  for (int r = 0; r < 16; ++r) g.push_back(r);
+  CHECK(nccl_ring_graph(nccl_system(g, t)).bw_inter == Approx(30.0));
+}
