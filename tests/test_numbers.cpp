@@ -446,3 +446,19 @@ TEST_CASE("NCCL's inter-node channel speed on Hopper: the ladder's top rung at m
   for (int r = 0; r < 16; ++r) g.push_back(r);
   CHECK(nccl_ring_graph(nccl_system(g, t)).bw_inter == Approx(30.0));
 }
+
+TEST_CASE("--set assigns every builder option it names", "[numbers][moe]") {
+  // Each option set away from the s1 preset's value reads back as set (and names the schedule custom).
+  LayerSpec s;
+  ScheduleOptions o = preset("s1");
+  apply_assignments(&s, &o,
+                    {"fuse_dispatch=" + std::string(o.fuse_dispatch ? "0" : "1"),
+                     "fuse_combine=" + std::string(o.fuse_combine ? "0" : "1"), "chunks=4"},
+                    "--set");
+  const ScheduleOptions p = preset("s1");
+  CHECK(o.fuse_dispatch != p.fuse_dispatch);
+  CHECK(o.fuse_combine != p.fuse_combine);
+  CHECK(o.chunks == 4);
+  CHECK(o.name == "custom");
+}
+
