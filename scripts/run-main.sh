@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, sweeps the 1296-layer paper
 # grid and the what-if specs, runs the BERT-MoE and GPT-2-MoE models, writes a
-# layer timeline, and draws every figure. Results in out/ (override: OUT=dir).
+# layer timeline, and draws every figure. Results in out/ (override: OUT=dir); the
+# paper comparison and the measured figures also go to docs/generated/ and the README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh > /dev/null
@@ -37,6 +38,10 @@ echo "== collective model (NCCL's choice) against published nccl-tests runs"
 $bin validate nccl validation/nccl-tests.csv | sed -n '/^MAPE/,$p' 
 echo "== the paper side by side, and the ablation (also in $out/paper-comparison.md)"
 /usr/bin/python3 scripts/paper_tables.py --results "$out"
+echo "== measured figures on this machine (also in $out/measured-figures.md)"
+/usr/bin/python3 scripts/measured_figures.py --build build --out "$out/measured-figures.md"
+echo "== the README's generated blocks, from $out (docs/generated/)"
+/usr/bin/python3 scripts/readme_blocks.py --update "$out"
 echo "== figures"
 /usr/bin/python3 plots/make_figures.py --results "$out" --out "$out/figures"
 echo "== summary: speedup over the baseline per testbed (simulated)"

@@ -284,6 +284,18 @@ TEST_CASE("calibration files: points_us is optional (older files load), checked 
                     Catch::Contains("a positive size and a positive time"));
 }
 
+TEST_CASE("calibration files: an unknown key in a collective or kernel entry is refused, naming it", "[calib]") {
+  using namespace parmsim;
+  CHECK_THROWS_WITH(load_calibration(write_temp("typo-coll.yaml", R"(collectives:
+  - {op: allreduce, ranks: 8, link: intra, alpha: 10us, bandwith: 100GBps}
+)")),
+                    Catch::Contains("typo-coll.yaml:2:") && Catch::Contains("bandwith"));
+  CHECK_THROWS_WITH(load_calibration(write_temp("typo-kern.yaml", R"(kernels:
+  - {name: expert_fc1, op: gemm, dtype: fp32, points_us: [[1, 1], [2, 2]], pionts: [[3, 3]]}
+)")),
+                    Catch::Contains("typo-kern.yaml:2:") && Catch::Contains("pionts"));
+}
+
 // ---- fitted machine parameters (issue 15, part 2) ----
 
 #include "sim/calib/machine_fit.hpp"

@@ -92,3 +92,18 @@ TEST_CASE("an event before the last one popped is refused", "[event_queue]") {
   CHECK_THROWS_WITH(q.push(Time::ps(19), 2), Catch::Contains("before the last event taken"));
   CHECK_NOTHROW(q.push(Time::ps(20), 3));  // the same time is fine
 }
+
+TEST_CASE("an event earlier than the first one pops first, whichever child of the root it lands on", "[event_queue]") {
+  // A 4-ary heap: the second to fifth events are the root's children. Each, earlier than
+  // the root, must replace it.
+  for (int slot = 1; slot <= 4; ++slot) {
+    EventQueue<int> q;
+    q.push(Time::ps(100), 0);
+    for (int i = 1; i < slot; ++i) q.push(Time::ps(200 + i), i);
+    q.push(Time::ps(5), slot);
+    CAPTURE(slot);
+    CHECK(q.top().time == Time::ps(5));
+    CHECK(q.pop().payload == slot);
+    CHECK(q.pop().payload == 0);
+  }
+}

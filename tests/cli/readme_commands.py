@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Runs every command README.md shows and checks what the README says it writes.
+
+usage: readme_commands.py BUILD/parmsim REPO_ROOT
+
+Each command of a ```sh block (and each `$ command` with its output shown) is
+run from the repository root with `build/` read as the binary's build folder
+and `out/` as a temporary folder. It must exit 0 and its output must have the
+file names, columns and keys the README names for it (CHECKS below). A README
+command with no entry in CHECKS fails the test, so a new command gets checked.
+GPU commands are skipped where no GPU is usable. Not run here: scripts/run-main.sh
+(the main job, ~5 min; scripts/readme_blocks.py --check compares its README
+figures with what it wrote) and scripts/test.sh (it runs this test).
+"""
+import csv
+import glob
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN, ROOT = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+BUILD = os.path.dirname(BIN)
+OUT = tempfile.mkdtemp(prefix="readme.")
+HAVE_GPU = subprocess.run("nvidia-smi -L", shell=True, capture_output=True).returncode == 0
+
+COLL_HEADER = r"#\s+size\(B\)\s+time\(us\)\s+algbw\(GB/s\)\s+busbw\(GB/s\)\s+algorithm/protocol/channels"
+LAYER_HEADER = r"schedule\s+forward_us\s+backward_us\s+total_us\s+speedup\s+model_us\s+intra_node\s+inter_node\s+exposed_us"
+TRACE_COLS = "task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops"
+SWEEP_COLS = ("config,topology,gpus,B,L,M,H,E,k,f,mp,dtype,ds_moe,dispatch,saa,network,schedule,forward_us,backward_us,total_us,model_us,"
+              "speedup_vs_baseline,model_speedup_vs_baseline,chosen_by_model,compute_us,exposed_comm_us,"
+              "intra_node_bytes,inter_node_bytes")
+
+
+def out(p):
+    return os.path.join(OUT, p)
+
+
+def header(path):
+    with open(path) as f:
+        return f.readline().rstrip("\n")
+
+
+def has(*patterns):
+    def check(stdout):
+        for p in patterns:
+            assert re.search(p, stdout, re.M), f"output lacks /{p}/"
+    return check
+
+
+def coll_json(stdout):
+    rows = json.loads(stdout)
+    assert rows and all(set(r) == {"bytes", "time_us", "algbw_GBps", "busbw_GBps", "algorithm"} for r in rows), rows[:1]
+
+
+def layer_json(stdout):
+    j = json.loads(stdout)
+    assert set(j["schedules"]) == {"baseline", "s1", "s2"}, j.keys()
+    for s in j["schedules"].values():
+        for k in ("forward_us", "backward_us", "total_us", "model_us", "intra_node_bytes", "inter_node_bytes"):
+            assert k in s, k
+    assert j["auto"] in ("s1", "s2") and j["search"]["tried"] == 30
+
+
+def files(*names, head=None):
+    def check(stdout):
+        for n in names:
+            assert os.path.isfile(out(n)) and os.path.getsize(out(n)) > 0, f"out/{n} not written"
+            if head is not None and n.endswith(".csv"):
+                assert header(out(n)) == head, f"out/{n}: header {header(out(n))!r}"
+    return check
+
+
+def sweep(name, mpi=False):
+    def check(stdout):
+        files(name, head=SWEEP_COLS)(stdout)
+        assert os.path.isfile(out(name[:-4] + ".run.json")), f"out/{name[:-4]}.run.json not written"
+        with open(out(name)) as f:
+            n = sum(1 for _ in csv.DictReader(f))
+        assert n == 1296 * 3 if "paper-grid" in name else n == 10368 * 3, n
+        if mpi:  # the same file as without mpirun
+            assert open(out(name)).read() == open(out("paper-grid.csv")).read(), "mpirun's CSV differs"
+    return check
+
+
+def trace_files(prefix):
+    def check(stdout):
+        got = glob.glob(out(prefix) + "*")
+        assert got, f"no out/{prefix}* written"
+    return check
+
+
+def verify(n, search=False):
+    def check(stdout):
+        ok = [l for l in stdout.splitlines() if l.rstrip().endswith(" ok")]
+        assert len(ok) == n, stdout
+        if search:  # the baseline, then each variant's full name, down to its last option
+            assert all(re.search(r"chunks=[124],a2a_algo=\w+ ", l) for l in ok[1:]), ok
+    return check
+
+
+def both(*checks):
+    def check(stdout):
+        for c in checks:
+            c(stdout)
+    return check
+
+
+# (pattern matched against the README command, check of its stdout, or a string: why it is skipped)
+CHECKS = [
+    (r"^bash scripts/run-main\.sh", "the main job (~5 min); its README blocks are checked by ctest readme_generated"),
+    (r"^bash scripts/test\.sh", "runs this test"),
+    (r"--backend cuda|gpu-check\.sh|parmsim-gpu", None),  # GPU: skipped without one, else exit 0
+    (r"collective .*-b 8B,64KiB,1MiB,16MiB,1GiB$", "shown"),  # compared with the output the README shows
+    (r"collective .*--json", coll_json),
+    (r"collective .*--calibration out/nccl-calibration\.yaml", has(COLL_HEADER, r"^\s+17179869184\s")),
+    (r"collective ", has(COLL_HEADER)),
+    (r"validate nccl", has(r"MAPE")),
+    (r"validate gemm", has(r"MAPE")),
+    (r"simulate .*--trace out/demo\.json --csv out/demo\.csv", both(files("demo.json"), files("demo.csv", head=TRACE_COLS))),
+    (r"topology .*--route 0 --to 5", has(r"gpu0", r"gpu5|n1")),
+    (r"layer .*--search --json", layer_json),
+    (r"layer .*--trace out/layer\.json", both(has(LAYER_HEADER), trace_files("layer"))),
+    (r"layer ", has(LAYER_HEADER, r"^auto \(alpha-beta model\) picks s[12]")),
+    (r"mpirun .*sweep experiments/paper-grid\.yaml -o out/paper-grid-mpi\.csv", sweep("paper-grid-mpi.csv", mpi=True)),
+    (r"sweep experiments/paper-grid\.yaml -o out/paper-grid\.csv", sweep("paper-grid.csv")),
+    (r"sweep experiments/ablation\.yaml -o out/ablation\.csv", sweep("ablation.csv")),
+    (r"model experiments/bert-moe\.yaml", has(r"embedding_and_head", r"attention", r"dense_ffn", r"moe_layer",
+                                              r"dp_grad_allreduce", r"hidden_us")),
+    (r"scripts/paper_tables\.py --results out", both(files("paper-comparison.md"), has(r"^\| grid, cluster-32gpu"))),
+    (r"plots/make_figures\.py --results out --out out/figures", lambda s: glob.glob(out("figures/*.png")) or
+     (_ for _ in ()).throw(AssertionError("no out/figures/*.png"))),
+    (r"^build/parmsim_bench$", has(r"BM_EventQueue", r"BM_FatTreeAlltoAll", r"BM_Switch1024", r"BM_LayerAllSchedules",
+                                   r"BM_ModelLayerEval", r"BM_FatTreeAllReduce")),
+    (r"verify .*--schedule search", verify(31, search=True)),
+    (r"verify\b", verify(3)),
+    (r"execute --backend cpu --schedule s2 --trace out/exec-s2\.csv", files("exec-s2.csv", head=TRACE_COLS)),
+    (r"execute --backend cpu .*--trace out/cpu-exec\.csv", files("cpu-exec.csv", head=TRACE_COLS)),
+    (r"calibrate --backend cpu -o out/cpu-calibration\.yaml", both(files("cpu-calibration.yaml"),
+                                                                    lambda s: "kernels:" in open(out("cpu-calibration.yaml")).read() or
+                                                                    (_ for _ in ()).throw(AssertionError("no kernels:")))),
+    (r"calibrate --import-nccl-tests .* -o out/nccl-calibration\.yaml", both(files("nccl-calibration.yaml"), has(r"16777216|16MiB"))),
+    (r"calibrate --fit-machine .* -o out/h100-overlay\.yaml", both(files("h100-overlay.yaml"), has(r"MAPE|mape"))),
+    (r"compare --measured out/cpu-exec\.csv .* -o out/compare-cpu\.csv", files("compare-cpu.csv")),
+]
+
+
+# What scripts/run-main.sh writes before a README command that reads its results
+# (the README shows these commands after a main-job run).
+PREPARE = {
+    r"scripts/paper_tables\.py": ["build/parmsim model experiments/bert-moe.yaml --json > out/bert-moe.json",
+                                  "build/parmsim model experiments/gpt2-moe.yaml --json > out/gpt2-moe.json"],
+}
+
+
+def commands(readme):
+    """The README's commands in order: each line of a ```sh block (continuations joined) and `$ cmd` lines."""
+    cmds, block = [], None
+    lines = readme.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            block = "sh" if line.strip() == "```sh" and block is None else ("other" if block is None else None)
+            i += 1
+            continue
+        if block is None or line.startswith("$ "):
+            if block == "other" and line.startswith("$ "):
+                shown = []
+                j = i + 1
+                while j < len(lines) and not lines[j].startswith("```"):
+                    shown.append(lines[j])
+                    j += 1
+                cmds.append((line[2:], "\n".join(shown)))
+            i += 1
+            continue
+        if block == "sh" and line.strip() and not line.lstrip().startswith("#"):
+            cmd = line
+            while cmd.rstrip().endswith("\\"):
+                i += 1
+                cmd = cmd.rstrip()[:-1] + " " + lines[i].strip()
+            cmds.append((re.sub(r"\s+#\s.*$", "", cmd).strip(), None))
+        i += 1
+    return cmds
+
+
+def main():
+    os.chdir(ROOT)
+    fails = passes = skips = 0
+    only = os.environ.get("README_ONLY")  # a regex: run only the matching commands (when fixing one)
+    for cmd, shown in commands(open("README.md").read()):
+        if only and not re.search(only, cmd):
+            continue
+        entry = next(((p, c) for p, c in CHECKS if re.search(p, cmd)), None)
+        if entry is None:
+            print(f"FAIL no check for the README command: {cmd}")
+            fails += 1
+            continue
+        check = entry[1]
+        if isinstance(check, str) and check != "shown":
+            skips += 1
+            continue
+        if check is None and not HAVE_GPU:
+            skips += 1
+            continue
+        def local(c):
+            c = re.sub(r"(?<![\w/.-])out(?=/|\s|$)", OUT, c)
+            return re.sub(r"(?<![\w/])build/", BUILD + "/", c)
+
+        for pat, pre in PREPARE.items():
+            if re.search(pat, cmd):
+                for c in pre:
+                    subprocess.run(local(c), shell=True, check=True)
+        run = local(cmd)
+        t0 = time.time()
+        r = subprocess.run(run, shell=True, capture_output=True, text=True)
+        took = time.time() - t0
+        try:
+            assert r.returncode == 0, f"exit {r.returncode}: {r.stderr.strip()[-400:]}"
+            if check == "shown":
+                assert r.stdout.rstrip("\n") == shown.rstrip("\n"), f"output differs from the README's:\n{r.stdout}"
+            elif check is not None:
+                check(r.stdout)
+            passes += 1
+            print(f"ok   {took:5.1f} s  {cmd}")
+        except (AssertionError, ValueError, KeyError, OSError) as e:
+            fails += 1
+            print(f"FAIL {cmd}\n     {e}")
+    print(f"readme: {passes} commands passed, {fails} failed, {skips} skipped")
+    subprocess.run(["rm", "-rf", OUT])
+    sys.exit(1 if fails else 0)
+
+
+if __name__ == "__main__":
+    main()
