@@ -71,11 +71,12 @@ const CalibratedCollective* Calibration::find(CollOp op, int ranks, bool inter) 
   return nullptr;
 }
 
-Calibration load_calibration(const std::string& file) {
-  const YamlReader r = YamlReader::load_file(file);
+namespace {
+
+Calibration build_calibration(const YamlReader& r) {
   r.check_keys(kCal);
   Calibration cal;
-  cal.file = file;
+  cal.file = r.file();
   if (auto cs = r.opt("collectives")) {
     cs->expect_seq();
     for (std::size_t i = 0; i < cs->size(); ++i) {
@@ -153,6 +154,13 @@ Calibration load_calibration(const std::string& file) {
     }
   }
   return cal;
+}
+
+}  // namespace
+
+Calibration load_calibration(const std::string& file) { return build_calibration(YamlReader::load_file(file)); }
+Calibration parse_calibration_text(const std::string& text, const std::string& name) {
+  return build_calibration(YamlReader::load_string(text, name));
 }
 
 }  // namespace parmsim

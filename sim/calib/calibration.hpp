@@ -54,5 +54,7 @@ struct Calibration {
 };
 
 Calibration load_calibration(const std::string& file);
+// The same from text; `name` stands for the file in messages.
+Calibration parse_calibration_text(const std::string& text, const std::string& name);
 
 }  // namespace parmsim

@@ -42,11 +42,22 @@ bool number(const std::string& s, double* v) {
   }
 }
 
+std::string slurp(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ParmError(fmt::format("{}: cannot open file", file));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 }  // namespace
 
 NcclTable read_nccl_tests_text(const std::string& file, const std::string& op) {
-  std::ifstream in(file);
-  if (!in) throw ParmError(fmt::format("{}: cannot open file", file));
+  return parse_nccl_tests_text(slurp(file), file, op);
+}
+
+NcclTable parse_nccl_tests_text(const std::string& text, const std::string& file, const std::string& op) {
+  std::istringstream in(text);
   NcclTable t;
   t.file = file;
   t.op = op;
@@ -95,11 +106,10 @@ NcclTable read_nccl_tests_text(const std::string& file, const std::string& op) {
 }
 
 NcclTable read_nccl_tests_json(const std::string& file, const std::string& op) {
-  std::ifstream in(file);
-  if (!in) throw ParmError(fmt::format("{}: cannot open file", file));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  return parse_nccl_tests_json(slurp(file), file, op);
+}
+
+NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file, const std::string& op) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

@@ -87,8 +87,10 @@ Time simulate_ops(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims&
 
 }  // namespace
 
-ModelSpec load_model_spec(const std::string& file) {
-  const YamlReader r = YamlReader::load_file(file);
+namespace {
+
+ModelSpec build_model_spec(const YamlReader& r) {
+  const std::string& file = r.file();
   r.check_keys(kModel);
   ModelSpec m;
   m.file = file;
@@ -123,6 +125,13 @@ ModelSpec load_model_spec(const std::string& file) {
   m.experts_per_gpu = r.has("E") ? 0 : (r.has("experts_per_gpu") ? r.at("experts_per_gpu").as_int(1, 1 << 20) : 1);
   if (m.heads % m.layer.mp != 0) r.at("heads").fail(fmt::format("a multiple of mp={}", m.layer.mp));
   return m;
+}
+
+}  // namespace
+
+ModelSpec load_model_spec(const std::string& file) { return build_model_spec(YamlReader::load_file(file)); }
+ModelSpec parse_model_spec_text(const std::string& text, const std::string& name) {
+  return build_model_spec(YamlReader::load_string(text, name));
 }
 
 Time IterationResult::total() const {

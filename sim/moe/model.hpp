@@ -38,6 +38,8 @@ struct ModelSpec {
 };
 
 ModelSpec load_model_spec(const std::string& file);
+// The same from text; `name` stands for the file (messages, the topology's directory).
+ModelSpec parse_model_spec_text(const std::string& text, const std::string& name);
 
 struct Component {
   std::string name;

@@ -43,6 +43,9 @@ struct Spec {
 // against its topology (make_dims); an impossible one is an error naming it,
 // or is skipped and counted when the spec says skip_invalid: true.
 Spec load_spec(const std::string& file, const std::string& calibration_file = "");
+// The same from text (the fuzz targets); `name` stands for the file in messages
+// and its directory is where topology files are looked up.
+Spec parse_spec_text(const std::string& text, const std::string& name, const std::string& calibration_file = "");
 
 std::uint64_t fnv1a(const std::string& data, std::uint64_t h = 1469598103934665603ULL);
 
