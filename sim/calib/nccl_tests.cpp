@@ -117,6 +117,14 @@ NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file
     const std::size_t at = std::min<std::size_t>(e.byte, text.size());
     const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n');
     throw ParmError(fmt::format("{}:{}: malformed JSON: {}", file, line, e.what()));
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond a double (1e999): out_of_range.406 names the number ("... parsing '1e999'"),
+    // not its place: the first occurrence of that text is where it is.
+    const std::string msg = e.what();
+    const auto q = msg.find('\'');
+    const std::size_t at = q == std::string::npos ? 0 : text.find(msg.substr(q + 1, msg.rfind('\'') - q - 1));
+    const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(std::min(at, text.size())), '\n');
+    throw ParmError(fmt::format("{}:{}: malformed JSON: {}", file, line, msg));
   }
   NcclTable t;
   t.file = file;

@@ -73,6 +73,15 @@ void check_json_syntax(const std::string& text, const std::string& name) {
     if (const auto c = msg.find(", column "); c != std::string::npos)
       if (const auto colon = msg.find(": ", c); colon != std::string::npos) msg = msg.substr(colon + 2);
     throw ParmError(fmt::format("{}:{}:{}: malformed JSON: {}", name, line, col, msg));
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond a double (1e999) is out_of_range.406, "number overflow parsing '1e999'",
+    // without its place: the first occurrence of that text is where it is.
+    const std::string msg = e.what();
+    const auto q = msg.find('\'');
+    const std::string number = q == std::string::npos ? msg : msg.substr(q + 1, msg.rfind('\'') - q - 1);
+    const auto at = text.find(number);
+    const auto [line, col] = line_col(text, at == std::string::npos ? 0 : at);
+    throw ParmError(fmt::format("{}:{}:{}: malformed JSON: number out of range: {}", name, line, col, number));
   }
 }
 
