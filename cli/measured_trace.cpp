@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -79,6 +80,7 @@ MeasuredRows read_trace_rows(const std::string& csv_text, const std::string& nam
       if (fl.size() != columns) throw std::invalid_argument("x");
       id = std::stoul(fl[0]);
       if (id >= n || fl[1] != g.task(static_cast<int>(id)).name) throw std::invalid_argument("x");
+      if (m.duration[id] >= 0) throw ParmError(fmt::format("{}:{}: a second row for task {}", name, lineno, id));
       m.duration[id] = std::stod(fl[8]);
       m.start[id] = std::stod(fl[6]);
       m.end[id] = std::stod(fl[7]);
@@ -86,6 +88,11 @@ MeasuredRows read_trace_rows(const std::string& csv_text, const std::string& nam
     } catch (const std::logic_error&) {
       throw ParmError(fmt::format("{}:{}: row does not match task {} of the graph in {}.json", name, lineno, id, name));
     }
+    if (!(std::isfinite(m.start[id]) && std::isfinite(m.end[id]) && std::isfinite(m.duration[id]) &&
+          m.start[id] >= 0 && m.end[id] >= m.start[id] && m.duration[id] >= 0))
+      throw ParmError(fmt::format("{}:{}: start_us, end_us, duration_us: expected finite times with 0 <= start_us <= "
+                                  "end_us and duration_us >= 0, got {}, {}, {}",
+                                  name, lineno, fl[6], fl[7], fl[8]));
   }
   for (std::size_t i = 0; i < n; ++i)
     if (m.duration[i] < 0) throw ParmError(fmt::format("{}: task '{}' has no row", name, g.task(i).name));
