@@ -140,7 +140,7 @@ void check_line(const std::string& file, const calib::Curve& c) {
 // The file about to be written loads as --calibration would load it.
 void check_loads(const std::string& yaml, const std::string& out) {
   try {
-    (void)parse_calibration(yaml, out.empty() ? std::string("(calibration)") : out);
+    (void)parse_calibration_text(yaml, out.empty() ? std::string("(calibration)") : out);
   } catch (const ParmError& e) {
     throw ParmError(fmt::format("calibrate: the calibration would not load (nothing written): {}", e.what()));
   }

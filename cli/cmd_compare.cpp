@@ -11,6 +11,7 @@
 #include "backend/verify.hpp"
 #include "sim/calib/calibration.hpp"
 #include "cli/common.hpp"
+#include "cli/measured_trace.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/output.hpp"
@@ -18,17 +19,6 @@
 #include "sim/topo/topology_io.hpp"
 
 namespace parmsim::cli {
-
-namespace {
-
-std::vector<std::string> csv_fields(const std::string& line) {
-  std::vector<std::string> f;
-  std::stringstream ss(line);
-  for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
-  return f;
-}
-
-}  // namespace
 
 void add_compare(CLI::App& app) {
   auto* c = app.add_subcommand("compare",
@@ -57,77 +47,22 @@ void add_compare(CLI::App& app) {
                                           {"the topology file", a->topo},
                                           {"the calibration file", a->calibration},
                                           {"the --overlay file", a->overlay}});
-    std::ifstream sj(a->measured + ".json");
-    if (!sj)
-      throw ParmError(
-          fmt::format("{}: no {}.json beside it; traces from `parmsim execute` have one", a->measured, a->measured));
-    nlohmann::json side;
-    try {
-      YamlReader::load_file(a->measured + ".json");  // strict JSON, no repeated key
-      sj >> side;
-    } catch (const std::exception& e) {
-      throw ParmError(fmt::format("{}.json: {}", a->measured, e.what()));
-    }
-    // Rebuild the executed graph.
-    moe::LayerSpec s = exec::small_layer();
-    moe::ScheduleOptions custom = moe::preset("s1");
-    moe::apply_assignments(&s, &custom, split_assignments(side.value("layer", std::string())), a->measured + ".json");
-    std::string sched;
-    exec::Cluster cl{};
-    try {
-      sched = side.value("schedule", std::string("s2"));
-      cl = {side.value("gpus", 8), side.value("node_gpus", 8)};
-    } catch (const nlohmann::json::exception&) {
-      throw ParmError(fmt::format("{}.json: expected 'schedule' a string, 'gpus' and 'node_gpus' integers (as "
-                                  "`parmsim execute` writes them)",
-                                  a->measured));
-    }
-    // The executors run at most 1024 ranks, in whole nodes.
-    if (cl.gpus < 1 || cl.gpus > 1024 || cl.gpus_per_node < 1 || cl.gpus % cl.gpus_per_node != 0)
-      throw ParmError(fmt::format("{}.json: keys 'gpus', 'node_gpus': expected 1 to 1024 GPUs in whole nodes, got "
-                                  "gpus {} and node_gpus {}",
-                                  a->measured, cl.gpus, cl.gpus_per_node));
-    const moe::Dims d = moe::make_dims(s, cl.gpus, cl.gpus_per_node);
-    const moe::ScheduleOptions o = moe::preset(sched);
-    const auto f = moe::forward_ops(s, d, o);
-    const TaskGraph g = moe::build_training_graph(f, moe::backward_ops(f, s, d, o), s, d, o);
-    // Measured durations by task id.
-    std::ifstream in(a->measured);
-    std::string line;
-    std::getline(in, line);
-    // Repeated GPU runs add the duration percentiles as two more columns.
-    const std::string head = "task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops";
-    const std::size_t columns = line == head ? 11 : line == head + ",duration_p10_us,duration_p90_us" ? 13 : 0;
-    if (columns == 0)
-      throw ParmError(fmt::format("{}:1: not a parmsim trace CSV header", a->measured));
-    std::vector<double> measured(g.tasks().size(), -1), mstart(g.tasks().size(), 0), mend(g.tasks().size(), 0);
-    double measured_end = 0;
-    int lineno = 1;
-    while (std::getline(in, line)) {
-      ++lineno;
-      const auto fl = csv_fields(line);
-      std::size_t id = 0;
-      try {
-        if (fl.size() != columns) throw std::invalid_argument("x");
-        id = std::stoul(fl[0]);
-        if (id >= measured.size() || fl[1] != g.task(static_cast<int>(id)).name) throw std::invalid_argument("x");
-        measured[id] = std::stod(fl[8]);
-        mstart[id] = std::stod(fl[6]);
-        mend[id] = std::stod(fl[7]);
-        // A NaN would pass every comparison; a negative time is no measurement.
-        for (double v : {measured[id], mstart[id], mend[id]})
-          if (!std::isfinite(v) || v < 0)
-            throw ParmError(fmt::format("{}:{}: columns start_us, end_us, duration_us: expected finite times >= 0, "
-                                        "got '{}', '{}', '{}'",
-                                        a->measured, lineno, fl[6], fl[7], fl[8]));
-        measured_end = std::max(measured_end, mend[id]);
-      } catch (const std::logic_error&) {
-        throw ParmError(fmt::format("{}:{}: row does not match task {} of the graph in {}.json", a->measured, lineno,
-                                    id, a->measured));
-      }
-    }
-    for (std::size_t i = 0; i < measured.size(); ++i)
-      if (measured[i] < 0) throw ParmError(fmt::format("{}: task '{}' has no row", a->measured, g.task(i).name));
+    const auto slurp = [](const std::string& file, const std::string& missing) {
+      std::ifstream in(file, std::ios::binary);
+      if (!in) throw ParmError(missing);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      return ss.str();
+    };
+    const std::string side = slurp(
+        a->measured + ".json",
+        fmt::format("{}: no {}.json beside it; traces from `parmsim execute` have one", a->measured, a->measured));
+    // Rebuild the executed graph, then the measured durations by task id.
+    const TaskGraph g = graph_from_sidecar(side, a->measured + ".json", exec::small_layer());
+    const MeasuredRows rows =
+        read_trace_rows(slurp(a->measured, fmt::format("{}: cannot open file", a->measured)), a->measured, g);
+    const std::vector<double>&measured = rows.duration, &mstart = rows.start, &mend = rows.end;
+    const double measured_end = rows.end_time;
     // Up to three simulators side by side: uncalibrated (the topology as given), table-calibrated
     // (--calibration: measured kernels and collectives), parameter-calibrated (--overlay: fitted link
     // efficiencies and latencies). "predicted" is the one with everything given.

@@ -17,17 +17,25 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 
 def run_timed(cmd, cpu=False):
-    """Wall seconds and peak RSS (KiB) of one run, from /usr/bin/time; with cpu, also user + system seconds."""
-    r = subprocess.run(["/usr/bin/time", "-f", "%e %M %U %S"] + cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"measured_figures: {' '.join(cmd)} failed: {r.stderr.strip()[-500:]}")
-    wall, rss, user, system = r.stderr.strip().splitlines()[-1].split()
+    """Wall seconds and peak RSS (KiB) of one run (a clock around the child, and the child's
+    own rusage: /usr/bin/time's 10 ms resolution would print start-up as 0 ms); with cpu,
+    also user + system seconds."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    err = p.stderr.read().decode(errors="replace")
+    p.stderr.close()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        sys.exit(f"measured_figures: {' '.join(cmd)} failed: {err.strip()[-500:]}")
     if cpu:
-        return float(wall), int(rss), float(user) + float(system)
-    return float(wall), int(rss)
+        return wall, ru.ru_maxrss, ru.ru_utime + ru.ru_stime
+    return wall, ru.ru_maxrss
 
 
 def bench(binary, flt, reps=3):

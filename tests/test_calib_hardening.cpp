@@ -71,15 +71,15 @@ TEST_CASE("a text table whose rank list nccl-tests cut short still counts whole 
 
 TEST_CASE("the calibration loader names file:line:key for what calibrate never writes", "[calib][hardening]") {
   const std::string ok = "collectives:\n  - {op: allreduce, ranks: 8, link: intra, alpha: 15us, bandwidth: 240GBps}\n";
-  CHECK(parse_calibration(ok, "c.yaml").collectives.size() == 1);
-  CHECK_THROWS_WITH(parse_calibration(ok + "  - {op: allreduce, ranks: 8, link: intra, alpha: 1us, bandwidth: 1GBps}\n",
+  CHECK(parse_calibration_text(ok, "c.yaml").collectives.size() == 1);
+  CHECK_THROWS_WITH(parse_calibration_text(ok + "  - {op: allreduce, ranks: 8, link: intra, alpha: 1us, bandwidth: 1GBps}\n",
                                       "c.yaml"),
                     Catch::Contains("c.yaml:3:5: key 'collectives[1]'") && Catch::Contains("first at line 2"));
-  CHECK_THROWS_WITH(parse_calibration("collectives:\n  - {op: allreduce, ranks: 8, link: intra, alpha: 1us, "
+  CHECK_THROWS_WITH(parse_calibration_text("collectives:\n  - {op: allreduce, ranks: 8, link: intra, alpha: 1us, "
                                       "bandwidth: 1GBps, hosts: 0}\n",
                                       "c.yaml"),
                     Catch::Contains("key 'collectives[0].hosts'"));
-  CHECK_THROWS_WITH(parse_calibration("collectives:\n  - {op: broadcast, ranks: 8, link: intra, alpha: 1us, "
+  CHECK_THROWS_WITH(parse_calibration_text("collectives:\n  - {op: broadcast, ranks: 8, link: intra, alpha: 1us, "
                                       "bandwidth: 1GBps}\n",
                                       "c.yaml"),
                     Catch::Contains("key 'collectives[0].op'"));

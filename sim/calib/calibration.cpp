@@ -177,7 +177,7 @@ Calibration read_calibration(const YamlReader& r, const std::string& file) {
 
 Calibration load_calibration(const std::string& file) { return read_calibration(YamlReader::load_file(file), file); }
 
-Calibration parse_calibration(const std::string& text, const std::string& name) {
+Calibration parse_calibration_text(const std::string& text, const std::string& name) {
   return read_calibration(YamlReader::load_string(text, name), name);
 }
 

@@ -58,7 +58,7 @@ struct Calibration {
 // table per (name, dtype). Errors name file:line:column and the key.
 Calibration load_calibration(const std::string& file);
 // The same from text (`name` stands for the file in errors): what `calibrate`
-// checks before it writes a file.
-Calibration parse_calibration(const std::string& text, const std::string& name);
+// checks before it writes a file, and what the fuzz targets feed.
+Calibration parse_calibration_text(const std::string& text, const std::string& name);
 
 }  // namespace parmsim

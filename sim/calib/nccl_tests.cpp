@@ -95,6 +95,14 @@ void check_wrong(const std::string& cell, const std::string& where, const char* 
                                 where, cell, which, size));
 }
 
+std::string slurp(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ParmError(fmt::format("{}: cannot open file", file));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 }  // namespace
 
 std::string nccl_op(const std::string& name) {
@@ -107,8 +115,11 @@ std::string nccl_op(const std::string& name) {
 }
 
 NcclTable read_nccl_tests_text(const std::string& file, const std::string& op) {
-  std::ifstream in(file);
-  if (!in) throw ParmError(fmt::format("{}: cannot open file", file));
+  return parse_nccl_tests_text(slurp(file), file, op);
+}
+
+NcclTable parse_nccl_tests_text(const std::string& text, const std::string& file, const std::string& op) {
+  std::istringstream in(text);
   NcclTable t;
   t.file = file;
   std::set<std::string> hosts;
@@ -189,11 +200,10 @@ NcclTable read_nccl_tests_text(const std::string& file, const std::string& op) {
 }
 
 NcclTable read_nccl_tests_json(const std::string& file, const std::string& op) {
-  std::ifstream in(file);
-  if (!in) throw ParmError(fmt::format("{}: cannot open file", file));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  return parse_nccl_tests_json(slurp(file), file, op);
+}
+
+NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file, const std::string& op) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -201,6 +211,14 @@ NcclTable read_nccl_tests_json(const std::string& file, const std::string& op) {
     const std::size_t at = std::min<std::size_t>(e.byte, text.size());
     const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n');
     throw ParmError(fmt::format("{}:{}: malformed JSON: {}", file, line, e.what()));
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond a double (1e999): out_of_range.406 names the number ("... parsing '1e999'"),
+    // not its place: the first occurrence of that text is where it is.
+    const std::string msg = e.what();
+    const auto q = msg.find('\'');
+    const std::size_t at = q == std::string::npos ? 0 : text.find(msg.substr(q + 1, msg.rfind('\'') - q - 1));
+    const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(std::min(at, text.size())), '\n');
+    throw ParmError(fmt::format("{}:{}: malformed JSON: {}", file, line, msg));
   }
   NcclTable t;
   t.file = file;

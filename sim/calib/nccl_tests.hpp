@@ -41,6 +41,10 @@ NcclTable read_nccl_tests_text(const std::string& file, const std::string& op = 
 // "size" and "out_of_place" {"time" (us)} ("in_place" when out-of-place is null).
 NcclTable read_nccl_tests_json(const std::string& file, const std::string& op = "");
 
+// The same from text; `name` stands for the file (messages, the op from its name).
+NcclTable parse_nccl_tests_text(const std::string& text, const std::string& name, const std::string& op = "");
+NcclTable parse_nccl_tests_json(const std::string& text, const std::string& name, const std::string& op = "");
+
 // Either format, by content: JSON when the file starts with '{'.
 NcclTable read_nccl_tests(const std::string& file, const std::string& op = "");
 

@@ -1,5 +1,7 @@
 #include "sim/io/yaml_reader.hpp"
 
+#include <yaml-cpp/eventhandler.h>
+
 #include <fmt/format.h>
 
 #include <cctype>
@@ -71,6 +73,64 @@ void check_json_syntax(const std::string& text, const std::string& name) {
     if (const auto c = msg.find(", column "); c != std::string::npos)
       if (const auto colon = msg.find(": ", c); colon != std::string::npos) msg = msg.substr(colon + 2);
     throw ParmError(fmt::format("{}:{}:{}: malformed JSON: {}", name, line, col, msg));
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond a double (1e999) is out_of_range.406, "number overflow parsing '1e999'",
+    // without its place: the first occurrence of that text is where it is.
+    const std::string msg = e.what();
+    const auto q = msg.find('\'');
+    const std::string number = q == std::string::npos ? msg : msg.substr(q + 1, msg.rfind('\'') - q - 1);
+    const auto at = text.find(number);
+    const auto [line, col] = line_col(text, at == std::string::npos ? 0 : at);
+    throw ParmError(fmt::format("{}:{}:{}: malformed JSON: number out of range: {}", name, line, col, number));
+  }
+}
+
+// The documents of a YAML stream, parsed event by event: whether one after the
+// first holds anything, and a document that starts where the previous one did.
+// That is a token no node can start with (a ',' outside brackets, as in ", x"):
+// yaml-cpp 0.7 reports nothing and its LoadAll returns an empty document there
+// again and again, growing without end (yaml-cpp issue 1040), so the stream is
+// checked with its Parser before anything is loaded.
+struct DocumentScan : YAML::EventHandler {
+  YAML::Mark start, root;  // where the document and its root node start
+  bool empty = true;       // the root is null
+  int events = 0;
+  void OnDocumentStart(const YAML::Mark& m) override { start = m, root = m, empty = true, events = 0; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { node(m, true); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { node(m, false); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override {
+    node(m, false);
+  }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(m, false);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(m, false);
+  }
+  void OnMapEnd() override {}
+  void node(const YAML::Mark& m, bool null) {
+    if (events++ == 0) root = m, empty = null;
+  }
+};
+
+void check_documents(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentScan scan;
+  int documents = 0, last = -1;
+  while (parser.HandleNextDocument(scan)) {
+    const YAML::Mark m = scan.start;
+    if (m.pos == last) {
+      const char c = m.pos >= 0 && static_cast<std::size_t>(m.pos) < text.size() ? text[m.pos] : ' ';
+      throw ParmError(fmt::format("{}:{}:{}: malformed YAML: '{}' cannot start a value", name, m.line + 1,
+                                  m.column + 1, std::string(1, c)));
+    }
+    last = m.pos;
+    if (documents++ > 0 && !scan.empty)
+      throw ParmError(fmt::format("{}:{}:{}: a second YAML document (after '---'); a file holds one", name,
+                                  scan.root.line + 1, scan.root.column + 1));
   }
 }
 
@@ -122,14 +182,8 @@ YamlReader YamlReader::load_file(const std::string& file) {
 YamlReader YamlReader::load_string(const std::string& text, const std::string& name) {
   if (ends_with_ci(name, ".json")) check_json_syntax(text, name);
   try {
-    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    for (std::size_t i = 1; i < docs.size(); ++i)
-      if (docs[i] && !docs[i].IsNull()) {
-        const YAML::Mark m = docs[i].Mark();
-        throw ParmError(fmt::format("{}:{}:{}: a second YAML document (after '---'); a file holds one", name,
-                                    m.line + 1, m.column + 1));
-      }
-    YAML::Node n = docs.empty() ? YAML::Node() : docs.front();
+    check_documents(text, name);
+    YAML::Node n = YAML::Load(text);
     if (!n || n.IsNull()) throw ParmError(fmt::format("{}:1:1: the file is empty; expected a mapping", name));
     check_duplicate_keys(n, name);
     return YamlReader(n, name, "");

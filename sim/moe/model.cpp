@@ -87,8 +87,10 @@ Time simulate_ops(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims&
 
 }  // namespace
 
-ModelSpec load_model_spec(const std::string& file) {
-  const YamlReader r = YamlReader::load_file(file);
+namespace {
+
+ModelSpec build_model_spec(const YamlReader& r) {
+  const std::string& file = r.file();
   r.check_keys(kModel);
   ModelSpec m;
   m.file = file;
@@ -130,6 +132,13 @@ ModelSpec load_model_spec(const std::string& file) {
   if (m.moe_every > m.layers)
     r.at("moe_every").fail(fmt::format("at most layers={} (else no block has an MoE layer)", m.layers));
   return m;
+}
+
+}  // namespace
+
+ModelSpec load_model_spec(const std::string& file) { return build_model_spec(YamlReader::load_file(file)); }
+ModelSpec parse_model_spec_text(const std::string& text, const std::string& name) {
+  return build_model_spec(YamlReader::load_string(text, name));
 }
 
 Time IterationResult::total() const {

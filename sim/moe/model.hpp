@@ -38,6 +38,8 @@ struct ModelSpec {
 };
 
 ModelSpec load_model_spec(const std::string& file);
+// The same from text; `name` stands for the file (messages, the topology's directory).
+ModelSpec parse_model_spec_text(const std::string& text, const std::string& name);
 
 // The layer the model runs on `topo`: E = experts_per_gpu * GPUs when the spec
 // gives experts_per_gpu (or neither key), else its E. Checks the layer

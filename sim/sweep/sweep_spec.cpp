@@ -127,8 +127,13 @@ std::uint64_t fnv1a(const std::string& data, std::uint64_t h) {
   return h;
 }
 
-Spec load_spec(const std::string& file, const std::string& calibration_file, const LoadOptions& opt) {
-  const YamlReader r = YamlReader::load_file(file);
+namespace {
+
+// `text` is what `r` was parsed from (hashed into input_hash); topology files
+// are relative to the directory of r.file().
+Spec build_spec(const YamlReader& r, const std::string& text, const std::string& calibration_file,
+                const LoadOptions& opt) {
+  const std::string& file = r.file();
   r.check_keys(kSweep);
   Spec s;
   s.file = file;
@@ -140,7 +145,7 @@ Spec load_spec(const std::string& file, const std::string& calibration_file, con
   s.description = r.get_string("description", "");
   s.network = r.get_string("network", "flow");
   if (s.network != "flow" && s.network != "analytical") r.at("network").fail("analytical or flow");
-  s.input_hash = fnv1a(read_file(file));
+  s.input_hash = fnv1a(text);
   if (!calibration_file.empty()) s.input_hash = fnv1a(read_file(calibration_file), s.input_hash);
   s.schedules = {"baseline"};
   if (auto sc = r.opt("schedules")) {
@@ -339,6 +344,18 @@ Spec load_spec(const std::string& file, const std::string& calibration_file, con
   if (count_only) return s;
   if (s.configs.empty()) throw ParmError(fmt::format("{}: the grid expands to no valid configuration", file));
   return s;
+}
+
+}  // namespace
+
+Spec load_spec(const std::string& file, const std::string& calibration_file, const LoadOptions& opt) {
+  const YamlReader r = YamlReader::load_file(file);
+  return build_spec(r, read_file(file), calibration_file, opt);
+}
+
+Spec parse_spec_text(const std::string& text, const std::string& name, const std::string& calibration_file,
+                     const LoadOptions& opt) {
+  return build_spec(YamlReader::load_string(text, name), text, calibration_file, opt);
 }
 
 }  // namespace parmsim::sweep

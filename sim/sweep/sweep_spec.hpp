@@ -59,6 +59,10 @@ struct LoadOptions {
 // twice in one grid list, and two topology variants with the same label, are
 // errors naming file:line:column and the key.
 Spec load_spec(const std::string& file, const std::string& calibration_file = "", const LoadOptions& opt = {});
+// The same from text (the fuzz targets); `name` stands for the file in messages
+// and its directory is where topology files are looked up.
+Spec parse_spec_text(const std::string& text, const std::string& name, const std::string& calibration_file = "",
+                     const LoadOptions& opt = {});
 
 std::uint64_t fnv1a(const std::string& data, std::uint64_t h = 1469598103934665603ULL);
 

@@ -135,15 +135,15 @@ if "$bin" execute --backend cpu --schedule s1 --trace "$tmp/m.csv" > /dev/null 2
   refused compare-sidecar-duplicate "m.csv.json:" "duplicate key 'gpus'" -- $C "$tmp/cmp.csv"
   cp "$tmp/side.bak" "$tmp/m.csv.json"
   sed -i 's/"gpus": \([0-9]*\),/"gpus": 0,/' "$tmp/m.csv.json"
-  refused compare-sidecar-gpus-zero "m.csv.json: keys 'gpus', 'node_gpus'" -- $C "$tmp/cmp.csv"
+  refused compare-sidecar-gpus-zero "m.csv.json: key 'gpus': expected an integer in [1, 1024], got 0" -- $C "$tmp/cmp.csv"
   sed -i 's/"gpus": 0,/"gpus": "eight",/' "$tmp/m.csv.json"
-  refused compare-sidecar-gpus-string "m.csv.json: expected" "'gpus' and 'node_gpus' integers" -- $C "$tmp/cmp.csv"
+  refused compare-sidecar-gpus-string "m.csv.json: key 'gpus': expected an integer" 'got "eight"' -- $C "$tmp/cmp.csv"
   cp "$tmp/side.bak" "$tmp/m.csv.json"
   cp "$tmp/m.csv" "$tmp/csv.bak"
   python3 -c "
 import sys; p = sys.argv[1]; rows = open(p).read().split('\n'); f = rows[1].split(','); f[8] = 'nan'
 rows[1] = ','.join(f); open(p, 'w').write('\n'.join(rows))" "$tmp/m.csv"
-  refused compare-measured-nan "m.csv:2: columns start_us, end_us, duration_us" -- $C "$tmp/cmp.csv"
+  refused compare-measured-nan "m.csv:2: start_us, end_us, duration_us: expected finite times" -- $C "$tmp/cmp.csv"
   cp "$tmp/csv.bak" "$tmp/m.csv"
   rm "$tmp/csv.bak" "$tmp/side.bak"
 else

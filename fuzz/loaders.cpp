@@ -1,0 +1,84 @@
+#include "fuzz/loaders.hpp"
+
+#include <stdexcept>
+
+#include "cli/measured_trace.hpp"
+#include "sim/calib/calibration.hpp"
+#include "sim/calib/nccl_tests.hpp"
+#include "sim/graph/graph_io.hpp"
+#include "sim/io/yaml_reader.hpp"
+#include "sim/moe/layer.hpp"
+#include "sim/moe/model.hpp"
+#include "sim/sweep/sweep_spec.hpp"
+#include "sim/topo/topology_io.hpp"
+
+// Where a fuzzed spec pretends to live: sweep and model specs name topology
+// files relative to their own directory (experiments/ -> ../topologies/...).
+#ifndef PARMSIM_SOURCE_DIR
+#define PARMSIM_SOURCE_DIR "."
+#endif
+
+namespace parmsim::fuzz {
+
+namespace {
+
+// The executors' default layer (backend/verify.cpp's small_layer; fuzz/ links
+// only the simulator library).
+moe::LayerSpec small_layer() {
+  moe::LayerSpec s;
+  s.B = 2, s.L = 8, s.M = 16, s.H = 32, s.E = 8, s.k = 2, s.f = 2.0, s.mp = 2;
+  return s;
+}
+
+void topology(const std::string& t) { parse_topology_text(t, "fuzz.yaml"); }
+void graph_yaml(const std::string& t) { parse_task_graph_text(t, "fuzz.yaml"); }
+// A .json name adds the strict JSON check (no repeated key, no YAML-only syntax).
+void graph_json(const std::string& t) { parse_task_graph_text(t, "fuzz.json"); }
+
+// `parmsim layer --layer FILE`: a map of layer keys, read as cli/cmd_layer.cpp
+// reads it, then sized on the 32-GPU cluster (4 per node) and turned into op lists.
+void layer(const std::string& t) {
+  const YamlReader r = YamlReader::load_string(t, "fuzz.yaml");
+  moe::LayerSpec spec;
+  moe::ScheduleOptions custom = moe::preset("s1");
+  for (const std::string& k : r.keys())
+    moe::apply_assignments(&spec, &custom, {k + "=" + r.at(k).as_string()}, r.at(k).where());
+  const moe::Dims d = moe::make_dims(spec, 32, 4);
+  const auto f = moe::forward_ops(spec, d, custom);
+  moe::backward_ops(f, spec, d, custom);
+}
+
+void sweep(const std::string& t) { sweep::parse_spec_text(t, PARMSIM_SOURCE_DIR "/experiments/fuzz.yaml"); }
+void model(const std::string& t) { moe::parse_model_spec_text(t, PARMSIM_SOURCE_DIR "/experiments/fuzz.yaml"); }
+void calibration(const std::string& t) { parse_calibration_text(t, "fuzz.yaml"); }
+// The names say nothing of the collective: the op must come from the contents.
+void nccl_text(const std::string& t) { calib::parse_nccl_tests_text(t, "fuzz.txt"); }
+void nccl_json(const std::string& t) { calib::parse_nccl_tests_json(t, "fuzz.json"); }
+void trace_sidecar(const std::string& t) { cli::graph_from_sidecar(t, "fuzz.csv.json", small_layer()); }
+
+// A trace CSV against the graph of `parmsim execute --schedule s2` with its defaults.
+void trace_csv(const std::string& t) {
+  static const TaskGraph g =
+      cli::graph_from_sidecar(R"({"schedule": "s2", "gpus": 8, "node_gpus": 8})", "fuzz.csv.json", small_layer());
+  cli::read_trace_rows(t, "fuzz.csv", g);
+}
+
+}  // namespace
+
+const std::vector<std::pair<std::string, Loader>>& loaders() {
+  static const std::vector<std::pair<std::string, Loader>> all{
+      {"topology", topology},       {"graph_yaml", graph_yaml},       {"graph_json", graph_json},
+      {"layer", layer},             {"sweep", sweep},                 {"model", model},
+      {"calibration", calibration}, {"nccl_text", nccl_text},         {"nccl_json", nccl_json},
+      {"trace_csv", trace_csv},     {"trace_sidecar", trace_sidecar},
+  };
+  return all;
+}
+
+Loader loader(const std::string& name) {
+  for (const auto& [n, f] : loaders())
+    if (n == name) return f;
+  throw std::out_of_range("no fuzz target " + name);
+}
+
+}  // namespace parmsim::fuzz
