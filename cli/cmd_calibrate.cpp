@@ -204,6 +204,9 @@ void add_calibrate(CLI::App& app) {
       if (a->fit_machine) throw ParmError("calibrate --fit-machine: give the measurements with --import-nccl-tests");
       if (a->backend != "cpu" && a->backend != "cuda")
         throw ParmError(fmt::format("calibrate: unknown backend '{}': cpu or cuda", a->backend));
+      if (a->node_gpus > 0 && a->gpus % a->node_gpus != 0)
+        throw ParmError(fmt::format("--node-gpus: {} GPUs per node must divide --gpus {} (whole nodes)", a->node_gpus,
+                                    a->gpus));
       const exec::Cluster cl{a->gpus, a->node_gpus > 0 ? a->node_gpus : a->gpus};
       std::unique_ptr<exec::GpuExecutor> gpu;
       std::string where = fmt::format("CPU executor, {} ranks, {} per node", cl.gpus, cl.gpus_per_node);

@@ -455,6 +455,8 @@ model 's/^name: .*/name: four\ntopology_set: {nodes: 1}/' four
 out=$("$bin" model "$tmp/four.yaml" -n analytical 2>&1 | head -1)
 [[ $out == *"(4 GPUs)"*"E=4,"* ]] && ok || bad "model prints the E it runs: $out"
 
+refused calibrate-node-gpus-divide "--node-gpus: 3 GPUs per node must divide --gpus 8" -- \
+  "$bin" calibrate --backend cpu --gpus 8 --node-gpus 3 -o "$tmp/cal.yaml"
 # --count runs nothing: an output, a resume or a thread count beside it is refused, not ignored (class 8).
 for extra in "-o $tmp/count.csv" "--resume" "-j 2"; do
   cases=$((cases + 1))
