@@ -21,21 +21,19 @@ import time
 
 
 def run_timed(cmd, cpu=False):
-    """Wall seconds and peak RSS (KiB) of one run (a clock around the child, and the child's
-    own rusage: /usr/bin/time's 10 ms resolution would print start-up as 0 ms); with cpu,
-    also user + system seconds."""
+    """Wall seconds and peak RSS (KiB) of one run: a clock around the run (/usr/bin/time's %e
+    has 10 ms resolution, which prints start-up as 0 ms) and /usr/bin/time's %M (the rusage of
+    a child forked from Python would count Python's pages); with cpu, also user + system seconds."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(p.pid, 0)
+    r = subprocess.run(["/usr/bin/time", "-f", "%M %U %S"] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       text=True)
     wall = time.perf_counter() - t0
-    err = p.stderr.read().decode(errors="replace")
-    p.stderr.close()
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        sys.exit(f"measured_figures: {' '.join(cmd)} failed: {err.strip()[-500:]}")
+    if r.returncode != 0:
+        sys.exit(f"measured_figures: {' '.join(cmd)} failed: {r.stderr.strip()[-500:]}")
+    rss, user, system = r.stderr.strip().splitlines()[-1].split()
     if cpu:
-        return wall, ru.ru_maxrss, ru.ru_utime + ru.ru_stime
-    return wall, ru.ru_maxrss
+        return wall, int(rss), float(user) + float(system)
+    return wall, int(rss)
 
 
 def bench(binary, flt, reps=3):
