@@ -231,3 +231,24 @@ TEST_CASE("every collective over one member finishes at once", "[engine][collect
       "onev.yaml");
   CHECK(simulate(v, t).makespan == Time::zero());
 }
+
+TEST_CASE("a transfer that would end past 2^63 ps is refused with when and what to check", "[engine][hardening]") {
+  // 2^62 B from member 0 to member 1 over a 450 GB/s NVLink route: 4.6e18 / 4.5e11 s
+  // = 1.0e7 s = 1.0e19 ps, past 2^63 ps (9.2e18): the simulation must stop with the
+  // time it reached and what to look at, not a bare "time overflow".
+  const Topology t = topo("dgx-h100");
+  const TaskGraph g = parse_task_graph_text(R"(ranks: 2
+collectives:
+  - {name: v, op: alltoallv, algo: pairwise, group: [0, 1], matrix: [[0B, 4611686018427387904B], [0B, 0B]]}
+tasks:
+  - {name: v0, rank: 0, collective: v}
+  - {name: v1, rank: 1, collective: v}
+)",
+                                            "big.yaml");
+  for (const char* net : {"analytical", "flow"}) {
+    CAPTURE(net);
+    CHECK_THROWS_WITH(simulate(g, t, {net}), Catch::StartsWith("simulate: at t = ") &&
+                                                 Catch::Contains("time overflow") &&
+                                                 Catch::Contains("alltoallv matrix against the topology's bandwidths"));
+  }
+}

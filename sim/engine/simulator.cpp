@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <deque>
+#include <string_view>
 #include <span>
 
 #include "sim/calib/calibration.hpp"
@@ -118,23 +119,34 @@ class Engine {
     for (int t = 0; t < N; ++t) res_.trace[t].task = t;
     for (int t = 0; t < N; ++t)
       if (preds_left_[t] == 0) ready_.push_back(t);
-    drain();
-    std::vector<std::uint64_t> finished;
-    while (true) {
-      const std::optional<Time> tn = net_->next_completion();
-      if (!tn && events_.empty()) break;
-      ++res_.events;
-      if (tn && (events_.empty() || *tn <= events_.top().time)) {
-        now_ = *tn;
-        finished.clear();
-        net_->complete(now_, &finished);
-        for (std::uint64_t f : finished) xfer_done(f);
-      } else {
-        auto e = events_.pop();
-        now_ = e.time;
-        task_done(e.payload);
-      }
+    try {
       drain();
+      std::vector<std::uint64_t> finished;
+      while (true) {
+        const std::optional<Time> tn = net_->next_completion();
+        if (!tn && events_.empty()) break;
+        ++res_.events;
+        if (tn && (events_.empty() || *tn <= events_.top().time)) {
+          now_ = *tn;
+          finished.clear();
+          net_->complete(now_, &finished);
+          for (std::uint64_t f : finished) xfer_done(f);
+        } else {
+          auto e = events_.pop();
+          now_ = e.time;
+          task_done(e.payload);
+        }
+        drain();
+      }
+    } catch (const ParmError& e) {
+      // A time past 2^63 ps (about 106 days) comes from the graph's sizes against the
+      // topology's rates: say when, and what to look at.
+      if (std::string_view(e.what()).starts_with("time overflow"))
+        throw ParmError(fmt::format("simulate: at t = {:.3f} us, {}: a task or transfer would end past 2^63 ps "
+                                    "(about 106 days); check the graph's bytes, flops and alltoallv matrix against "
+                                    "the topology's bandwidths",
+                                    now_.to_us(), e.what()));
+      throw;
     }
     int left = 0;
     for (int t = 0; t < N; ++t) left += !done_[t];
