@@ -25,7 +25,11 @@ N=${N:-150}
 SEED=${SEED:-16}
 OUT=${OUT:-out}
 mut=$root/build-mut
-export CCACHE_BASEDIR=${CCACHE_BASEDIR:-/work} CCACHE_DIR=${CCACHE_DIR:-/work/.ccache}
+# ccache and lld when installed (faster rebuilds and links; neither is needed).
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$root")}
+extra=()
+command -v ccache > /dev/null && extra+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+command -v ld.lld > /dev/null && extra+=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld)
 mkdir -p "$OUT" "$mut"
 
 results=$mut/results.jsonl
@@ -68,9 +72,8 @@ if [ "${REPORT_ONLY:-0}" = 1 ]; then report; exit; fi
 # its objects.
 # Untracked but not ignored files (new tests not yet committed) travel too.
 { git ls-files -z; git ls-files -z --others --exclude-standard; } | tar --null -T - -cf - | tar -xmf - -C "$mut"  # -m: new mtimes, so objects of an interrupted run rebuild
-cmake -S "$mut" -B "$mut/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
-  -DPARMSIM_BENCH=OFF -DPARMSIM_ENABLE_CUDA=OFF -DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld \
-  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON > "$mut/configure.log" || exit 1
+cmake -S "$mut" -B "$mut/build" -DCMAKE_BUILD_TYPE=Release "${extra[@]}" \
+  -DPARMSIM_BENCH=OFF -DPARMSIM_ENABLE_CUDA=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON > "$mut/configure.log" || exit 1
 # A mutated .cpp is compiled at -O0 (its object only; half the time of -O3 on
 # these files, whose headers dominate), then make links it: the object is newer
 # than the source. A mutated header goes through make.
