@@ -4,6 +4,8 @@
 #   bash scripts/mutation.sh                 # 150 mutants, seed 16, report in out/mutation.md
 #   N=200 SEED=7 bash scripts/mutation.sh
 #   IDS="12 873" bash scripts/mutation.sh    # re-run chosen mutants (ids from the report)
+#   FILES="sim/net/network_model.cpp sim/net/maxmin.cpp" N=40 OUT=out/mutation-net bash scripts/mutation.sh
+#                                            # a sample of one part's mutants
 #   MUTANTS_FILE=scripts/mutants-reviewer.jsonl OUT=out/reviewer bash scripts/mutation.sh
 #                                            # hand-written mutants (the survivors a reviewer found)
 #
@@ -139,7 +141,7 @@ limit=$(python3 -c "print(int(3 * ($t1 - $t0)) + 30)")
 climit=$(python3 -c "print(int(3 * ($t2 - $t1)) + 30)")
 echo "tests take $(python3 -c "print(round($t1 - $t0, 1))") s, CLI goldens $(python3 -c "print(round($t2 - $t1, 1))") s; limits $limit s, $climit s"
 
-files=$(ls sim/net/*.cpp sim/coll/*.cpp sim/compute/*.cpp sim/moe/*.cpp sim/calib/*.cpp sim/engine/*.cpp sim/core/event_queue.hpp)
+files=${FILES:-$(ls sim/net/*.cpp sim/coll/*.cpp sim/compute/*.cpp sim/moe/*.cpp sim/calib/*.cpp sim/engine/*.cpp sim/core/event_queue.hpp)}
 python3 scripts/mutate.py list $files > "$mut/candidates.jsonl"
 python3 - "$mut/candidates.jsonl" "$N" "$SEED" "${IDS:-}" "${MUTANTS_FILE:-}" > "$mut/sample.jsonl" <<'PY'
 import json, random, sys
