@@ -56,5 +56,7 @@ if [ -e "$module" ]; then
     fail "--backend cuda with its module: exit $rc: $out"
   fi
 fi
+# A Catch2 test whose name starts with '-' is run by ctest as an option, not a test.
+if grep -n 'TEST_CASE("-' "$src"/tests/*.cpp; then fail "a TEST_CASE name starts with '-' (ctest passes it as an option)"; fi
 echo "layout: $fails failed"
 [ "$fails" = 0 ]

@@ -36,7 +36,7 @@ TEST_CASE("nccl-tests program names map to parmsim's collectives, and only those
     CHECK(calib::nccl_op(no).empty());
 }
 
-TEST_CASE("-J output lists one device per process: ranks are processes x nthreads x ngpus", "[calib][hardening]") {
+TEST_CASE("nccl-tests -J output lists one device per process: ranks are processes x nthreads x ngpus", "[calib][hardening]") {
   // Two processes (two hosts) of 4 GPUs each: 2 x 1 x 4 = 8 ranks.
   const std::string j = temp_file("two_procs.json", R"({"args": ["./all_reduce_perf", "-g", "4"],
  "config": {"nthreads": 1, "ngpus": 4, "devices": [{"rank": 0, "hostname": "a"}, {"rank": 4, "hostname": "b"}]},

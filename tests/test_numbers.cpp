@@ -447,7 +447,7 @@ TEST_CASE("NCCL's inter-node channel speed on Hopper: the ladder's top rung at m
   CHECK(nccl_ring_graph(nccl_system(g, t)).bw_inter == Approx(30.0));
 }
 
-TEST_CASE("--set assigns every builder option it names", "[numbers][moe]") {
+TEST_CASE("layer --set assigns every builder option it names", "[numbers][moe]") {
   // Each option set away from the s1 preset's value reads back as set (and names the schedule custom).
   LayerSpec s;
   ScheduleOptions o = preset("s1");
