@@ -17,50 +17,37 @@ bad() { fails=$((fails + 1)); echo "FAIL $*"; }
 snap() { (cd "$tmp" && find . -mindepth 1 \( -path ./snap -o -path ./log \) -prune -o -printf '%p %y %l\n' | sort &&
   find . -type f ! -name log -print0 | sort -z | xargs -0 -r sha256sum) ; }
 
-# refused NAME "FRAGMENT..." -- COMMAND...: exit 1, a one-line message holding
-# every fragment, and the folder exactly as before.
-refused() {
-  local name=$1
-  shift
+# check_refusal RC NAME "FRAGMENT..." -- COMMAND...: exit RC, the message (one
+# line for RC 1; its first line for CLI11's option checks, RC 105) holds every
+# fragment, and the folder is exactly as before.
+check_refusal() {
+  local want=$1 name=$2
+  shift 2
   local frags=()
   while [ "$1" != "--" ]; do frags+=("$1"); shift; done
   shift
   cases=$((cases + 1))
-  local before after out rc
+  local before after out rc msg
   before=$(snap)
   out=$(timeout 60 "$@" 2>&1 < /dev/null)
   rc=$?
   after=$(snap)
-  if [ $rc != 1 ]; then bad "$name: exit $rc (expected 1): $out"; return; fi
-  if [ "$(printf '%s\n' "$out" | wc -l)" != 1 ]; then bad "$name: not one line: $out"; return; fi
+  if [ $rc != "$want" ]; then bad "$name: exit $rc (expected $want): $out"; return; fi
+  msg=$out
+  if [ "$want" = 1 ]; then
+    if [ "$(printf '%s\n' "$out" | wc -l)" != 1 ]; then bad "$name: not one line: $out"; return; fi
+  else
+    msg=$(printf '%s\n' "$out" | head -1)
+  fi
   for f in "${frags[@]}"; do
-    if [[ $out != *"$f"* ]]; then bad "$name: message lacks '$f': $out"; return; fi
+    if [[ $msg != *"$f"* ]]; then bad "$name: message lacks '$f': $out"; return; fi
   done
   if [ "$before" != "$after" ]; then bad "$name: files changed: $(diff <(echo "$before") <(echo "$after"))"; return; fi
   ok
 }
-
-# rejected NAME "FRAGMENT..." -- COMMAND...: an option check (CLI11): exit
-# 105, the first line names the option, and the folder exactly as before.
-rejected() {
-  local name=$1
-  shift
-  local frags=()
-  while [ "$1" != "--" ]; do frags+=("$1"); shift; done
-  shift
-  cases=$((cases + 1))
-  local before after out rc
-  before=$(snap)
-  out=$(timeout 60 "$@" 2>&1 < /dev/null)
-  rc=$?
-  after=$(snap)
-  if [ $rc != 105 ]; then bad "$name: exit $rc (expected 105): $out"; return; fi
-  for f in "${frags[@]}"; do
-    if [[ $(printf '%s\n' "$out" | head -1) != *"$f"* ]]; then bad "$name: first line lacks '$f': $out"; return; fi
-  done
-  if [ "$before" != "$after" ]; then bad "$name: files changed: $(diff <(echo "$before") <(echo "$after"))"; return; fi
-  ok
-}
+# refused: a checked error (exit 1, one line). rejected: an option check (CLI11, exit 105).
+refused() { check_refusal 1 "$@"; }
+rejected() { check_refusal 105 "$@"; }
 
 D=tests/data
 T=topologies/dgx-h100.yaml
