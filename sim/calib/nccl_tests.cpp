@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "sim/core/error.hpp"
+#include "sim/io/output.hpp"
 
 namespace parmsim::calib {
 namespace {
@@ -95,14 +96,6 @@ void check_wrong(const std::string& cell, const std::string& where, const char* 
                                 where, cell, which, size));
 }
 
-std::string slurp(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ParmError(fmt::format("{}: cannot open file", file));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 std::string nccl_op(const std::string& name) {
@@ -115,7 +108,7 @@ std::string nccl_op(const std::string& name) {
 }
 
 NcclTable read_nccl_tests_text(const std::string& file, const std::string& op) {
-  return parse_nccl_tests_text(slurp(file), file, op);
+  return parse_nccl_tests_text(read_file(file), file, op);
 }
 
 NcclTable parse_nccl_tests_text(const std::string& text, const std::string& file, const std::string& op) {
@@ -200,7 +193,7 @@ NcclTable parse_nccl_tests_text(const std::string& text, const std::string& file
 }
 
 NcclTable read_nccl_tests_json(const std::string& file, const std::string& op) {
-  return parse_nccl_tests_json(slurp(file), file, op);
+  return parse_nccl_tests_json(read_file(file), file, op);
 }
 
 NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file, const std::string& op) {

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+
+#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -272,6 +274,14 @@ void write_chrome_trace(std::ostream& os, const TaskGraph& g, const SimResult& r
   }
   nlohmann::json doc = {{"traceEvents", ev}, {"displayTimeUnit", "ns"}};
   os << doc.dump(1) << "\n";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ParmError(fmt::format("{}: cannot open file", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace parmsim

@@ -35,6 +35,8 @@ struct NamedPath {
 void note_input_file(const std::string& path);
 // Whether two paths name the same existing file (st_dev and st_ino).
 bool same_file(const std::string& a, const std::string& b);
+// The whole file as bytes; a ParmError "PATH: cannot open file" when it cannot be read.
+std::string read_file(const std::string& path);
 
 // Throws a one-line ParmError naming `option` and `path` unless `path` may be
 // written as an output: not a link, directory, device, FIFO or socket; its

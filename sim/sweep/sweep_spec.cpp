@@ -9,6 +9,7 @@
 
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
+#include "sim/io/output.hpp"
 #include "sim/io/yaml_reader.hpp"
 #include "sim/topo/topology_io.hpp"
 
@@ -36,14 +37,6 @@ const Section kTopo{"sweep.topologies[]",
                      {"set", "map", "{}", "fixed overrides, key.path -> value"},
                      {"grid", "map", "{}", "key.path -> list of values; one variant per combination"}}};
 SectionRegistrar r1(kSweep), r2(kTopo);
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ParmError(fmt::format("{}: cannot open file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Two grid values that mean the same: equal text, or equal numbers ("4" and "4.0").
 bool same_value(const std::string& a, const std::string& b) {
