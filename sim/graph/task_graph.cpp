@@ -1,5 +1,6 @@
 #include "sim/graph/task_graph.hpp"
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -151,7 +152,7 @@ std::vector<int> TaskGraphBuilder::add_collective_tasks(Collective c, const std:
   std::vector<int> ids;
   for (int r : group) {
     Task t;
-    t.name = fmt::format("{}@{}", task_prefix, r);
+    t.name = fmt::format(FMT_COMPILE("{}@{}"), task_prefix, r);
     t.kind = TaskKind::collective;
     t.rank = r;
     t.stream = stream(r, stream_name);
@@ -182,16 +183,16 @@ TaskGraph TaskGraphBuilder::build() && {
   auto has_buf = [&bufs](int rank, const std::string& name) {
     return std::binary_search(bufs.begin(), bufs.end(), std::pair<int, std::string_view>(rank, name));
   };
-  // Collectives.
+  // Collectives. seen[r] holds 1 + the index of the last collective naming rank r.
+  std::vector<int> seen(R, 0);
   for (const Collective& c : g.collectives_) {
     if (c.group.empty()) throw ParmError(fmt::format("task graph: collective '{}' has an empty group", c.name));
-    std::set<int> seen;
     for (int r : c.group) {
       if (r < 0 || r >= R)
         throw ParmError(fmt::format("task graph: collective '{}' names rank {}, which does not exist (ranks 0..{})",
                                     c.name, r, R - 1));
-      if (!seen.insert(r).second)
-        throw ParmError(fmt::format("task graph: collective '{}' names rank {} twice", c.name, r));
+      if (seen[r] == c.id + 1) throw ParmError(fmt::format("task graph: collective '{}' names rank {} twice", c.name, r));
+      seen[r] = c.id + 1;
     }
     const std::size_t p = c.group.size();
     if (c.op == CollOp::alltoallv) {
@@ -210,13 +211,39 @@ TaskGraph TaskGraphBuilder::build() && {
     if (c.chunks < 1) throw ParmError(fmt::format("task graph: collective '{}' needs chunks >= 1", c.name));
   }
   g.parts_.assign(g.collectives_.size(), {});
-  std::vector<std::map<int, int>> part_of(g.collectives_.size());
-  std::vector<std::string_view> names;
-  names.reserve(g.tasks_.size());
-  for (const Task& t : g.tasks_) names.emplace_back(t.name);
-  std::sort(names.begin(), names.end());
-  for (std::size_t i = 1; i < names.size(); ++i)
-    if (names[i] == names[i - 1]) throw ParmError(fmt::format("task graph: task name '{}' used twice", names[i]));
+  // Each collective's members as (rank, member index) sorted by rank, and
+  // the task of each member (-1 until seen).
+  std::vector<std::vector<std::pair<int, int>>> members(g.collectives_.size());
+  std::vector<std::vector<int>> part_of(g.collectives_.size());
+  for (const Collective& c : g.collectives_) {
+    auto& m = members[c.id];
+    m.reserve(c.group.size());
+    for (std::size_t i = 0; i < c.group.size(); ++i) m.emplace_back(c.group[i], static_cast<int>(i));
+    std::sort(m.begin(), m.end());
+    part_of[c.id].assign(c.group.size(), -1);
+  }
+  // The member index of `rank` in collective c, or -1.
+  auto member_of = [&members](int c, int rank) {
+    const auto& m = members[c];
+    auto it = std::lower_bound(m.begin(), m.end(), std::pair<int, int>(rank, -1));
+    return it != m.end() && it->first == rank ? it->second : -1;
+  };
+  // Task names are unique: sort (hash, id) pairs and compare the names of
+  // equal hashes only (integer sorting; the names themselves are long and
+  // alike). Of several repeated names, the smallest is reported.
+  {
+    std::vector<std::pair<std::size_t, int>> hashed;
+    hashed.reserve(g.tasks_.size());
+    for (const Task& t : g.tasks_) hashed.emplace_back(std::hash<std::string_view>{}(t.name), t.id);
+    std::sort(hashed.begin(), hashed.end());
+    const std::string* dup = nullptr;
+    for (std::size_t i = 1; i < hashed.size(); ++i)
+      for (std::size_t j = i; j-- > 0 && hashed[j].first == hashed[i].first;) {
+        const std::string& a = g.tasks_[hashed[i].second].name;
+        if (a == g.tasks_[hashed[j].second].name && (!dup || a < *dup)) dup = &a;
+      }
+    if (dup) throw ParmError(fmt::format("task graph: task name '{}' used twice", *dup));
+  }
   for (const Task& t : g.tasks_) {
     if (t.rank < 0 || t.rank >= R)
       throw ParmError(fmt::format("task graph: task '{}' is on rank {}, which does not exist (ranks 0..{})", t.name,
@@ -239,39 +266,52 @@ TaskGraph TaskGraphBuilder::build() && {
         throw ParmError(
             fmt::format("task graph: task '{}' names collective id {}, which does not exist", t.name, t.collective));
       const Collective& c = g.collectives_[t.collective];
-      if (std::find(c.group.begin(), c.group.end(), t.rank) == c.group.end())
+      const int mi = member_of(t.collective, t.rank);
+      if (mi < 0)
         throw ParmError(
             fmt::format("task graph: task '{}' on rank {} is part of collective '{}', whose group does "
                         "not include rank {}",
                         t.name, t.rank, c.name, t.rank));
-      if (!part_of[t.collective].emplace(t.rank, t.id).second)
+      int& part = part_of[t.collective][mi];
+      if (part >= 0)
         throw ParmError(fmt::format("task graph: rank {} has two parts of collective '{}' ('{}' and '{}')", t.rank,
-                                    c.name, g.tasks_[part_of[t.collective][t.rank]].name, t.name));
+                                    c.name, g.tasks_[part].name, t.name));
+      part = t.id;
     }
   }
   for (const Collective& c : g.collectives_) {
-    for (int r : c.group) {
-      auto it = part_of[c.id].find(r);
-      if (it == part_of[c.id].end())
-        throw ParmError(
-            fmt::format("task graph: collective '{}' has no task on rank {}, a member of its group", c.name, r));
-      g.parts_[c.id].push_back(it->second);
+    for (std::size_t i = 0; i < c.group.size(); ++i) {
+      if (part_of[c.id][i] < 0)
+        throw ParmError(fmt::format("task graph: collective '{}' has no task on rank {}, a member of its group", c.name,
+                                    c.group[i]));
     }
+    g.parts_[c.id] = std::move(part_of[c.id]);
   }
-  // Successors: explicit deps plus stream order.
-  g.succ_.assign(N, {});
+  // Successors: explicit deps plus stream order, as (predecessor, task)
+  // pairs in task order, then grouped by predecessor (a stable counting
+  // sort, so each task's successors stay in task order).
   g.npred_.assign(N, 0);
   std::vector<std::vector<int>> last(R);
   for (int r = 0; r < R; ++r) last[r].assign(g.streams_[r].size(), -1);
+  std::vector<std::pair<int, int>> edges;
+  std::vector<int> preds;
   for (const Task& t : g.tasks_) {
-    std::vector<int> preds = t.deps;
+    preds.assign(t.deps.begin(), t.deps.end());
     int& prev = last[t.rank][t.stream];
     if (prev >= 0) preds.push_back(prev);
     prev = t.id;
     std::sort(preds.begin(), preds.end());
     preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
-    for (int p : preds) g.succ_[p].push_back(t.id);
+    for (int p : preds) edges.emplace_back(p, t.id);
     g.npred_[t.id] = static_cast<int>(preds.size());
+  }
+  g.succ_start_.assign(static_cast<std::size_t>(N) + 1, 0);
+  for (const auto& e : edges) ++g.succ_start_[e.first + 1];
+  for (int i = 0; i < N; ++i) g.succ_start_[i + 1] += g.succ_start_[i];
+  g.succ_.resize(edges.size());
+  {
+    std::vector<int> fill(g.succ_start_.begin(), g.succ_start_.end() - 1);
+    for (const auto& e : edges) g.succ_[fill[e.first]++] = e.second;
   }
   // Kahn's algorithm; leftovers are on or behind a cycle.
   std::vector<int> indeg = g.npred_;
@@ -283,14 +323,14 @@ TaskGraph TaskGraphBuilder::build() && {
     const int t = ready.back();
     ready.pop_back();
     g.topo_order_.push_back(t);
-    for (int s : g.succ_[t])
+    for (int s : g.successors(t))
       if (--indeg[s] == 0) ready.push_back(s);
   }
   if (static_cast<int>(g.topo_order_.size()) != N) {
     // Walk predecessors among the leftovers until a task repeats: that is a cycle.
     std::vector<std::vector<int>> pred(N);
     for (int i = 0; i < N; ++i)
-      for (int s : g.succ_[i]) pred[s].push_back(i);
+      for (int s : g.successors(i)) pred[s].push_back(i);
     int start = -1;
     for (int i = 0; i < N && start < 0; ++i)
       if (indeg[i] > 0) start = i;

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "sim/core/time.hpp"
+#include <span>
 #include <string>
 #include <vector>
 
@@ -121,7 +122,9 @@ class TaskGraph {
   // Task ids in a topological order (stream order and edges respected).
   const std::vector<int>& topo_order() const { return topo_order_; }
   // Task ids that follow `id`: its dependents and its stream successor.
-  const std::vector<int>& successors(int id) const { return succ_[id]; }
+  std::span<const int> successors(int id) const {
+    return {succ_.data() + succ_start_[id], succ_.data() + succ_start_[id + 1]};
+  }
   // Number of predecessors (deps plus stream predecessor).
   int num_predecessors(int id) const { return npred_[id]; }
 
@@ -134,7 +137,7 @@ class TaskGraph {
   std::vector<Collective> collectives_;
   std::vector<std::vector<int>> parts_;
   std::vector<int> topo_order_;
-  std::vector<std::vector<int>> succ_;
+  std::vector<int> succ_start_, succ_;  // successors of t: succ_[succ_start_[t] .. succ_start_[t + 1])
   std::vector<int> npred_;
 };
 

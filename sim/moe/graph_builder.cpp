@@ -1,5 +1,6 @@
 // Task graphs of a layer's op lists, with the data bindings executors use.
 #include "sim/moe/layer.hpp"
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -140,7 +141,7 @@ class GraphBuilder {
     if (dry_) return;
     for (int r = 0; r < d_.P; ++r) {
       Task t;
-      t.name = fmt::format("{}{}#{}@{}", bwd ? "bwd_" : "", k.name, n_++, r);
+      t.name = fmt::format(FMT_COMPILE("{}{}#{}@{}"), bwd ? "bwd_" : "", k.name, n_++, r);
       t.rank = r;
       t.stream = 0;
       t.op = k.op;
@@ -154,7 +155,7 @@ class GraphBuilder {
       t.inputs = in;
       t.outputs = out;
       t.iargs = args(r);
-      chain(r, b_.add_task(t));
+      chain(r, b_.add_task(std::move(t)));
     }
   }
   // Timing-only kernels of an op (the extra kernels of a fused op).
@@ -388,7 +389,7 @@ class GraphBuilder {
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
       const bool solo = groups[gi].size() < 2 && op != CollOp::saa;
       Collective c;
-      c.name = fmt::format("{}#{}.{}", label, n_, gi);
+      c.name = fmt::format(FMT_COMPILE("{}#{}.{}"), label, n_, gi);
       c.op = op;
       c.group = groups[gi];
       c.bytes = bytes;
@@ -408,7 +409,8 @@ class GraphBuilder {
         // A group of one moves no bytes; it still has to put its data in place.
         c.bytes = 0;
       }
-      const auto ids = b_.add_collective_tasks(c, stream, c.name);
+      const std::string prefix = c.name;
+      const auto ids = b_.add_collective_tasks(std::move(c), stream, prefix);
       for (std::size_t m = 0; m < ids.size(); ++m) {
         const int r = groups[gi][m];
         if (!extra.empty() && extra[r] >= 0) b_.add_dep(ids[m], extra[r]);

@@ -34,10 +34,14 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
 
   w.cap = capacity;
   w.count.resize(L);
+  w.share.resize(L);
   w.active.clear();
   for (std::size_t l = 0; l < L; ++l) {
     w.count[l] = w.start[l + 1] - w.start[l];
-    if (w.count[l] > 0) w.active.push_back(static_cast<std::uint32_t>(l));
+    if (w.count[l] > 0) {
+      w.active.push_back(static_cast<std::uint32_t>(l));
+      w.share[l] = w.cap[l] / w.count[l];
+    }
   }
   auto& cap = w.cap;
   auto& count = w.count;
@@ -77,7 +81,9 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
     rate[f] = r;
     for (int l : flows[f]) {
       cap[l] -= r;
-      --count[l];
+      // The share is kept current as cap / count (the same division the
+      // scan would make), so a round's scan compares without dividing.
+      if (--count[l] > 0) w.share[l] = cap[l] / count[l];
       if (use_heap && !w.touched[l]) w.touched[l] = 1, w.changed.push_back(static_cast<std::uint32_t>(l));
     }
   };
@@ -105,16 +111,23 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
       }
       return L;
     }
+    // Raw pointers: through the vectors the compiler reloads their data
+    // pointers after every store to `active` (they might alias).
+    std::uint32_t* act = w.active.data();
+    const std::uint32_t* cnt = count.data();
+    const double* sh = w.share.data();
+    const std::size_t n = w.active.size();
     std::size_t best = L;
-    *share = std::numeric_limits<double>::infinity();
+    double min = std::numeric_limits<double>::infinity();
     std::size_t keep = 0;
-    for (std::uint32_t l : w.active) {
-      if (count[l] == 0) continue;
-      w.active[keep++] = l;
-      const double sh = cap[l] / count[l];
-      if (sh < *share) *share = sh, best = l;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint32_t l = act[i];
+      if (cnt[l] == 0) continue;
+      act[keep++] = l;
+      if (sh[l] < min) min = sh[l], best = l;
     }
     w.active.resize(keep);
+    *share = min;
     return best;
   };
   while (true) {

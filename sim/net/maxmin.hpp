@@ -27,7 +27,7 @@ std::vector<double> max_min_rates(const std::vector<double>& capacity, const std
 // thousands of times per run). `rate` is resized to the number of flows.
 struct MaxMinScratch {
   std::vector<std::uint32_t> start, on, fill, count;
-  std::vector<double> cap;
+  std::vector<double> cap, share;  // share[l] = cap[l] / count[l] while count[l] > 0
   struct Share {
     double share;
     std::uint32_t link;

@@ -203,7 +203,8 @@ class FlowModel final : public NetworkModel {
         mark(l);
       }
     }
-    std::sort(done_buf_.begin(), done_buf_.end());  // by start order
+    // By start order (often already so: skip the sort then).
+    if (!std::is_sorted(done_buf_.begin(), done_buf_.end())) std::sort(done_buf_.begin(), done_buf_.end());
     for (const auto& [seq, slot] : done_buf_) {
       done->push_back(flows_[slot].id);
       live_links_ -= flows_[slot].len;
