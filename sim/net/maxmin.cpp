@@ -66,9 +66,11 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
   if (use_heap) {
     for (std::uint32_t l : w.active) w.heap.push_back({cap[l] / count[l], l});
     std::make_heap(w.heap.begin(), w.heap.end(), later);
-    w.touched.assign(L, 0);
   }
+  w.touched.assign(L, 0);
   w.changed.clear();
+  w.tied.clear();
+  w.tie_pos = 0;
   w.fixed.assign(F, 0);
   // Capped flows by increasing cap (ties by index): the next one to fix.
   w.by_cap.clear();
@@ -84,7 +86,7 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
       // The share is kept current as cap / count (the same division the
       // scan would make), so a round's scan compares without dividing.
       if (--count[l] > 0) w.share[l] = cap[l] / count[l];
-      if (use_heap && !w.touched[l]) w.touched[l] = 1, w.changed.push_back(static_cast<std::uint32_t>(l));
+      if (!w.touched[l]) w.touched[l] = 1, w.changed.push_back(static_cast<std::uint32_t>(l));
     }
   };
   auto repush = [&] {
@@ -111,24 +113,53 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
       }
       return L;
     }
+    // The scan, with ties kept. A full scan finds the smallest share and
+    // every link that has exactly it (`tied`, in id order); the links whose
+    // share has changed since are in `changed`. Every other link still has
+    // the share it had then, above the tied level. So the next bottleneck
+    // (smallest share, lowest id) is the better of the first tied link still
+    // untouched and the best changed link; only when no tied link is left
+    // (or the changed links are many) is a full scan needed. The same link
+    // as a full scan every round, at a fraction of the cost when shares tie
+    // (an AlltoAll's NICs).
     // Raw pointers: through the vectors the compiler reloads their data
-    // pointers after every store to `active` (they might alias).
-    std::uint32_t* act = w.active.data();
+    // pointers after every store (they might alias).
     const std::uint32_t* cnt = count.data();
     const double* sh = w.share.data();
+    const char* touched = w.touched.data();
+    while (w.tie_pos < w.tied.size() && (touched[w.tied[w.tie_pos]] || cnt[w.tied[w.tie_pos]] == 0)) ++w.tie_pos;
+    if (w.tie_pos < w.tied.size() && 2 * w.changed.size() < w.active.size()) {
+      std::size_t best = w.tied[w.tie_pos];
+      double min = w.level;
+      for (std::uint32_t l : w.changed)
+        if (cnt[l] > 0 && (sh[l] < min || (sh[l] == min && l < best))) min = sh[l], best = l;
+      *share = min;
+      return best;
+    }
+    for (std::uint32_t l : w.changed) w.touched[l] = 0;
+    w.changed.clear();
+    std::uint32_t* act = w.active.data();
     const std::size_t n = w.active.size();
-    std::size_t best = L;
     double min = std::numeric_limits<double>::infinity();
     std::size_t keep = 0;
+    w.tied.clear();
+    w.tie_pos = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const std::uint32_t l = act[i];
       if (cnt[l] == 0) continue;
       act[keep++] = l;
-      if (sh[l] < min) min = sh[l], best = l;
+      if (sh[l] < min) {
+        min = sh[l];
+        w.tied.clear();
+        w.tied.push_back(l);
+      } else if (sh[l] == min && !w.tied.empty()) {
+        w.tied.push_back(l);
+      }
     }
     w.active.resize(keep);
+    w.level = min;
     *share = min;
-    return best;
+    return w.tied.empty() ? L : w.tied[0];
   };
   while (true) {
     double share = 0;

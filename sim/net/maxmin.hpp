@@ -36,6 +36,9 @@ struct MaxMinScratch {
   std::vector<std::uint32_t> active;
   std::vector<char> fixed, touched;
   std::vector<std::uint32_t> changed;
+  std::vector<std::uint32_t> tied;  // the scan's links at the smallest share, in id order
+  std::size_t tie_pos = 0;
+  double level = 0;
   std::vector<std::uint32_t> by_cap;
 };
 void max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows,
