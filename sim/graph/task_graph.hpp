@@ -153,6 +153,7 @@ class TaskGraphBuilder {
   int add_task(Task t);              // id assigned
   void add_dep(int task, int on);
   int num_tasks() const { return static_cast<int>(g_.tasks_.size()); }
+  void reserve_tasks(std::size_t n) { g_.tasks_.reserve(n); }
   Task& task(int id) { return g_.tasks_[id]; }
   // Validates and freezes. Throws ParmError with the offending names.
   TaskGraph build() &&;

@@ -30,6 +30,9 @@ class GraphBuilder {
  public:
   GraphBuilder(const LayerSpec& s, const Dims& d, const ScheduleOptions& o)
       : s_(s), d_(d), o_(o), g_(make_groups(d.P, d.G)), b_(d.P), prev_(d.P, -1) {
+    // About 30 tasks per rank for a layer's forward or backward pass: reserved,
+    // so the task array (a Task is a few hundred bytes) is not moved as it grows.
+    b_.reserve_tasks(static_cast<std::size_t>(d.P) * 32);
     b_.add_stream_all("compute");
     b_.add_stream_all("comm");
     b_.add_stream_all("rs");
@@ -155,6 +158,7 @@ class GraphBuilder {
       t.inputs = in;
       t.outputs = out;
       t.iargs = args(r);
+      t.deps.reserve(2);  // the rank's previous task, and at most one more
       chain(r, b_.add_task(std::move(t)));
     }
   }

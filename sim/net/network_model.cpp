@@ -175,12 +175,24 @@ class FlowModel final : public NetworkModel {
         finish(slot);
       }
     } else if (global_next_ <= t) {
-      for (std::size_t i = 0; i < act_.size();) {
-        if (flows_[act_[i]].finish <= t)
-          finish(act_[i]);  // act_[i] is now another flow
-        else
-          ++i;
+      // Compacted in order (not swapped from the end), so the active list
+      // stays close to start order and the finished flows come out sorted
+      // by it, as they are reported, without the sort below.
+      std::size_t keep = 0;
+      for (std::size_t i = 0; i < act_.size(); ++i) {
+        const std::uint32_t slot = act_[i];
+        Flow& f = flows_[slot];
+        if (f.finish <= t) {
+          for (std::uint32_t k = 0; k < f.len; ++k) leave(arena_[f.off + k]);
+          f.state = State::done;
+          done_buf_.push_back({f.seq, slot});
+          --active_;
+        } else {
+          f.act_pos = static_cast<std::uint32_t>(keep);
+          act_[keep++] = slot;
+        }
       }
+      act_.resize(keep);
     }
     // Flows whose latency has passed join; empty ones complete at once.
     while (!pending_.empty() && pending_.top().time == t) {
