@@ -167,8 +167,10 @@ struct Costs {
 
 }  // namespace
 
-double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
-                  const AlphaBeta& ab, const GpuProfile& gpu) {
+namespace {
+
+double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                     const AlphaBeta& ab, const GpuProfile& gpu) {
   Costs c{ab, d, o.a2a_algo, s.saa_algo, ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra};
   if (ab.costs) c.init_handles();
   const double bytes = d.dtype_bytes;
@@ -182,12 +184,7 @@ double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims&
       case MoeStep::experts:
       case MoeStep::kernel:
       case MoeStep::slot_slice: {
-        double one = 0;
-        for (const auto& k : kernels(op, s, d)) {
-          std::string kind;  // only needed to look up a calibration table
-          if (ab.calibration) kind = op.backward ? std::string("bwd_") + k.name : std::string(k.name);
-          one += kernel_time(k, s.dtype, gpu, ab.calibration, kind).to_seconds();
-        }
+        double one = kernels_seconds(op, s, d, gpu, ab.calibration);
         if (op.kind == MoeStep::experts) {
           const double reps = static_cast<double>(expert_repeats(s, d));
           one *= reps;
@@ -225,11 +222,20 @@ double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims&
   return t;
 }
 
+}  // namespace
+
+double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                  const AlphaBeta& ab, const GpuProfile& gpu) {
+  return model_time_of(ops, s, d, o, ab, gpu);
+}
+
 ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab,
                       const GpuProfile& gpu) {
-  const auto fwd = forward_ops(s, d, o);
-  const auto bwd = backward_ops(fwd, s, d, o);
-  return {model_time(fwd, s, d, o, ab, gpu), model_time(bwd, s, d, o, ab, gpu)};
+  OpList fwd, bwd;
+  forward_ops(s, d, o, &fwd);
+  const std::span<const MoeOp> f(fwd.data(), fwd.size());
+  backward_ops(f, s, d, o, &bwd);
+  return {model_time_of(f, s, d, o, ab, gpu), model_time_of({bwd.data(), bwd.size()}, s, d, o, ab, gpu)};
 }
 
 }  // namespace parmsim::moe
