@@ -11,6 +11,7 @@
 
 #include "sim/coll/collective_cost.hpp"
 #include "sim/coll/nccl_model.hpp"
+#include "sim/compute/gemm_model.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/moe/layer.hpp"
@@ -238,4 +239,29 @@ TEST_CASE("closed form: OpList and kernel_list match the vector builders", "[moe
           CHECK(moe::kernels_seconds(a, s, d, gpu, nullptr) == sum);
         }
     }
+}
+
+TEST_CASE("plan_gemm: waves and tiles as integer arithmetic gives them", "[gemm][bound]") {
+  // plan_gemm divides the tiles by the SM count in doubles; the quotient must
+  // be the integer ceil(tiles / sm_count) for every tile shape it considers.
+  GpuProfile g = gpu_profile("h200");
+  int checked = 0;
+  for (int sms : {1, 7, 108, 132, 148, 1000003})
+    for (std::int64_t m : {1LL, 63LL, 64LL, 65LL, 4097LL, 123457LL, 1LL << 31})
+      for (std::int64_t n : {1LL, 128LL, 129LL, 9999LL, 1LL << 20})
+        for (std::int64_t batch : {1LL, 3LL, 1000LL}) {
+          g.sm_count = sms;
+          const GemmPlan p = plan_gemm(g, DType::fp16, {m, n, 64, batch});
+          const std::int64_t tiles = (m + p.tile.m - 1) / p.tile.m * ((n + p.tile.n - 1) / p.tile.n) * batch;
+          CHECK(p.tiles == tiles);
+          CHECK(p.waves == (tiles + sms - 1) / sms);
+          // No tile shape needs fewer per-SM FLOPs (waves * Tm * Tn; k is common).
+          for (const TileShape& t : kCublasTiles) {
+            const std::int64_t tt = (m + t.m - 1) / t.m * ((n + t.n - 1) / t.n) * batch;
+            CHECK(static_cast<double>((tt + sms - 1) / sms) * t.m * t.n >=
+                  static_cast<double>(p.waves) * p.tile.m * p.tile.n);
+          }
+          ++checked;
+        }
+  CHECK(checked == 6 * 7 * 5 * 3);
 }
