@@ -1,6 +1,7 @@
 // parmsim_bench: speed figures for the simulator (Google Benchmark).
 //   parmsim_bench --benchmark_filter=EventQueue     event-queue throughput
 //   parmsim_bench --benchmark_filter=FatTree        1024-GPU AlltoAll and AllReduce, flow model
+//   parmsim_bench --benchmark_filter=ModelLayer     the closed form of one layer (docs/performance.md)
 // Peak memory (max RSS of the process so far) is reported as a counter.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
@@ -123,5 +124,55 @@ static void BM_ModelLayerEval(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_ModelLayerEval)->Arg(0)->Arg(1);
+
+// The closed form over distinct layer shapes, one after another: 4 x 3 x 3 x
+// 2 x 2 x 2 x 3 = 864 specs (B, L, M, H/M, E, k, mp; MP groups stay in a node of 4), so nothing that depends
+// on sizes can be reused from one evaluation to the next; only what depends
+// on the topology and the group shape (the bound collectives) is.
+static void BM_ModelLayerEvalDistinct(benchmark::State& state) {
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
+  std::vector<std::pair<moe::LayerSpec, moe::Dims>> specs;
+  for (std::int64_t B : {1, 2, 4, 8})
+    for (std::int64_t L : {256, 512, 1024})
+      for (std::int64_t M : {512, 1024, 2048})
+        for (std::int64_t hm : {2, 4})
+          for (std::int64_t E : {32, 64})
+            for (std::int64_t k : {1, 2})
+              for (int mp : {1, 2, 4}) {
+                moe::LayerSpec s;
+                s.B = B, s.L = L, s.M = M, s.H = hm * M, s.E = E, s.k = k, s.mp = mp;
+                specs.emplace_back(s, moe::make_dims(s, t.num_gpus(), t.gpus_per_node()));
+              }
+  const moe::AlphaBeta ab = moe::alpha_beta_from_topology(t);
+  const GpuProfile& gpu = gpu_profile(t.gpu_model());
+  const moe::ScheduleOptions o = moe::preset(state.range(0) == 0 ? "s1" : "s2");
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const auto& [s, d] = specs[i];
+    i = i + 1 == specs.size() ? 0 : i + 1;
+    benchmark::DoNotOptimize(moe::model_layer(s, d, o, ab, gpu));
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["specs"] = static_cast<double>(specs.size());
+}
+BENCHMARK(BM_ModelLayerEvalDistinct)->Arg(0)->Arg(1);
+
+// A fresh AlphaBeta for every evaluation (what a sweep's configuration pays:
+// sim/sweep/runner.cpp makes one per configuration): the topology's
+// fingerprint, and every collective bound and resolved again (the
+// process-wide cost-form cache stays warm).
+static void BM_ModelLayerEvalFreshAlphaBeta(benchmark::State& state) {
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
+  moe::LayerSpec s;
+  const moe::Dims d = moe::make_dims(s, t.num_gpus(), t.gpus_per_node());
+  const GpuProfile& gpu = gpu_profile(t.gpu_model());
+  const moe::ScheduleOptions o = moe::preset(state.range(0) == 0 ? "s1" : "s2");
+  for (auto _ : state) {
+    const moe::AlphaBeta ab = moe::alpha_beta_from_topology(t);
+    benchmark::DoNotOptimize(moe::model_layer(s, d, o, ab, gpu));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ModelLayerEvalFreshAlphaBeta)->Arg(0)->Arg(1);
 
 BENCHMARK_MAIN();

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <mutex>
 #include <optional>
@@ -168,11 +170,11 @@ std::shared_ptr<const CostForm> cached_form(const Collective& c, const Topology&
 }
 
 // NCCL's view of a group on a topology, cached (it costs a route lookup per member).
-NcclSystem cached_system(const Collective& c, const Topology& topo, std::uint64_t tkey) {
+std::shared_ptr<const NcclSystem> cached_system(const Collective& c, const Topology& topo, std::uint64_t tkey) {
   struct SysEntry {
     std::uint64_t topo;
     std::vector<int> group;
-    NcclSystem sys;
+    std::shared_ptr<const NcclSystem> sys;
   };
   static std::shared_mutex mu;
   static std::unordered_multimap<std::uint64_t, SysEntry> map;
@@ -185,7 +187,7 @@ NcclSystem cached_system(const Collective& c, const Topology& topo, std::uint64_
     for (auto it = a; it != b; ++it)
       if (it->second.topo == tkey && it->second.group == c.group) return it->second.sys;
   }
-  NcclSystem sys = nccl_system(c.group, topo);
+  auto sys = std::make_shared<const NcclSystem>(nccl_system(c.group, topo));
   std::unique_lock lk(mu);
   if (map.size() >= Cache::kMax) map.clear();
   map.emplace(h, SysEntry{tkey, c.group, sys});
@@ -207,7 +209,7 @@ std::optional<NcclEstimate> nccl_at(const Collective& c, const Topology& topo, s
     proto = p;
   }
   try {
-    return nccl_choose(c.op, cached_system(c, topo, tkey), n, named ? std::optional(forced) : std::nullopt, proto,
+    return nccl_choose(c.op, *cached_system(c, topo, tkey), n, named ? std::optional(forced) : std::nullopt, proto,
                        c.channels);
   } catch (const ParmError& e) {
     throw ParmError(fmt::format("collective '{}': {}", c.name, e.what()));
@@ -458,7 +460,128 @@ double collective_time_s(const Collective& c, const Topology& topo, double bytes
   return timed(c, topo, topology_fingerprint(topo), bytes, {});
 }
 
-CollectiveCosts::CollectiveCosts(const Topology& topo) : topo_(topo), key_(topology_fingerprint(topo)) {}
+// ---- bound collectives ----
+
+struct BoundCollective::Impl {
+  Collective c;  // without bytes, matrix or data bindings
+  Concurrent k;
+  const Topology* topo = nullptr;
+  std::uint64_t tkey = 0;
+  std::mutex mu;                     // guards resolution and `keep`
+  std::atomic<bool> ready{false};    // the fields below are set (release / acquire)
+  bool nccl = false;                 // NCCL's tuner decides (tuner, pair_form); else `form`
+  std::optional<NcclTuner> tuner;
+  std::shared_ptr<const CostForm> form;
+  // The links' form of each of the tuner's pairs, built the first time the pair is chosen.
+  std::array<std::atomic<const CostForm*>, NcclTuner::kMaxPairs> pair_form{};
+  std::vector<std::shared_ptr<const CostForm>> keep;  // owns what pair_form points to
+
+  // nccl_at's checks and choices, done once.
+  void resolve() {
+    std::lock_guard lk(mu);
+    if (ready.load(std::memory_order_relaxed)) return;
+    if (nccl_tuned(c.op)) {
+      const std::string algo = c.algo.empty() ? default_algorithm(c.op) : c.algo;
+      NcclAlgo forced{};
+      const bool named = parse_nccl_algo(algo, &forced);
+      if (algo == "auto" || named) {
+        std::optional<NcclProto> proto;
+        if (!c.proto.empty()) {
+          NcclProto p;
+          if (!parse_nccl_proto(c.proto, &p))
+            throw ParmError(
+                fmt::format("collective '{}': unknown protocol '{}'; known: ll, ll128, simple", c.name, c.proto));
+          proto = p;
+        }
+        try {
+          tuner.emplace(c.op, *cached_system(c, *topo, tkey), named ? std::optional(forced) : std::nullopt, proto,
+                        c.channels);
+        } catch (const ParmError& e) {
+          throw ParmError(fmt::format("collective '{}': {}", c.name, e.what()));
+        }
+        nccl = true;
+      }
+    }
+    if (!nccl) form = cached_form(c, *topo, tkey, k);
+    ready.store(true, std::memory_order_release);
+  }
+
+  const CostForm& pair(int i, const NcclEstimate& e) {
+    if (const CostForm* f = pair_form[i].load(std::memory_order_acquire)) return *f;
+    std::lock_guard lk(mu);
+    if (const CostForm* f = pair_form[i].load(std::memory_order_relaxed)) return *f;
+    Collective f = c;
+    f.algo = to_string(e.algo);
+    f.proto = to_string(e.proto);
+    f.channels = e.channels;
+    keep.push_back(cached_form(f, *topo, tkey, k));
+    pair_form[i].store(keep.back().get(), std::memory_order_release);
+    return *keep.back();
+  }
+};
+
+BoundCollective::BoundCollective(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+BoundCollective::~BoundCollective() = default;
+
+double BoundCollective::time_s(double n) const {
+  Impl& m = *impl_;
+  // CollectiveCosts::time_s's early returns, then timed()'s arithmetic.
+  if (m.c.group.size() < 2 || !(n > 0)) return 0.0;
+  if (!m.ready.load(std::memory_order_acquire)) m.resolve();
+  if (!m.nccl) return m.form->time_s(n);
+  int i = 0;
+  const NcclEstimate e = m.tuner->choose(n, &i);
+  const double links = m.pair(i, e).time_s(n);
+  return e.lat_us * 1e-6 + std::max(links, n / (e.bw_GBps * 1e9));
+}
+
+struct CollectiveCosts::Bound {
+  std::mutex mu;
+  std::unordered_multimap<std::uint64_t, std::unique_ptr<BoundCollective>> map;
+};
+
+namespace {
+std::uint64_t next_costs_id() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+CollectiveCosts::CollectiveCosts(const Topology& topo)
+    : topo_(topo), key_(topology_fingerprint(topo)), id_(next_costs_id()), bound_(std::make_unique<Bound>()) {}
+CollectiveCosts::~CollectiveCosts() = default;
+
+const BoundCollective& CollectiveCosts::bound(const Collective& c, Concurrent k) const {
+  if (c.op == CollOp::alltoallv)
+    throw ParmError(fmt::format("collective '{}': an alltoallv cannot be bound (its form depends on its matrix)", c.name));
+  std::uint64_t h = key_hash(c, c.algo, key_, k);
+  mix(h, c.name);
+  std::lock_guard lk(bound_->mu);
+  auto [a, b] = bound_->map.equal_range(h);
+  for (auto it = a; it != b; ++it) {
+    const Collective& e = it->second->impl_->c;
+    const Concurrent& ek = it->second->impl_->k;
+    if (ek.copies == k.copies && ek.stride == k.stride && e.op == c.op && e.inner == c.inner &&
+        e.window == c.window && e.algo == c.algo && e.proto == c.proto && e.channels == c.channels &&
+        e.group == c.group && e.name == c.name)
+      return *it->second;
+  }
+  auto impl = std::make_unique<BoundCollective::Impl>();
+  impl->c.name = c.name;
+  impl->c.op = c.op;
+  impl->c.group = c.group;
+  impl->c.algo = c.algo;
+  impl->c.proto = c.proto;
+  impl->c.channels = c.channels;
+  impl->c.window = c.window;
+  impl->c.inner = c.inner;
+  impl->c.chunks = c.chunks;
+  impl->k = k;
+  impl->topo = &topo_;
+  impl->tkey = key_;
+  auto it = bound_->map.emplace(h, std::unique_ptr<BoundCollective>(new BoundCollective(std::move(impl))));
+  return *it->second;
+}
 
 std::shared_ptr<const CostForm> CollectiveCosts::form(const Collective& c) const {
   return cached_form(c, topo_, key_);

@@ -82,6 +82,28 @@ double collective_time_s(const Collective& c, const Topology& topo);
 // The same for a size of `bytes` (Collective::bytes convention) instead of c.bytes.
 double collective_time_s(const Collective& c, const Topology& topo, double bytes);
 
+// One collective resolved on one topology, for timing at many sizes:
+// time_s(n) gives exactly CollectiveCosts::time_s(c, n, k), without the
+// cache lookups. For NCCL's tuned ops it holds NCCL's system and tuner
+// (NcclTuner: the pairs' size-independent terms) and the cost form of each
+// pair it has chosen so far; for the others, the cost form. Everything is
+// resolved on first use with n > 0 (so a collective that is never timed,
+// or only at 0 bytes, never builds a plan or throws), and a resolution that
+// throws is retried, and throws again, on the next call. Thread-safe.
+// Not for alltoallv (its form depends on the matrix): CollectiveCosts::bound
+// refuses it.
+class BoundCollective {
+ public:
+  double time_s(double n) const;
+  ~BoundCollective();
+  struct Impl;
+
+ private:
+  friend class CollectiveCosts;
+  explicit BoundCollective(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 // The same, bound to one topology: fingerprints it once (the free functions
 // above do so on every call, O(links)), for loops that cost many
 // collectives on one topology. Holds a reference: topo must outlive it.
@@ -93,10 +115,24 @@ class CollectiveCosts {
   double time_s(const Collective& c, double bytes) const;
   // With `k.copies - 1` copies of c running at the same time (see Concurrent).
   double time_s(const Collective& c, double bytes, Concurrent k) const;
+  // c (its op, algorithm, protocol, channels, group, inner, window and name;
+  // not its bytes) with `k`, bound: the same object for the same collective
+  // for the life of this object. Thread-safe. Throws ParmError for alltoallv.
+  const BoundCollective& bound(const Collective& c, Concurrent k = {}) const;
+  // Unique among every CollectiveCosts of the process (never reused): a key
+  // for per-thread tables of bound collectives.
+  std::uint64_t id() const { return id_; }
+
+  CollectiveCosts(const CollectiveCosts&) = delete;
+  CollectiveCosts& operator=(const CollectiveCosts&) = delete;
+  ~CollectiveCosts();
 
  private:
   const Topology& topo_;
   std::uint64_t key_;
+  std::uint64_t id_;
+  struct Bound;
+  std::unique_ptr<Bound> bound_;
 };
 
 // A hash of everything in a topology that routes and link costs depend on

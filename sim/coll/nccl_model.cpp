@@ -254,11 +254,13 @@ NcclGraph nccl_nvls_graph(const NcclSystem& s) {
   return g;
 }
 
-std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAlgo algo, NcclProto proto,
-                                          int channels, double bytes, std::string* why) {
+namespace {
+
+std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAlgo algo, NcclProto proto,
+                                          int channels, std::string* why) {
   // The reason is formatted only when asked for (nccl_choose asks only when
   // a forced choice may leave nothing).
-  auto no = [why](auto&& w) -> std::optional<NcclEstimate> {
+  auto no = [why](auto&& w) -> std::optional<NcclTuner::Pair> {
     if (why) {
       if constexpr (std::is_invocable_v<decltype(w)>)
         *why = w();
@@ -351,27 +353,54 @@ std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAl
     lat += intra_lat + 2 * log2i(N) * inter_lat;
   }
 
-  // Size-dependent refinements (ncclTopoGetAlgoTime).
-  const int log_size = bytes >= 64 ? log2i(bytes / 64) : -1;
-  if (algo == NcclAlgo::tree && ar && log_size >= 0 && log_size < 23) bus *= kTreeCorrection[p][log_size];
+  // What ncclTopoGetAlgoTime refines at the actual size (nccl_finish).
+  NcclTuner::Pair t;
+  t.algo = algo;
+  t.proto = proto;
+  t.p = p;
+  t.channels = g.channels;
+  t.lat_us = lat;
+  t.bus = bus;
+  t.tree_ar = algo == NcclAlgo::tree && ar;
   // The runtime runs the graph's channels twice over (src/graph/connect.cc).
   const double runtime_channels = 2.0 * g.channels;
-  if (algo == NcclAlgo::ring && p == kSimple && N > 1 && ar && bytes / (runtime_channels * n) >= 64)
-    lat *= s.arch >= 1 ? 1.4 : 1.9;  // "plateau effect of ring"
+  t.plateau = algo == NcclAlgo::ring && p == kSimple && N > 1 && ar;
+  t.plateau_den = runtime_channels * n;
+  t.plateau_factor = s.arch >= 1 ? 1.4 : 1.9;  // "plateau effect of ring"
+  t.launch_us = s.launch_us;
+  return t;
+}
 
-  lat += s.launch_us;
+// The estimate of a pair at `bytes`: its size-independent terms and the
+// size-dependent refinements (ncclTopoGetAlgoTime).
+NcclEstimate nccl_finish(const NcclTuner::Pair& t, double bytes) {
+  double bus = t.bus, lat = t.lat_us;
+  if (t.tree_ar) {
+    const int log_size = bytes >= 64 ? log2i(bytes / 64) : -1;
+    if (log_size >= 0 && log_size < 23) bus *= kTreeCorrection[t.p][log_size];
+  }
+  if (t.plateau && bytes / t.plateau_den >= 64) lat *= t.plateau_factor;
+  lat += t.launch_us;
   NcclEstimate e;
-  e.algo = algo;
-  e.proto = proto;
-  e.channels = g.channels;
+  e.algo = t.algo;
+  e.proto = t.proto;
+  e.channels = t.channels;
   e.lat_us = lat;
   e.bw_GBps = bus;
   return e;
 }
 
-NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::optional<NcclAlgo> algo,
-                         std::optional<NcclProto> proto, int channels) {
-  std::optional<NcclEstimate> best;
+}  // namespace
+
+std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAlgo algo, NcclProto proto,
+                                          int channels, double bytes, std::string* why) {
+  const auto t = nccl_terms(op, s, algo, proto, channels, why);
+  if (!t) return std::nullopt;
+  return nccl_finish(*t, bytes);
+}
+
+NcclTuner::NcclTuner(CollOp op, const NcclSystem& s, std::optional<NcclAlgo> algo, std::optional<NcclProto> proto,
+                     int channels) {
   std::string reasons;
   for (NcclAlgo a : {NcclAlgo::ring, NcclAlgo::tree, NcclAlgo::nvls, NcclAlgo::nvls_tree}) {
     if (algo && *algo != a) continue;
@@ -381,20 +410,38 @@ NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::opti
       if (!proto && simple_only && p != NcclProto::simple) continue;
       // The reasons are only reported when a forced choice leaves nothing.
       std::string why;
-      auto e = nccl_estimate(op, s, a, p, channels, bytes, (algo || proto) ? &why : nullptr);
-      if (!e) {
+      auto t = nccl_terms(op, s, a, p, channels, (algo || proto) ? &why : nullptr);
+      if (!t) {
         // One line per distinct reason (a forced algorithm fails the same way under every protocol).
         if ((algo || proto) && reasons.find(why) == std::string::npos)
           reasons += fmt::format("{}{}", reasons.empty() ? "" : "; ", why);
         continue;
       }
-      if (!best || e->time_us(bytes) < best->time_us(bytes)) best = e;
+      pairs_[size_++] = *t;
     }
   }
-  if (!best)
+  if (size_ == 0)
     throw ParmError(fmt::format("no NCCL algorithm runs {} here{}{}", to_string(op), reasons.empty() ? "" : ": ",
                                 reasons));
-  return *best;
+}
+
+NcclEstimate NcclTuner::choose(double bytes, int* index) const {
+  // The least estimated time, the first pair on ties (nccl_choose's order).
+  NcclEstimate best = nccl_finish(pairs_[0], bytes);
+  double best_t = best.time_us(bytes);
+  int at = 0;
+  for (int i = 1; i < size_; ++i) {
+    const NcclEstimate e = nccl_finish(pairs_[i], bytes);
+    const double t = e.time_us(bytes);
+    if (t < best_t) best = e, best_t = t, at = i;
+  }
+  if (index) *index = at;
+  return best;
+}
+
+NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::optional<NcclAlgo> algo,
+                         std::optional<NcclProto> proto, int channels) {
+  return NcclTuner(op, s, algo, proto, channels).choose(bytes);
 }
 
 double nccl_p2p_latency_us(const NcclSystem& s, bool inter_node) {

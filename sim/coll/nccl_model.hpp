@@ -88,6 +88,36 @@ std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAl
 NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::optional<NcclAlgo> algo = {},
                          std::optional<NcclProto> proto = {}, int channels = 0);
 
+// NCCL's tuner for one collective on one system, resolved once: the pairs
+// nccl_choose would consider, each with its size-independent latency and
+// bandwidth, so that choose(bytes) gives nccl_choose's answer at any size
+// with a few multiply-adds per pair (the closed form asks for thousands).
+class NcclTuner {
+ public:
+  // Throws ParmError as nccl_choose does when nothing is left.
+  NcclTuner(CollOp op, const NcclSystem& s, std::optional<NcclAlgo> algo = {}, std::optional<NcclProto> proto = {},
+            int channels = 0);
+  // nccl_choose(op, s, bytes, algo, proto, channels); `index` receives the
+  // chosen pair's position (0 .. size() - 1).
+  NcclEstimate choose(double bytes, int* index = nullptr) const;
+  int size() const { return size_; }
+  // One (algorithm, protocol) before the size-dependent refinements.
+  struct Pair {
+    NcclAlgo algo = NcclAlgo::ring;
+    NcclProto proto = NcclProto::simple;
+    int p = 0, channels = 0;
+    double lat_us = 0;  // before the ring's plateau factor and the launch
+    double bus = 0;     // GB/s, before the tree correction
+    bool tree_ar = false, plateau = false;
+    double plateau_den = 0, plateau_factor = 1, launch_us = 0;
+  };
+  static constexpr int kMaxPairs = 12;  // 4 algorithms x 3 protocols
+
+ private:
+  Pair pairs_[kMaxPairs];
+  int size_ = 0;
+};
+
 // Does NCCL's tuner cost this op (allreduce, allgather, reducescatter)?
 bool nccl_tuned(CollOp op);
 

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "sim/core/error.hpp"
 
@@ -47,9 +50,19 @@ GemmPlan plan_gemm(const GpuProfile& gpu, DType dtype, const GemmShape& s, doubl
   const double per_sm = gpu.sustained(dtype) / gpu.sm_count;
   GemmPlan best;
   double best_flops = 0;  // per-SM FLOPs of the best plan: waves * tile FLOPs
-  for (const TileShape& t : kCublasTiles) {
+  // The tiles unrolled, so that each tile's divisions are by constants. The
+  // waves' division by the SM count is done in doubles when the dividend is
+  // below 2^52: the correctly rounded quotient of two such integers truncates
+  // to the integer quotient (the gap to the next integer, >= 1/sm_count, is
+  // far above half an ulp), and a double division is several times cheaper
+  // than a 64-bit one.
+  const double sms = static_cast<double>(gpu.sm_count);
+  auto one = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) {
+    constexpr TileShape t = kCublasTiles[I];
     const std::int64_t tiles = ceil_div(s.m, t.m) * ceil_div(s.n, t.n) * s.batch;
-    const std::int64_t waves = ceil_div(tiles, gpu.sm_count);
+    const std::int64_t waves = tiles < (1LL << 52) - gpu.sm_count
+                                   ? static_cast<std::int64_t>(static_cast<double>(tiles + gpu.sm_count - 1) / sms)
+                                   : ceil_div(tiles, gpu.sm_count);
     const double f = static_cast<double>(waves) * 2.0 * t.m * t.n * static_cast<double>(s.k);
     if (best.tiles == 0 || f < best_flops) {
       best_flops = f;
@@ -57,7 +70,10 @@ GemmPlan plan_gemm(const GpuProfile& gpu, DType dtype, const GemmShape& s, doubl
       best.tiles = tiles;
       best.waves = waves;
     }
-  }
+  };
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (one(std::integral_constant<std::size_t, I>{}), ...);
+  }(std::make_index_sequence<kCublasTiles.size()>{});
   best.compute = duration_for_rate(best_flops, per_sm);
   const double elems = (static_cast<double>(s.m) * static_cast<double>(s.k) +
                         static_cast<double>(s.k) * static_cast<double>(s.n) +

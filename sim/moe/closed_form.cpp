@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -59,30 +60,67 @@ struct Costs {
     if (p < 2) return 0;
     return (p - 1) * a(inter) + n * (p - 1) / p * b(inter);
   }
-  // Group 0 of each kind (groups of a kind are alike: MP groups are G
-  // consecutive ranks, EP groups stride G), built once per evaluation: the
-  // closed form asks for a dozen collectives on them.
-  mutable Collective ep_c, mp_c, world_c;
-  void init_groups() {
-    for (int r = 0; r < d.P; r += d.G) ep_c.group.push_back(r);
-    for (int r = 0; r < d.G; ++r) mp_c.group.push_back(r);
-    for (int r = 0; r < d.P; ++r) world_c.group.push_back(r);
+  // The collectives the closed form asks for, on group 0 of each kind
+  // (groups of a kind are alike: MP groups are G consecutive ranks, EP groups
+  // stride G), bound once per (CollectiveCosts, P, G, algorithms) and kept in
+  // a small per-thread table: a lookup per evaluation, then each collective
+  // is timed by its bound form (no cache lookups, no NCCL tuner search).
+  enum Slot { kA2aEp, kAgMp, kRsMp, kArMp, kArEp, kSaa, kSlots };
+  const BoundCollective* h[kSlots] = {};
+  void init_handles() {
+    struct Entry {
+      std::uint64_t id = 0;  // CollectiveCosts::id(); 0 = empty
+      int P = 0, G = 0, n_ep = 0;
+      std::string a2a_algo, saa_algo;
+      const BoundCollective* h[kSlots] = {};
+    };
+    constexpr int kEntries = 8;
+    thread_local std::array<Entry, kEntries> table;
+    thread_local int next = 0;
+    const std::uint64_t id = ab.costs->id();
+    for (const Entry& e : table)
+      if (e.id == id && e.P == d.P && e.G == d.G && e.n_ep == d.n_ep && e.a2a_algo == a2a_algo &&
+          e.saa_algo == saa_algo) {
+        std::copy(std::begin(e.h), std::end(e.h), h);
+        return;
+      }
+    // Every group of a kind runs at once: EP groups are copies of group 0
+    // shifted by 1 rank, MP groups by G ranks; they share NICs and PCIe links.
+    Collective ep, mp, world;
+    for (int r = 0; r < d.P; r += d.G) ep.group.push_back(r);
+    for (int r = 0; r < d.G; ++r) mp.group.push_back(r);
+    for (int r = 0; r < d.P; ++r) world.group.push_back(r);
+    const Concurrent ep_k{d.G, 1}, mp_k{d.n_ep, d.G};
+    auto bind = [&](Collective& c, CollOp op, const std::string& algo, Concurrent k) {
+      c.op = op;
+      c.algo = algo;
+      c.inner = op == CollOp::saa ? d.G : 0;
+      return &ab.costs->bound(c, k);
+    };
+    Entry& e = table[next];
+    next = (next + 1) % kEntries;
+    e.id = 0;  // invalid until filled (bound() may throw)
+    e.h[kA2aEp] = bind(ep, CollOp::alltoall, a2a_algo, ep_k);
+    e.h[kArEp] = bind(ep, CollOp::allreduce, "", ep_k);
+    e.h[kAgMp] = bind(mp, CollOp::allgather, "", mp_k);
+    e.h[kRsMp] = bind(mp, CollOp::reducescatter, "", mp_k);
+    e.h[kArMp] = bind(mp, CollOp::allreduce, "", mp_k);
+    e.h[kSaa] = bind(world, CollOp::saa, saa_algo, {});
+    e.P = d.P;
+    e.G = d.G;
+    e.n_ep = d.n_ep;
+    e.a2a_algo = a2a_algo;
+    e.saa_algo = saa_algo;
+    e.id = id;
+    std::copy(std::begin(e.h), std::end(e.h), h);
   }
   // The cost form of the plan the simulator runs, on group 0 of this kind, or
-  // `fallback` without a topology. Every group of the kind runs at once: EP
-  // groups are copies of group 0 shifted by 1 rank, MP groups by G ranks; they
-  // share NICs and PCIe links.
-  double planned(CollOp op, GroupKind kind, const std::string& algo, double n, double fallback) const {
+  // `fallback` without a topology.
+  double planned(Slot slot, double n, double fallback) const {
     if (!ab.costs) return fallback;
-    Collective& c = kind == GroupKind::ep ? ep_c : kind == GroupKind::world ? world_c : mp_c;
-    if (op != CollOp::saa && c.group.size() < 2) return 0;
-    c.op = op;
-    c.algo = algo;
-    c.inner = op == CollOp::saa ? d.G : 0;
-    const Concurrent k = kind == GroupKind::ep      ? Concurrent{d.G, 1}
-                         : kind == GroupKind::world ? Concurrent{}
-                                                    : Concurrent{d.n_ep, d.G};
-    return ab.costs->time_s(c, n, k);
+    const int size = slot == kA2aEp || slot == kArEp ? (d.P + d.G - 1) / d.G : d.G;  // the groups built above
+    if (slot != kSaa && size < 2) return 0;
+    return h[slot]->time_s(n);
   }
   // A measured cost when the calibration has this (op, group size, link), else `form`.
   double measured(CollOp op, int p, bool inter, double n, double form) const {
@@ -94,23 +132,23 @@ struct Costs {
   double a2a(double n) const {
     if (d.n_ep < 2) return 0;
     return measured(CollOp::alltoall, d.n_ep, ep_inter, n,
-                    planned(CollOp::alltoall, GroupKind::ep, a2a_algo, n, ring(n, d.n_ep, ep_inter)));
+                    planned(kA2aEp, n, ring(n, d.n_ep, ep_inter)));
   }
   double ag(double n) const {
     return measured(CollOp::allgather, d.G, false, n,
-                    planned(CollOp::allgather, GroupKind::mp, "", n, ring(n, d.G, false)));
+                    planned(kAgMp, n, ring(n, d.G, false)));
   }
   double rs(double n) const {
     return measured(CollOp::reducescatter, d.G, false, n,
-                    planned(CollOp::reducescatter, GroupKind::mp, "", n, ring(n, d.G, false)));
+                    planned(kRsMp, n, ring(n, d.G, false)));
   }
   double ar(double n) const {
     return measured(CollOp::allreduce, d.G, false, n,
-                    planned(CollOp::allreduce, GroupKind::mp, "", n, 2 * ring(n, d.G, false)));
+                    planned(kArMp, n, 2 * ring(n, d.G, false)));
   }
   double ar_ep(double n) const {
     return measured(CollOp::allreduce, d.n_ep, ep_inter, n,
-                    planned(CollOp::allreduce, GroupKind::ep, "", n, 2 * ring(n, d.n_ep, ep_inter)));
+                    planned(kArEp, n, 2 * ring(n, d.n_ep, ep_inter)));
   }
   // The fused collective: the released kernel's plan; without a topology, the
   // paper's form over W = N_EP rounds: round i's AlltoAll chunk goes out on one
@@ -123,16 +161,18 @@ struct Costs {
     const double tg = d.G > 1 ? ab.alpha_intra + (d.G - 1) * chunk * ab.beta_intra : 0.0;
     double g_end = 0;
     for (int i = 0; i < W; ++i) g_end = std::max(i * tx, g_end) + tg;
-    return planned(CollOp::saa, GroupKind::world, saa_algo, n, std::max(g_end, (W - 1) * tx));
+    return planned(kSaa, n, std::max(g_end, (W - 1) * tx));
   }
 };
 
 }  // namespace
 
-double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
-                  const AlphaBeta& ab, const GpuProfile& gpu) {
+namespace {
+
+double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                     const AlphaBeta& ab, const GpuProfile& gpu) {
   Costs c{ab, d, o.a2a_algo, s.saa_algo, ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra};
-  if (ab.costs) c.init_groups();
+  if (ab.costs) c.init_handles();
   const double bytes = d.dtype_bytes;
   double t = 0;
   for (const MoeOp& op : ops) {
@@ -144,12 +184,7 @@ double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims&
       case MoeStep::experts:
       case MoeStep::kernel:
       case MoeStep::slot_slice: {
-        double one = 0;
-        for (const auto& k : kernels(op, s, d)) {
-          std::string kind;  // only needed to look up a calibration table
-          if (ab.calibration) kind = op.backward ? std::string("bwd_") + k.name : std::string(k.name);
-          one += kernel_time(k, s.dtype, gpu, ab.calibration, kind).to_seconds();
-        }
+        double one = kernels_seconds(op, s, d, gpu, ab.calibration);
         if (op.kind == MoeStep::experts) {
           const double reps = static_cast<double>(expert_repeats(s, d));
           one *= reps;
@@ -187,11 +222,20 @@ double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims&
   return t;
 }
 
+}  // namespace
+
+double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                  const AlphaBeta& ab, const GpuProfile& gpu) {
+  return model_time_of(ops, s, d, o, ab, gpu);
+}
+
 ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab,
                       const GpuProfile& gpu) {
-  const auto fwd = forward_ops(s, d, o);
-  const auto bwd = backward_ops(fwd, s, d, o);
-  return {model_time(fwd, s, d, o, ab, gpu), model_time(bwd, s, d, o, ab, gpu)};
+  OpList fwd, bwd;
+  forward_ops(s, d, o, &fwd);
+  const std::span<const MoeOp> f(fwd.data(), fwd.size());
+  backward_ops(f, s, d, o, &bwd);
+  return {model_time_of(f, s, d, o, ab, gpu), model_time_of({bwd.data(), bwd.size()}, s, d, o, ab, gpu)};
 }
 
 }  // namespace parmsim::moe

@@ -2,6 +2,8 @@
 
 #include "sim/compute/gpu_profile.hpp"
 
+#include <string>
+
 namespace parmsim::moe {
 
 namespace {
@@ -74,7 +76,19 @@ std::int64_t expert_elems(const MoeOp& o, const LayerSpec& s, const Dims& d) {
   return o.elems / expert_repeats(s, d);
 }
 
-std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
+
+
+namespace {
+template <class Out, class... K>
+void emit(Out& out, const K&... k) {
+  (out(k), ...);
+}
+}  // namespace
+
+// Calls out(kernel) for each kernel of the op, in order: one body for
+// kernels(), kernel_list() and kernels_seconds().
+template <class Out>
+void each_kernel(const MoeOp& o, const LayerSpec& s, const Dims& d, Out&& out) {
   const u64 b = static_cast<u64>(d.dtype_bytes);
   const u64 M = s.M, E = s.E, t = o.tokens, h = s.H / d.G, k = s.k;
   const bool lean = s.ds_moe == DsMoe::lean;
@@ -86,7 +100,7 @@ std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
         Kernel g = gemm("gate_gemm", t, E, M, 1, b);
         g.flops *= w;
         g.bytes *= w;
-        return {g, mem("softmax_topk", OpKind::topk, 2 * t * E * b)};
+        return emit(out, g, mem("softmax_topk", OpKind::topk, 2 * t * E * b));
       }
       // DeepSpeed-MoE: "Everything is in fp32 in this function": the input is
       // cast to fp32 (L433) and the logits are an fp32 GEMM (L437).
@@ -100,7 +114,7 @@ std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
         // exp_counts.to('cpu') (L209, L369): the host waits for the gate's kernels.
         Kernel sync = mem("exp_counts_sync", OpKind::copy, 8 * E);
         sync.host_wait = Time::ns(kHostSyncNs);
-        return {cast, g, gating, sync};
+        return emit(out, cast, g, gating, sync);
       }
       // Backward: through the outer products and softmax (autograd of the
       // elementwise chain, about half as many kernels), the gate GEMM's data and
@@ -111,29 +125,29 @@ std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
       dg.dtype = DType::fp32;
       Kernel wg = gemm("gate_wgrad", M, E, t, 1, 4);
       wg.dtype = DType::fp32;
-      return {gating, dg, wg, mem("gate_cast_bwd", OpKind::elementwise, t * M * (b + 4))};
+      return emit(out, gating, dg, wg, mem("gate_cast_bwd", OpKind::elementwise, t * M * (b + 4)));
     }
     case MoeStep::order: {
       const u64 C = static_cast<u64>(o.elems) / (E * M);
-      if (!einsum) return {mem("order", OpKind::order, (t * M + static_cast<u64>(o.elems)) * b)};
+      if (!einsum) return emit(out, mem("order", OpKind::order, (t * M + static_cast<u64>(o.elems)) * b));
       // einsum("sec,sm->ecm") (L531) over the dispatch mask cast to the input
       // dtype: [E*C, S] x [S, M]. Backward: the tokens' gradient [S, E*C] x [E*C, M].
-      if (o.backward) return {gemm("dispatch_einsum_bwd", t, M, E * C, 1, b)};
-      return {mem("dispatch_mask_cast", OpKind::elementwise, t * E * C * (1 + b)),
-              gemm("dispatch_einsum", E * C, M, t, 1, b)};
+      if (o.backward) return emit(out, gemm("dispatch_einsum_bwd", t, M, E * C, 1, b));
+      return emit(out, mem("dispatch_mask_cast", OpKind::elementwise, t * E * C * (1 + b)),
+              gemm("dispatch_einsum", E * C, M, t, 1, b));
     }
     case MoeStep::iorder: {
       const u64 blocks = static_cast<u64>(o.blocks), tb = t / blocks;
       const u64 C = static_cast<u64>(o.elems) / (blocks * E * M);
-      if (!einsum) return {mem("iorder", OpKind::iorder, (t * M + static_cast<u64>(o.elems)) * b)};
+      if (!einsum) return emit(out, mem("iorder", OpKind::iorder, (t * M + static_cast<u64>(o.elems)) * b));
       // einsum("sec,ecm->sm") (L577) with the fp32 combine weights cast to the
       // input dtype: [S, E*C] x [E*C, M], per block. Backward: the expert
       // output's gradient [E*C, S] x [S, M] and the combine weights' [S, M] x [M, E*C].
       if (o.backward)
-        return {gemm("combine_einsum_bwd_data", E * C, M, tb, blocks, b),
-                gemm("combine_einsum_bwd_weights", tb, E * C, M, blocks, b)};
-      return {mem("combine_weights_cast", OpKind::elementwise, t * E * C * (4 + b)),
-              gemm("combine_einsum", tb, M, E * C, blocks, b)};
+        return emit(out, gemm("combine_einsum_bwd_data", E * C, M, tb, blocks, b),
+                gemm("combine_einsum_bwd_weights", tb, E * C, M, blocks, b));
+      return emit(out, mem("combine_weights_cast", OpKind::elementwise, t * E * C * (4 + b)),
+              gemm("combine_einsum", tb, M, E * C, blocks, b));
     }
     case MoeStep::experts: {
       // One local expert's rows; `lean`: all local experts as one batched GEMM.
@@ -141,17 +155,17 @@ std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
       const u64 batch = lean ? static_cast<u64>(d.E_local) : 1;
       const u64 rows = static_cast<u64>(o.elems) / M / reps / batch;
       Kernel act = mem("expert_act", OpKind::activation, (o.backward ? 3 : 2) * rows * h * b * batch);
-      if (!o.backward) return {gemm("expert_fc1", rows, h, M, batch, b), act, gemm("expert_fc2", rows, M, h, batch, b)};
+      if (!o.backward) return emit(out, gemm("expert_fc1", rows, h, M, batch, b), act, gemm("expert_fc2", rows, M, h, batch, b));
       if (lean) {  // parmsim's earlier backward: data and weight gradients as one kernel of twice the work
         Kernel fc2 = gemm("expert_fc2", rows, M, h, batch, b), fc1 = gemm("expert_fc1", rows, h, M, batch, b);
         for (Kernel* x : {&fc2, &fc1}) {
           x->flops *= 2;
           x->bytes *= 2;
         }
-        return {fc2, act, fc1};
+        return emit(out, fc2, act, fc1);
       }
-      return {gemm("expert_fc2_dgrad", rows, h, M, 1, b), gemm("expert_fc2_wgrad", h, M, rows, 1, b), act,
-              gemm("expert_fc1_dgrad", rows, M, h, 1, b), gemm("expert_fc1_wgrad", M, h, rows, 1, b)};
+      return emit(out, gemm("expert_fc2_dgrad", rows, h, M, 1, b), gemm("expert_fc2_wgrad", h, M, rows, 1, b), act,
+              gemm("expert_fc1_dgrad", rows, M, h, 1, b), gemm("expert_fc1_wgrad", M, h, rows, 1, b));
     }
     case MoeStep::kernel: {
       Kernel x;
@@ -160,13 +174,37 @@ std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
       x.flops = o.flops;
       x.bytes = o.bytes;
       x.shape = o.shape;
-      return {x};
+      return emit(out, x);
     }
     case MoeStep::slot_slice:
-      return {mem("slot_slice", OpKind::copy, 2 * static_cast<u64>(o.elems) * b)};
+      return emit(out, mem("slot_slice", OpKind::copy, 2 * static_cast<u64>(o.elems) * b));
     default:
-      return {};
+      return;
   }
+}
+
+
+std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
+  std::vector<Kernel> v;
+  each_kernel(o, s, d, [&v](const Kernel& k) { v.push_back(k); });
+  return v;
+}
+
+KernelList kernel_list(const MoeOp& o, const LayerSpec& s, const Dims& d) {
+  KernelList v;
+  each_kernel(o, s, d, [&v](const Kernel& k) { v.push_back(k); });
+  return v;
+}
+
+double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const GpuProfile& gpu,
+                       const Calibration* cal) {
+  double t = 0;
+  each_kernel(o, s, d, [&](const Kernel& k) {
+    std::string kind;  // only needed to look up a calibration table
+    if (cal) kind = o.backward ? std::string("bwd_") + k.name : std::string(k.name);
+    t += kernel_time(k, s.dtype, gpu, cal, kind).to_seconds();
+  });
+  return t;
 }
 
 }  // namespace parmsim::moe

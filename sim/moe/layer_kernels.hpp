@@ -10,10 +10,22 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+#include <boost/container/static_vector.hpp>
+
 #include "sim/core/time.hpp"
 #include "sim/moe/layer.hpp"
 
 namespace parmsim::moe {
+
+// An op list that holds a schedule's list (about a dozen ops) without a heap
+// allocation; longer lists spill to the heap. For the closed form, which
+// builds two per evaluation.
+using OpList = boost::container::small_vector<MoeOp, 16>;
+// forward_ops / backward_ops (sim/moe/layer.hpp) into *out (cleared first).
+void forward_ops(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, OpList* out);
+void backward_ops(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                  OpList* out);
 
 struct Kernel {
   const char* name = "";
@@ -45,6 +57,15 @@ Time kernel_time(const Kernel& k, DType layer_dtype, const GpuProfile& gpu, cons
 // The kernels of a compute op (gate, order, iorder, slot_slice, kernel) in
 // order; for `experts`, the kernels of ONE local expert (see expert_repeats).
 std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d);
+// The same without heap allocation (an op has at most 5 kernels).
+using KernelList = boost::container::static_vector<Kernel, 5>;
+KernelList kernel_list(const MoeOp& o, const LayerSpec& s, const Dims& d);
+// Seconds of the op's kernels one after another, as the closed form sums
+// them: the sum over kernels(o) in order of kernel_time(k, s.dtype, gpu,
+// cal, kind).to_seconds(), kind = the kernel's name ("bwd_" + name for a
+// backward op) when `cal` is given.
+double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const GpuProfile& gpu,
+                       const Calibration* cal);
 // How many times the expert kernels run, one after another: DeepSpeed-MoE's
 // Experts.forward loops over its local experts (deepspeed/moe/experts.py
 // L28-38, v0.14.4); `lean` runs them as one batched GEMM (1).

@@ -10,6 +10,7 @@
 #include <span>
 
 #include "sim/core/error.hpp"
+#include "sim/moe/layer_kernels.hpp"
 
 namespace parmsim::moe {
 
@@ -35,8 +36,12 @@ MoeOp compute_op(MoeStep k, std::int64_t tokens, std::int64_t elems, const char*
 
 }  // namespace
 
-std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const ScheduleOptions& o) {
-  std::vector<MoeOp> v;
+namespace {
+
+// The builders, for any vector-like container of MoeOps (std::vector for the
+// graph builder, OpList for the closed form).
+template <class Ops>
+void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, Ops& v) {
   const std::int64_t M = s.M, G = d.G;
   if (!o.parm) {
     // DeepSpeed-MoE (docs/moe-costs.md): every MP rank gates and dispatches
@@ -64,7 +69,7 @@ std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const Schedule
     if (s.ds_moe == DsMoe::lean) v.push_back(coll_op(MoeStep::ar, GroupKind::esp, D, "esp_allreduce"));
     alltoall("drop_tokens_combine", "combine_a2a", "gather_tokens_combine");
     v.push_back(compute_op(MoeStep::iorder, d.S, D, "iorder"));
-    return v;
+    return;
   }
   if (o.fuse_combine && o.gather != Gather::before_iorder)
     throw ParmError("fuse_combine needs gather=before_iorder (the MP-AllGather must follow the combine AlltoAll)");
@@ -115,11 +120,11 @@ std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const Schedule
     if (o.split == Split::before_gate) io.blocks = static_cast<int>(G);
     v.push_back(io);
   }
-  return v;
 }
 
-std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& spec, const Dims& d,
-                                const ScheduleOptions& o) {
+template <class Ops>
+void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims& d, const ScheduleOptions& o,
+                    Ops& out) {
   // 1. Reverse and take adjoints, expanding fused ops into primitives.
   //    - MP-Split (a view of replicated tokens): AllGather over MP.
   //    - MP-AllGather (its result is consumed redundantly by every MP rank,
@@ -133,7 +138,7 @@ std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& 
     MoeOp op;
     bool fused = false;
   };
-  std::vector<Prim> prim;
+  boost::container::small_vector<Prim, 2 * OpList::static_capacity> prim;
   const std::int64_t G = d.G;
   auto ag = [](GroupKind g, std::int64_t n, const char* l) { return coll_op(MoeStep::ag, g, n, l); };
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
@@ -190,7 +195,6 @@ std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& 
   //    of G times its size becomes an SAA when the pair came from a fused op;
   //    an ESP-ReduceScatter followed by an AlltoAll of 1/G its size becomes a
   //    chunked pipeline when the schedule pipelines or the pair was fused.
-  std::vector<MoeOp> out;
   for (std::size_t i = 0; i < prim.size(); ++i) {
     const MoeOp& a = prim[i].op;
     const bool has_next = i + 1 < prim.size();
@@ -215,7 +219,32 @@ std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& 
     x.backward = true;
     out.push_back(x);
   }
-  return out;
+}
+
+}  // namespace
+
+std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const ScheduleOptions& o) {
+  std::vector<MoeOp> v;
+  build_forward(s, d, o, v);
+  return v;
+}
+
+std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& s, const Dims& d,
+                                const ScheduleOptions& o) {
+  std::vector<MoeOp> v;
+  build_backward(fwd, s, d, o, v);
+  return v;
+}
+
+void forward_ops(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, OpList* out) {
+  out->clear();
+  build_forward(s, d, o, *out);
+}
+
+void backward_ops(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                  OpList* out) {
+  out->clear();
+  build_backward(fwd, s, d, o, *out);
 }
 
 
