@@ -134,7 +134,7 @@ void add_layer(CLI::App& app) {
                            {"the --layer file", a->layer_file},
                            {"the calibration file", a->calibration}});
     }
-    const moe::LayerRun run{topo, spec, a->network, cal.get()};
+    const moe::LayerRun run{topo, spec, a->network, cal.get(), &ab};
     std::vector<moe::ScheduleResult> results;
     for (const std::string& n : names) {
       moe::ScheduleOptions o = moe::preset(n);

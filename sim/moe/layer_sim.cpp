@@ -32,8 +32,12 @@ ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimRe
   res.options = o;
   res.forward = fr.makespan;
   res.backward = br.makespan;
-  AlphaBeta ab = alpha_beta_from_topology(run.topo);
-  ab.calibration = run.calibration;
+  AlphaBeta own;
+  if (!run.model) {
+    own = alpha_beta_from_topology(run.topo);
+    own.calibration = run.calibration;
+  }
+  const AlphaBeta& ab = run.model ? *run.model : own;
   res.model_forward_s = model_time(fops, run.spec, d, o, ab, gpu);
   res.model_backward_s = model_time(bops, run.spec, d, o, ab, gpu);
   res.intra_node_bytes = fr.intra_node_bytes + br.intra_node_bytes;

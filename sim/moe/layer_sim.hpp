@@ -27,6 +27,11 @@ struct LayerRun {
   LayerSpec spec;
   std::string network = "flow";
   const Calibration* calibration = nullptr;  // measured collectives, for the simulator and the model
+  // The closed form's costs on `topo` (alpha_beta_from_topology, with
+  // `calibration` set), made once by a caller that runs many layers on one
+  // topology; null: made per call. Its collective forms are resolved once
+  // and shared by every layer (and thread) that uses it.
+  const AlphaBeta* model = nullptr;
 };
 
 // Simulates forward and backward graphs of one schedule. When `trace` is

@@ -49,14 +49,18 @@ std::string key_columns(const Spec& spec, const Config& c) {
 
 }  // namespace
 
-std::string run_config(const Spec& spec, const Config& c) {
+std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* model) {
   const Topology& topo = *spec.topologies[c.topology].topo;
   const moe::Dims d = moe::make_dims(c.layer, topo.num_gpus(), topo.gpus_per_node());
-  moe::AlphaBeta ab = moe::alpha_beta_from_topology(topo);
-  ab.calibration = spec.calibration.get();
+  moe::AlphaBeta own;
+  if (!model) {
+    own = moe::alpha_beta_from_topology(topo);
+    own.calibration = spec.calibration.get();
+    model = &own;
+  }
   const GpuProfile& gpu = gpu_profile(topo.gpu_model());
-  const std::string chosen = moe::auto_choice(c.layer, d, ab, gpu);
-  const moe::LayerRun run{topo, c.layer, spec.network, spec.calibration.get()};
+  const std::string chosen = moe::auto_choice(c.layer, d, *model, gpu);
+  const moe::LayerRun run{topo, c.layer, spec.network, spec.calibration.get(), model};
   std::vector<moe::ScheduleResult> res;
   for (const std::string& n : spec.schedules) res.push_back(moe::run_schedule(run, moe::preset(n)));
   const double base = res.front().total().to_seconds();
@@ -411,6 +415,17 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
       if ((i - start) % static_cast<std::size_t>(opt.mpi_size) == static_cast<std::size_t>(opt.mpi_rank))
         mine.push_back(i);
 
+    // The closed form's costs, once per topology variant this rank runs:
+    // every configuration on it (and every thread) shares their resolved
+    // collective forms.
+    std::vector<std::unique_ptr<moe::AlphaBeta>> models(spec.topologies.size());
+    for (std::size_t i : mine) {
+      auto& m = models[static_cast<std::size_t>(spec.configs[i].topology)];
+      if (m) continue;
+      m = std::make_unique<moe::AlphaBeta>(moe::alpha_beta_from_topology(*spec.topologies[spec.configs[i].topology].topo));
+      m->calibration = spec.calibration.get();
+    }
+
     std::vector<std::string> rows(n);
     std::vector<char> ready(n, 0);
     std::mutex mu;
@@ -426,7 +441,7 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
         if (k >= mine.size()) return;
         const std::size_t i = mine[k];
         try {
-          std::string r = run_config(spec, spec.configs[i]);
+          std::string r = run_config(spec, spec.configs[i], models[static_cast<std::size_t>(spec.configs[i].topology)].get());
           std::lock_guard<std::mutex> lk(mu);
           rows[i] = std::move(r);
           ready[i] = 1;

@@ -32,7 +32,9 @@ struct RunOptions {
 
 std::string csv_header();
 // The CSV rows of one configuration (one per schedule), each ending in '\n'.
-std::string run_config(const Spec& spec, const Config& c);
+// `model`: the closed form's costs on the configuration's topology (with the
+// spec's calibration), shared by every configuration on it; null: made here.
+std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* model = nullptr);
 
 struct RunSummary {
   std::size_t configs_run = 0, configs_resumed = 0, rows = 0;
