@@ -28,8 +28,8 @@ namespace {
 //   2  [G, E, Tl, M]       every MP member's share of the slots (split after Order)
 class GraphBuilder {
  public:
-  GraphBuilder(const LayerSpec& s, const Dims& d, const ScheduleOptions& o)
-      : s_(s), d_(d), o_(o), g_(make_groups(d.P, d.G)), b_(d.P), prev_(d.P, -1) {
+  GraphBuilder(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, GraphData data = GraphData::bound)
+      : s_(s), d_(d), o_(o), data_(data == GraphData::bound), g_(make_groups(d.P, d.G)), b_(d.P), prev_(d.P, -1) {
     // About 30 tasks per rank for a layer's forward or backward pass: reserved,
     // so the task array (a Task is a few hundred bytes) is not moved as it grows.
     b_.reserve_tasks(static_cast<std::size_t>(d.P) * 32);
@@ -116,6 +116,7 @@ class GraphBuilder {
       return;
     }
     size_[name] = elems;
+    if (!data_) return;
     // Routing metadata (expert, slot, weight triples; gate probabilities and
     // their gradients) stays fp32; activations and weights are of the layer's dtype.
     const bool meta = name == "route" || name == "route_all" || name == "probs" || name == "dw";
@@ -154,10 +155,12 @@ class GraphBuilder {
       if (!k.dims().empty()) t.shape.assign(k.shape.begin(), k.shape.end());
       t.launches = k.launches;
       t.host_wait = k.host_wait;
-      t.kernel = kname;
-      t.inputs = in;
-      t.outputs = out;
-      t.iargs = args(r);
+      if (data_) {
+        t.kernel = kname;
+        t.inputs = in;
+        t.outputs = out;
+        t.iargs = args(r);
+      }
       t.deps.reserve(2);  // the rank's previous task, and at most one more
       chain(r, b_.add_task(std::move(t)));
     }
@@ -400,9 +403,11 @@ class GraphBuilder {
       c.inner = op == CollOp::saa ? d_.G : 0;
       if (op == CollOp::alltoall) c.algo = o_.a2a_algo;
       if (op == CollOp::saa) c.algo = s_.saa_algo;
-      c.send_buf = send;
-      c.recv_buf = recv;
-      if (offset_per_mp) {
+      if (data_) {
+        c.send_buf = send;
+        c.recv_buf = recv;
+      }
+      if (data_ && offset_per_mp) {
         for (int r : c.group) c.member_send_offset.push_back(offset_per_mp * static_cast<std::uint64_t>(mp_index(r)));
         c.send_count = offset_per_mp;
       }
@@ -427,6 +432,7 @@ class GraphBuilder {
   const LayerSpec& s_;
   const Dims& d_;
   const ScheduleOptions& o_;
+  bool data_;  // with data bindings (GraphData::bound)
   Groups g_;
   TaskGraphBuilder b_;
   std::vector<int> prev_;
@@ -440,15 +446,16 @@ class GraphBuilder {
 
 }  // namespace
 
-TaskGraph build_graph(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o) {
-  GraphBuilder gb(s, d, o);
+TaskGraph build_graph(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                      GraphData data) {
+  GraphBuilder gb(s, d, o, data);
   for (const MoeOp& op : ops) gb.add(op);
   return std::move(gb).build();
 }
 
 TaskGraph build_backward_graph(const std::vector<MoeOp>& fwd, const std::vector<MoeOp>& bwd, const LayerSpec& s,
-                               const Dims& d, const ScheduleOptions& o) {
-  GraphBuilder gb(s, d, o);
+                               const Dims& d, const ScheduleOptions& o, GraphData data) {
+  GraphBuilder gb(s, d, o, data);
   gb.set_dry(true);
   for (const MoeOp& op : fwd) gb.add(op);
   gb.set_dry(false);

@@ -169,9 +169,14 @@ std::vector<MoeOp> backward_ops(const std::vector<MoeOp>& fwd, const LayerSpec& 
 // (buffers, CPU kernels) that executors use and the simulator ignores:
 // the forward pass alone; the backward pass alone (its forward replayed
 // without tasks to set up buffers); both in one graph, for execution.
-TaskGraph build_graph(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o);
+// GraphData::timing_only leaves the bindings out (no buffers, task inputs,
+// outputs, kernels or arguments, no collective buffer names): the same tasks,
+// names, streams, dependencies, sizes and collectives, for the simulator alone.
+enum class GraphData { bound, timing_only };
+TaskGraph build_graph(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                      GraphData data = GraphData::bound);
 TaskGraph build_backward_graph(const std::vector<MoeOp>& fwd, const std::vector<MoeOp>& bwd, const LayerSpec& s,
-                               const Dims& d, const ScheduleOptions& o);
+                               const Dims& d, const ScheduleOptions& o, GraphData data = GraphData::bound);
 TaskGraph build_training_graph(const std::vector<MoeOp>& fwd, const std::vector<MoeOp>& bwd, const LayerSpec& s,
                                const Dims& d, const ScheduleOptions& o);
 
