@@ -52,8 +52,8 @@ class EventQueue {
     if (t.count_ps() < heap_bound_) {
       heap_.push_back(Entry{t, next_seq_++, std::move(p)});
       sift_up(heap_.size() - 1);
-      if (heap_.size() > heap_limit_) [[unlikely]]
-        go_far();
+      if (heap_.size() > kFarAbove) [[unlikely]]
+        grown();
     } else {
       push_far(Entry{t, next_seq_++, std::move(p)});
     }
@@ -102,7 +102,10 @@ class EventQueue {
     }
     heap_[i] = std::move(e);
   }
-  // Places `e` starting from the (vacated) root.
+  // Places `e` starting from the (vacated) root, Floyd's way: the hole goes
+  // down to a leaf along the smaller children, then `e` (the heap's last entry,
+  // so most likely a late one) rises from there. That spares the comparison
+  // with `e` at every level on the way down.
   void sift_down(Entry e) {
     const std::size_t n = heap_.size();
     std::size_t i = 0;
@@ -113,9 +116,14 @@ class EventQueue {
       const std::size_t last = std::min(first + kArity, n);
       for (std::size_t c = first + 1; c < last; ++c)
         if (before(heap_[c], heap_[best])) best = c;
-      if (!before(heap_[best], e)) break;
       heap_[i] = std::move(heap_[best]);
       i = best;
+    }
+    while (i > 0) {
+      const std::size_t parent = (i - 1) / kArity;
+      if (!before(e, heap_[parent])) break;
+      heap_[i] = std::move(heap_[parent]);
+      i = parent;
     }
     heap_[i] = std::move(e);
   }
@@ -125,7 +133,7 @@ class EventQueue {
     if (!far_) {
       heap_.push_back(std::move(e));
       sift_up(heap_.size() - 1);
-      if (heap_.size() > heap_limit_) go_far();
+      if (heap_.size() > kFarAbove) grown();
       return;
     }
     const std::int64_t ps = e.time.count_ps();
@@ -153,6 +161,17 @@ class EventQueue {
     return out;
   }
 
+  // Insertion sort, for at most kSortedMax events.
+  void sort_latest_first() {
+    const std::size_t n = heap_.size();
+    for (std::size_t i = 1; i < n; ++i) {
+      Entry e = std::move(heap_[i]);
+      std::size_t j = i;
+      for (; j > 0 && before(heap_[j - 1], e); --j) heap_[j] = std::move(heap_[j - 1]);
+      heap_[j] = std::move(e);
+    }
+  }
+
   // Sorted latest first to a heap: reversed, an ascending array is a valid heap.
   void near_as_heap() {
     std::reverse(heap_.begin(), heap_.end());
@@ -160,10 +179,12 @@ class EventQueue {
     heap_bound_ = bound_;
   }
 
-  // Heap mode to bucket mode: every pending event goes through a rebuild.
-  void go_far() {
+  // Heap mode to bucket mode: every pending event goes through a rebuild. (In
+  // bucket mode the near events are a heap this big only when a bucket holds
+  // that many: many events at one time. Nothing to do then.)
+  void grown() {
+    if (far_) return;
     far_ = true;
-    heap_limit_ = std::numeric_limits<std::size_t>::max();
     far_count_ += heap_.size();
     overflow_.insert(overflow_.end(), std::make_move_iterator(heap_.begin()), std::make_move_iterator(heap_.end()));
     heap_.clear();
@@ -182,11 +203,18 @@ class EventQueue {
         // Never past end_: the last bucket may reach beyond it when end_ is clamped.
         bound_ = cur_ == nb_ ? end_ : base_ + (static_cast<std::int64_t>(cur_) << shift_);
         far_count_ -= b.size();
-        heap_.swap(b);  // the bucket's storage becomes the near events'; the old (empty) one the bucket's
-        std::sort(heap_.begin(), heap_.end(), [](const Entry& x, const Entry& y) { return before(y, x); });
-        sorted_ = true;
-        heap_bound_ = std::numeric_limits<std::int64_t>::min();  // every push to push_far
-        if (heap_.size() > kSortedMax) near_as_heap();
+        // Moved, not swapped: both keep their capacity, so steady state allocates nothing.
+        heap_.assign(std::make_move_iterator(b.begin()), std::make_move_iterator(b.end()));
+        b.clear();
+        if (heap_.size() <= kSortedMax) {
+          sort_latest_first();
+          sorted_ = true;
+          heap_bound_ = std::numeric_limits<std::int64_t>::min();  // every push to push_far
+        } else {  // many events at one time, or a row stretched by an outlier
+          std::sort(heap_.begin(), heap_.end(), [](const Entry& x, const Entry& y) { return before(x, y); });  // a valid heap
+          sorted_ = false;
+          heap_bound_ = bound_;
+        }
         return;
       }
       if (overflow_.size() < kHeapBelow) {  // few left: back to one heap
@@ -197,7 +225,6 @@ class EventQueue {
         nb_ = cur_ = 0;
         far_ = sorted_ = false;
         heap_bound_ = kNoBound;
-        heap_limit_ = kFarAbove;
         return;
       }
       rebuild();
@@ -248,7 +275,6 @@ class EventQueue {
   // one before Time::max(); in bucket mode those before bound_ while the near
   // events are a heap, none while they are sorted.
   std::int64_t heap_bound_ = kNoBound;
-  std::size_t heap_limit_ = kFarAbove;  // heap mode: more events than this go to buckets
   bool far_ = false;     // bucket mode
   bool sorted_ = false;  // the near events are sorted latest first (bucket mode), not a heap
   std::uint32_t next_seq_ = 0;
