@@ -102,10 +102,9 @@ class EventQueue {
     }
     heap_[i] = std::move(e);
   }
-  // Places `e` starting from the (vacated) root, Floyd's way: the hole goes
-  // down to a leaf along the smaller children, then `e` (the heap's last entry,
-  // so most likely a late one) rises from there. That spares the comparison
-  // with `e` at every level on the way down.
+  // Places `e` starting from the (vacated) root. (Floyd's way, the hole down to
+  // a leaf and `e` back up, saved instructions on a random queue of 64 but cost
+  // 0.15 % more on a layer's queues; docs/performance.md.)
   void sift_down(Entry e) {
     const std::size_t n = heap_.size();
     std::size_t i = 0;
@@ -116,20 +115,15 @@ class EventQueue {
       const std::size_t last = std::min(first + kArity, n);
       for (std::size_t c = first + 1; c < last; ++c)
         if (before(heap_[c], heap_[best])) best = c;
+      if (!before(heap_[best], e)) break;
       heap_[i] = std::move(heap_[best]);
       i = best;
-    }
-    while (i > 0) {
-      const std::size_t parent = (i - 1) / kArity;
-      if (!before(e, heap_[parent])) break;
-      heap_[i] = std::move(heap_[parent]);
-      i = parent;
     }
     heap_[i] = std::move(e);
   }
 
   // Bucket mode (or an event at Time::max() in heap mode).
-  void push_far(Entry&& e) {
+  [[gnu::noinline]] void push_far(Entry&& e) {  // out of line: keeps push small enough to inline
     if (!far_) {
       heap_.push_back(std::move(e));
       sift_up(heap_.size() - 1);
@@ -182,7 +176,7 @@ class EventQueue {
   // Heap mode to bucket mode: every pending event goes through a rebuild. (In
   // bucket mode the near events are a heap this big only when a bucket holds
   // that many: many events at one time. Nothing to do then.)
-  void grown() {
+  [[gnu::noinline]] void grown() {
     if (far_) return;
     far_ = true;
     far_count_ += heap_.size();
@@ -194,7 +188,7 @@ class EventQueue {
 
   // Bucket mode, no near events left: move the next non-empty bucket in, or go
   // back to heap mode when few events are left (none at all included).
-  void refill() {
+  [[gnu::noinline]] void refill() {
     while (true) {
       while (cur_ < nb_ && buckets_[cur_].empty()) ++cur_;
       if (cur_ < nb_) {
