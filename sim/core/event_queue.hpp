@@ -7,16 +7,16 @@
 // Two layouts, one order:
 // - While few events are pending (at most kFarAbove), everything sits in a
 //   4-ary heap: push and pop are O(log n) on a handful of cache lines.
-// - Above that, only the events before `bound_` stay in the heap. Later ones
+// - Above that, only the events before `bound_` (the near events) are kept in
+//   order: sorted latest first, or a heap when a bucket brought many. Later ones
 //   wait unsorted in a row of equal-width time buckets (a one-rung ladder
-//   queue) or, past the row's end, in an unsorted overflow list. When the heap
-//   runs dry it takes the next non-empty bucket whole; when the row runs dry it
-//   is rebuilt over the overflow's time span. Each event is moved a bounded
-//   number of times, so push and pop are O(1) amortized, plus the heap's
-//   O(log k) on one bucket of k events.
-// Every event before `bound_` is in the heap and every one from `bound_` on is
-// not, so the heap's minimum is the queue's minimum; ties are broken by the
-// sequence number inside the heap. docs/performance.md has the measurements.
+//   queue) or, past the row's end, in an unsorted overflow list. When the near
+//   events run out they take the next non-empty bucket whole; when the row runs
+//   out it is rebuilt over the overflow's time span. Each event is moved a
+//   bounded number of times, so push and pop are O(1) amortized.
+// Every event before `bound_` is a near event and none from `bound_` on is, so
+// the near minimum is the queue's minimum; ties are broken by the sequence
+// number there. docs/performance.md has the measurements.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
