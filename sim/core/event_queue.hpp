@@ -112,9 +112,14 @@ class EventQueue {
       const std::size_t first = i * kArity + 1;
       if (first >= n) break;
       std::size_t best = first;
-      const std::size_t last = std::min(first + kArity, n);
-      for (std::size_t c = first + 1; c < last; ++c)
-        if (before(heap_[c], heap_[best])) best = c;
+      if (first + kArity <= n) {  // all four children: no loop counter
+        if (before(heap_[first + 1], heap_[best])) best = first + 1;
+        if (before(heap_[first + 2], heap_[best])) best = first + 2;
+        if (before(heap_[first + 3], heap_[best])) best = first + 3;
+      } else {
+        for (std::size_t c = first + 1; c < n; ++c)
+          if (before(heap_[c], heap_[best])) best = c;
+      }
       if (!before(heap_[best], e)) break;
       heap_[i] = std::move(heap_[best]);
       i = best;
