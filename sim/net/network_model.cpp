@@ -210,8 +210,10 @@ class FlowModel final : public NetworkModel {
       act_.push_back(slot);
       for (std::uint32_t i = 0; i < f.len; ++i) {
         const int l = arena_[f.off + i];
-        on_link_[l].push_back(Member{slot, f.gen});
-        ++live_on_[l];
+        if (members_) {
+          on_link_[l].push_back(Member{slot, f.gen});
+          ++live_on_[l];
+        }
         mark(l);
       }
     }
@@ -279,8 +281,9 @@ class FlowModel final : public NetworkModel {
   // half dead, then the list is compacted (amortised O(1) per leave, and no
   // index into the list to keep per hop).
   void leave(int l) {
-    --live_on_[l];
     mark(l);
+    if (!members_) return;
+    --live_on_[l];
     auto& v = on_link_[l];
     if (v.size() > 16 && v.size() > 2 * live_on_[l]) std::erase_if(v, [this](const Member& m) { return !live(m); });
   }
@@ -346,6 +349,24 @@ class FlowModel final : public NetworkModel {
   void solve() {
     comp_links_.clear();
     comp_flows_.clear();
+    // The member lists serve the component search only, which runs above
+    // kDenseFlows active flows: below half of that they are no longer kept,
+    // and above it they are rebuilt from the active flows (the order of a
+    // list's members does not matter: a component is a set).
+    if (act_.size() > kDenseFlows && !members_) {
+      for (auto& v : on_link_) v.clear();
+      std::fill(live_on_.begin(), live_on_.end(), 0);
+      for (std::uint32_t slot : act_) {
+        const Flow& f = flows_[slot];
+        for (std::uint32_t i = 0; i < f.len; ++i) {
+          on_link_[arena_[f.off + i]].push_back(Member{slot, f.gen});
+          ++live_on_[arena_[f.off + i]];
+        }
+      }
+      members_ = true;
+    } else if (members_ && act_.size() <= kDenseFlows / 2) {
+      members_ = false;
+    }
     bool global = act_.size() <= kDenseFlows;
     if (!global && global_hint_ > 0) global = true, --global_hint_;
     if (!global) {
@@ -462,6 +483,7 @@ class FlowModel final : public NetworkModel {
   std::vector<double> capacity_;
   std::vector<std::vector<Member>> on_link_;  // flows crossing each link (some may have left)
   std::vector<std::uint32_t> live_on_;        // how many of them are active
+  bool members_ = false;                      // whether on_link_ and live_on_ are kept (see solve)
   std::vector<char> link_dirty_;
   std::vector<int> dirty_;
   std::vector<std::uint64_t> link_seen_, flow_seen_;
