@@ -383,15 +383,9 @@ class GraphBuilder {
                   const std::string& send, const std::string& recv, std::uint64_t offset_per_mp, std::int64_t row,
                   std::int64_t c0 = 0, std::int64_t cn = 0, const std::vector<int>& extra = {}) {
     if (dry_) return;
-    std::vector<std::vector<int>> groups;
-    if (kind == GroupKind::ep)
-      groups = g_.ep;
-    else if (kind == GroupKind::world)
-      groups = {std::vector<int>()};
-    else
-      groups = g_.mp;
-    if (kind == GroupKind::world)
-      for (int r = 0; r < d_.P; ++r) groups[0].push_back(r);
+    if (world_[0].empty())
+      for (int r = 0; r < d_.P; ++r) world_[0].push_back(r);
+    const std::vector<std::vector<int>>& groups = kind == GroupKind::ep ? g_.ep : kind == GroupKind::world ? world_ : g_.mp;
     const std::uint64_t bytes = static_cast<std::uint64_t>(elems) * static_cast<std::uint64_t>(d_.dtype_bytes);
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
       const bool solo = groups[gi].size() < 2 && op != CollOp::saa;
@@ -434,6 +428,7 @@ class GraphBuilder {
   const ScheduleOptions& o_;
   bool data_;  // with data bindings (GraphData::bound)
   Groups g_;
+  std::vector<std::vector<int>> world_ = {{}};  // the one group of every rank, filled on first use
   TaskGraphBuilder b_;
   std::vector<int> prev_;
   int n_ = 0;
