@@ -65,23 +65,31 @@ inline __attribute__((always_inline)) GemmPlan plan(const GpuProfile& gpu, DType
   // far above half an ulp), and a double division is several times cheaper
   // than a 64-bit one.
   const double sms = static_cast<double>(gpu.sm_count);
-  auto one = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) {
+  // The best so far in locals (registers once inlined); the first tile is
+  // always taken (tiles >= 1), then a later one only when strictly better.
+  std::size_t best_i = 0;
+  std::int64_t best_tiles = 0, best_waves = 0;
+  const std::int64_t sm = gpu.sm_count;
+  auto one = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) __attribute__((always_inline)) {
     constexpr TileShape t = kCublasTiles[I];
     const std::int64_t tiles = ceil_div_pos(s.m, t.m) * ceil_div_pos(s.n, t.n) * s.batch;
-    const std::int64_t waves = tiles < (1LL << 52) - gpu.sm_count
-                                   ? static_cast<std::int64_t>(static_cast<double>(tiles + gpu.sm_count - 1) / sms)
-                                   : ceil_div(tiles, gpu.sm_count);
+    const std::int64_t waves = tiles < (1LL << 52) - sm
+                                   ? static_cast<std::int64_t>(static_cast<double>(tiles + sm - 1) / sms)
+                                   : ceil_div(tiles, sm);
     const double f = static_cast<double>(waves) * 2.0 * t.m * t.n * static_cast<double>(s.k);
-    if (best.tiles == 0 || f < best_flops) {
+    if (I == 0 || f < best_flops) {
       best_flops = f;
-      best.tile = t;
-      best.tiles = tiles;
-      best.waves = waves;
+      best_i = I;
+      best_tiles = tiles;
+      best_waves = waves;
     }
   };
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
     (one(std::integral_constant<std::size_t, I>{}), ...);
   }(std::make_index_sequence<kCublasTiles.size()>{});
+  best.tile = kCublasTiles[best_i];
+  best.tiles = best_tiles;
+  best.waves = best_waves;
   best.compute = duration_for_rate(best_flops, per_sm);
   const double elems = (static_cast<double>(s.m) * static_cast<double>(s.k) +
                         static_cast<double>(s.k) * static_cast<double>(s.n) +
