@@ -37,6 +37,7 @@ MoeOp compute_op(MoeStep k, std::int64_t tokens, std::int64_t elems, const char*
 // The same, constructed in place at the end of `v` (no temporary to copy:
 // the closed form builds two op lists per evaluation).
 template <class Ops>
+__attribute__((always_inline)) inline
 MoeOp& add_coll(Ops& v, MoeStep k, GroupKind g, std::int64_t elems, const char* label) {
   MoeOp& o = v.emplace_back(k);
   o.group = g;
@@ -46,6 +47,7 @@ MoeOp& add_coll(Ops& v, MoeStep k, GroupKind g, std::int64_t elems, const char* 
 }
 
 template <class Ops>
+__attribute__((always_inline)) inline
 MoeOp& add_compute(Ops& v, MoeStep k, std::int64_t tokens, std::int64_t elems, const char* label) {
   MoeOp& o = v.emplace_back(k);
   o.tokens = tokens;
