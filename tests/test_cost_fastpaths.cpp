@@ -38,8 +38,8 @@ std::optional<std::int64_t> fast_duration(double amount, double per_second) {
 }
 
 // gemm_model.hpp's formula, tile by tile in integers and the same doubles.
-Time reference_gemm(const GpuProfile& gpu, DType dt, std::int64_t m, std::int64_t n, std::int64_t k,
-                    std::int64_t batch, double bytes_override) {
+Time reference_gemm(const GpuProfile& gpu, DType dt, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
+                    double bytes_override) {
   double best = 0;
   bool first = true;
   for (const TileShape& t : kCublasTiles) {
@@ -50,9 +50,10 @@ Time reference_gemm(const GpuProfile& gpu, DType dt, std::int64_t m, std::int64_
     first = false;
   }
   const Time compute = duration_for_rate(best, gpu.sustained(dt) / gpu.sm_count);
-  const double elems = (static_cast<double>(m) * static_cast<double>(k) + static_cast<double>(k) * static_cast<double>(n) +
-                        static_cast<double>(m) * static_cast<double>(n)) *
-                       static_cast<double>(batch);
+  const double elems =
+      (static_cast<double>(m) * static_cast<double>(k) + static_cast<double>(k) * static_cast<double>(n) +
+       static_cast<double>(m) * static_cast<double>(n)) *
+      static_cast<double>(batch);
   const double bytes = bytes_override > 0 ? bytes_override : elems * dtype_bytes(dt);
   const Time memory = duration_for_rate(bytes, gpu.hbm_bandwidth * gpu.mem_efficiency);
   return gpu.launch + std::max(compute, memory);
@@ -64,8 +65,8 @@ TEST_CASE("duration_for_rate: the inline common case equals the full rule, error
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<double> amounts = {0.0, -1.0, -inf, 1e-300, 0.5, 1.0, 3.0, 1e6, 1e12, 9.2e18, 1e30, inf};
-  const std::vector<double> rates = {0.0, -5.0, nan, inf, 1e-300, 1.0, 3.0, 1e9, 4.18e12, 1e300,
-                                     std::numeric_limits<double>::max()};
+  const std::vector<double> rates = {
+      0.0, -5.0, nan, inf, 1e-300, 1.0, 3.0, 1e9, 4.18e12, 1e300, std::numeric_limits<double>::max()};
   int throws = 0;
   for (const double a : amounts)
     for (const double r : rates) {
