@@ -19,6 +19,11 @@ double GemmShape::flops() const {
 
 namespace {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// The same for a >= 1 and b >= 1 (every caller checks the dimensions first):
+// unsigned, so that a division by a power-of-two tile is a plain shift.
+std::int64_t ceil_div_pos(std::int64_t a, std::uint64_t b) {
+  return static_cast<std::int64_t>((static_cast<std::uint64_t>(a) + b - 1) / b);
+}
 }  // namespace
 
 // Why tiles and waves (NVIDIA "Matrix Multiplication Background User's Guide", sections on tile
@@ -41,7 +46,10 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 // (NVIDIA developer forum, https://forums.developer.nvidia.com/t/too-much-time-for-kernel-launch-latency/233645/3),
 // and an 8 x 128^3 fp16 bmm takes 3.2 us of device time on an H200
 // (https://github.com/tile-ai/TileOPs/pull/2148), almost all of it fixed.
-GemmPlan plan_gemm(const GpuProfile& gpu, DType dtype, const GemmShape& s, double bytes_override) {
+namespace {
+// plan_gemm's body, inlined into plan_gemm and model_compute_time.
+inline __attribute__((always_inline)) GemmPlan plan(const GpuProfile& gpu, DType dtype, const GemmShape& s,
+                                                    double bytes_override) {
   if (s.m < 1 || s.n < 1 || s.k < 1 || s.batch < 1)
     throw ParmError(fmt::format("GEMM shape m={} n={} k={} batch={}: every dimension must be >= 1", s.m, s.n, s.k,
                                 s.batch));
@@ -57,23 +65,31 @@ GemmPlan plan_gemm(const GpuProfile& gpu, DType dtype, const GemmShape& s, doubl
   // far above half an ulp), and a double division is several times cheaper
   // than a 64-bit one.
   const double sms = static_cast<double>(gpu.sm_count);
-  auto one = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) {
+  // The best so far in locals (registers once inlined); the first tile is
+  // always taken (tiles >= 1), then a later one only when strictly better.
+  std::size_t best_i = 0;
+  std::int64_t best_tiles = 0, best_waves = 0;
+  const std::int64_t sm = gpu.sm_count;
+  auto one = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) __attribute__((always_inline)) {
     constexpr TileShape t = kCublasTiles[I];
-    const std::int64_t tiles = ceil_div(s.m, t.m) * ceil_div(s.n, t.n) * s.batch;
-    const std::int64_t waves = tiles < (1LL << 52) - gpu.sm_count
-                                   ? static_cast<std::int64_t>(static_cast<double>(tiles + gpu.sm_count - 1) / sms)
-                                   : ceil_div(tiles, gpu.sm_count);
+    const std::int64_t tiles = ceil_div_pos(s.m, t.m) * ceil_div_pos(s.n, t.n) * s.batch;
+    const std::int64_t waves = tiles < (1LL << 52) - sm
+                                   ? static_cast<std::int64_t>(static_cast<double>(tiles + sm - 1) / sms)
+                                   : ceil_div(tiles, sm);
     const double f = static_cast<double>(waves) * 2.0 * t.m * t.n * static_cast<double>(s.k);
-    if (best.tiles == 0 || f < best_flops) {
+    if (I == 0 || f < best_flops) {
       best_flops = f;
-      best.tile = t;
-      best.tiles = tiles;
-      best.waves = waves;
+      best_i = I;
+      best_tiles = tiles;
+      best_waves = waves;
     }
   };
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
     (one(std::integral_constant<std::size_t, I>{}), ...);
   }(std::make_index_sequence<kCublasTiles.size()>{});
+  best.tile = kCublasTiles[best_i];
+  best.tiles = best_tiles;
+  best.waves = best_waves;
   best.compute = duration_for_rate(best_flops, per_sm);
   const double elems = (static_cast<double>(s.m) * static_cast<double>(s.k) +
                         static_cast<double>(s.k) * static_cast<double>(s.n) +
@@ -84,12 +100,19 @@ GemmPlan plan_gemm(const GpuProfile& gpu, DType dtype, const GemmShape& s, doubl
   best.total = gpu.launch + std::max(best.compute, best.memory);
   return best;
 }
+}  // namespace
+
+GemmPlan plan_gemm(const GpuProfile& gpu, DType dtype, const GemmShape& s, double bytes_override) {
+  return plan(gpu, dtype, s, bytes_override);
+}
 
 Time gemm_time(const GpuProfile& gpu, DType dtype, const GemmShape& s, double bytes_override) {
   return plan_gemm(gpu, dtype, s, bytes_override).total;
 }
 
-GemmShape gemm_shape_or_cube(std::span<const std::int64_t> shape, std::uint64_t flops) {
+namespace {
+inline __attribute__((always_inline)) GemmShape shape_or_cube(std::span<const std::int64_t> shape,
+                                                              std::uint64_t flops) {
   if (shape.empty()) {
     // The squarest GEMM of these FLOPs: a guess that neither favours thin nor flat shapes.
     const auto e = static_cast<std::int64_t>(std::ceil(std::cbrt(static_cast<double>(flops) / 2.0) - 1e-9));
@@ -102,10 +125,29 @@ GemmShape gemm_shape_or_cube(std::span<const std::int64_t> shape, std::uint64_t 
     if (v < 1) throw ParmError(fmt::format("a GEMM shape entry is {}; every entry must be >= 1", v));
   return {shape[0], shape[1], shape[2], shape.size() == 4 ? shape[3] : 1};
 }
+}  // namespace
+
+GemmShape gemm_shape_or_cube(std::span<const std::int64_t> shape, std::uint64_t flops) {
+  return shape_or_cube(shape, flops);
+}
 
 Time memory_kernel_time(const GpuProfile& gpu, std::uint64_t bytes) {
   if (bytes == 0) return gpu.launch;
   return gpu.launch + duration_for_rate(static_cast<double>(bytes), gpu.hbm_bandwidth * gpu.mem_efficiency);
+}
+
+Time model_compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
+                        std::span<const std::int64_t> shape) {
+  if (op == OpKind::gemm && (flops > 0 || !shape.empty())) {
+    if (gpu.sm_count < 1) {
+      const Time math = duration_for_rate(static_cast<double>(flops), gpu.sustained(dtype));
+      const Time mem = bytes > 0 ? duration_for_rate(static_cast<double>(bytes), gpu.hbm_bandwidth * gpu.mem_efficiency)
+                                 : Time::zero();
+      return gpu.launch + std::max(math, mem);
+    }
+    return plan(gpu, dtype, shape_or_cube(shape, flops), static_cast<double>(bytes)).total;
+  }
+  return memory_kernel_time(gpu, bytes);
 }
 
 }  // namespace parmsim

@@ -104,16 +104,8 @@ const std::vector<GpuProfile>& gpu_profiles() {
   return p;
 }
 
-double GpuProfile::peak(DType d) const {
-  const double v = d == DType::fp32 ? peak_fp32 : d == DType::fp16 ? peak_fp16 : peak_bf16;
-  if (v <= 0) throw ParmError(fmt::format("GPU profile '{}' does not support {}", name, to_string(d)));
-  return v;
-}
-
-double GpuProfile::sustained(DType d) const {
-  const double p = peak(d);
-  const double s = d == DType::fp32 ? sustained_fp32 : d == DType::fp16 ? sustained_fp16 : sustained_bf16;
-  return s > 0 ? s : p;
+void GpuProfile::unsupported(DType d) const {
+  throw ParmError(fmt::format("GPU profile '{}' does not support {}", name, to_string(d)));
 }
 
 const GpuProfile& gpu_profile(const std::string& name) {
@@ -122,10 +114,6 @@ const GpuProfile& gpu_profile(const std::string& name) {
   std::string known;
   for (const GpuProfile& g : gpu_profiles()) known += (known.empty() ? "" : ", ") + g.name;
   throw ParmError(fmt::format("unknown GPU profile '{}'; known profiles: {}", name, known));
-}
-
-Time with_launches(const GpuProfile& gpu, Time cost, int launches, Time host_wait) {
-  return host_wait + cost + gpu.launch * (launches - 1);
 }
 
 std::string_view task_kind(std::string_view task_name) {
@@ -137,16 +125,7 @@ Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::ui
   if (cal && !kind.empty())
     if (const KernelTable* k = cal->kernel(kind, dtype))
       return k->time(static_cast<double>(k->op == OpKind::gemm ? flops : bytes));
-  if (op == OpKind::gemm && (flops > 0 || !shape.empty())) {
-    if (gpu.sm_count < 1) {
-      const Time math = duration_for_rate(static_cast<double>(flops), gpu.sustained(dtype));
-      const Time mem = bytes > 0 ? duration_for_rate(static_cast<double>(bytes), gpu.hbm_bandwidth * gpu.mem_efficiency)
-                                 : Time::zero();
-      return gpu.launch + std::max(math, mem);
-    }
-    return gemm_time(gpu, dtype, gemm_shape_or_cube(shape, flops), static_cast<double>(bytes));
-  }
-  return memory_kernel_time(gpu, bytes);
+  return model_compute_time(gpu, op, flops, bytes, dtype, shape);
 }
 
 }  // namespace parmsim

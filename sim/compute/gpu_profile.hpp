@@ -35,8 +35,21 @@ struct GpuProfile {
   double mem_efficiency = 1;   // fraction of hbm_bandwidth a streaming kernel sustains
   Time launch;                 // fixed per-kernel floor
 
-  double peak(DType d) const;       // throws if the dtype is unsupported
-  double sustained(DType d) const;  // sustained_* or, where 0, the peak; throws like peak()
+  // throws if the dtype is unsupported
+  double peak(DType d) const {
+    const double v = d == DType::fp32 ? peak_fp32 : d == DType::fp16 ? peak_fp16 : peak_bf16;
+    if (v <= 0) unsupported(d);
+    return v;
+  }
+  // sustained_* or, where 0, the peak; throws like peak()
+  double sustained(DType d) const {
+    const double p = peak(d);
+    const double s = d == DType::fp32 ? sustained_fp32 : d == DType::fp16 ? sustained_fp16 : sustained_bf16;
+    return s > 0 ? s : p;
+  }
+
+ private:
+  [[noreturn]] void unsupported(DType d) const;  // the ParmError peak() throws
 };
 
 const GpuProfile& gpu_profile(const std::string& name);  // throws ParmError listing the known ones
@@ -57,7 +70,14 @@ Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::ui
 // the GPU idled `host_wait` for the host (a device-to-host sync): each kernel
 // past the first pays the launch floor again. The engine and the MoE layer's
 // closed form both time compute tasks by this rule.
-Time with_launches(const GpuProfile& gpu, Time cost, int launches, Time host_wait);
+inline Time with_launches(const GpuProfile& gpu, Time cost, int launches, Time host_wait) {
+  return host_wait + cost + gpu.launch * (launches - 1);
+}
+// compute_time without a calibration: the GEMM tile model (gemm_model.hpp)
+// for a GEMM with FLOPs or a shape, else a memory-bound kernel. Defined in
+// gemm_model.cpp, where the tile search inlines into it.
+Time model_compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
+                        std::span<const std::int64_t> shape);
 std::string_view task_kind(std::string_view task_name);  // "expert_fc1#12@3" -> "expert_fc1"
 
 }  // namespace parmsim

@@ -15,7 +15,7 @@ Time duration_for(std::uint64_t amount, std::uint64_t per_second) {
   return Time::ps(static_cast<std::int64_t>(q));
 }
 
-Time duration_for_rate(double amount, double per_second) {
+Time duration_for_rate_checked(double amount, double per_second) {
   if (!(per_second > 0) || !std::isfinite(per_second))
     throw ParmError(fmt::format("invalid rate {} per second", per_second));
   if (amount <= 0) return Time::zero();

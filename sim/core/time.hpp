@@ -2,6 +2,7 @@
 // Simulated time: a signed 64-bit count of picoseconds in a strong type.
 // 2^63 ps is about 106 days, far beyond any run; every arithmetic operation is
 // checked and throws ParmError on overflow rather than wrapping.
+#include <cmath>
 #include <compare>
 #include <cstdint>
 #include <limits>
@@ -60,7 +61,17 @@ Time duration_for(std::uint64_t amount, std::uint64_t per_second);
 
 // The same for a fractional rate (max-min shares, efficiency-scaled peaks).
 // The rate is finite and positive; the result is rounded up.
-Time duration_for_rate(double amount, double per_second);
+// Inline: the common case (a positive amount, a finite positive rate, a result
+// below 2^63 ps) is the same expression as the checked path in time.cpp,
+// which handles everything else (zero, errors) and throws as before.
+Time duration_for_rate_checked(double amount, double per_second);
+inline Time duration_for_rate(double amount, double per_second) {
+  if (amount > 0 && per_second > 0 && per_second <= std::numeric_limits<double>::max()) {
+    const double ps = std::ceil(amount / per_second * 1e12);
+    if (ps < 9.2e18) return Time::ps(static_cast<std::int64_t>(ps));
+  }
+  return duration_for_rate_checked(amount, per_second);
+}
 
 std::string format_time(Time t);  // "12.345us"
 

@@ -169,10 +169,15 @@ struct Costs {
 
 namespace {
 
-double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
-                     const AlphaBeta& ab, const GpuProfile& gpu) {
+Costs make_costs(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab) {
   Costs c{ab, d, o.a2a_algo, s.saa_algo, ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra};
   if (ab.costs) c.init_handles();
+  return c;
+}
+
+// `c`: make_costs(s, d, o, ab), made once for a layer's forward and backward lists.
+double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims& d, const Costs& c,
+                     const AlphaBeta& ab, const GpuProfile& gpu) {
   const double bytes = d.dtype_bytes;
   double t = 0;
   for (const MoeOp& op : ops) {
@@ -226,7 +231,7 @@ double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims&
 
 double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
                   const AlphaBeta& ab, const GpuProfile& gpu) {
-  return model_time_of(ops, s, d, o, ab, gpu);
+  return model_time_of(ops, s, d, make_costs(s, d, o, ab), ab, gpu);
 }
 
 ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab,
@@ -235,7 +240,8 @@ ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& 
   forward_ops(s, d, o, &fwd);
   const std::span<const MoeOp> f(fwd.data(), fwd.size());
   backward_ops(f, s, d, o, &bwd);
-  return {model_time_of(f, s, d, o, ab, gpu), model_time_of({bwd.data(), bwd.size()}, s, d, o, ab, gpu)};
+  const Costs c = make_costs(s, d, o, ab);
+  return {model_time_of(f, s, d, c, ab, gpu), model_time_of({bwd.data(), bwd.size()}, s, d, c, ab, gpu)};
 }
 
 }  // namespace parmsim::moe

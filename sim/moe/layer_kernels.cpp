@@ -199,6 +199,14 @@ KernelList kernel_list(const MoeOp& o, const LayerSpec& s, const Dims& d) {
 double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const GpuProfile& gpu,
                        const Calibration* cal) {
   double t = 0;
+  if (!cal) {  // kernel_time without a calibration: no kind to name, no table to look up
+    each_kernel(o, s, d, [&](const Kernel& k) {
+      t += with_launches(gpu, model_compute_time(gpu, k.op, k.flops, k.bytes, k.dtype.value_or(s.dtype), k.dims()),
+                         k.launches, k.host_wait)
+               .to_seconds();
+    });
+    return t;
+  }
   each_kernel(o, s, d, [&](const Kernel& k) {
     std::string kind;  // only needed to look up a calibration table
     if (cal) kind = o.backward ? std::string("bwd_") + k.name : std::string(k.name);

@@ -26,8 +26,23 @@ MoeOp coll_op(MoeStep k, GroupKind g, std::int64_t elems, const char* label) {
   return o;
 }
 
-MoeOp compute_op(MoeStep k, std::int64_t tokens, std::int64_t elems, const char* label) {
-  MoeOp o{k};
+
+// The same, constructed in place at the end of `v` (no temporary to copy:
+// the closed form builds two op lists per evaluation).
+template <class Ops>
+__attribute__((always_inline)) inline
+MoeOp& add_coll(Ops& v, MoeStep k, GroupKind g, std::int64_t elems, const char* label) {
+  MoeOp& o = v.emplace_back(k);
+  o.group = g;
+  o.elems = elems;
+  o.label = label;
+  return o;
+}
+
+template <class Ops>
+__attribute__((always_inline)) inline
+MoeOp& add_compute(Ops& v, MoeStep k, std::int64_t tokens, std::int64_t elems, const char* label) {
+  MoeOp& o = v.emplace_back(k);
   o.tokens = tokens;
   o.elems = elems;
   o.label = label;
@@ -53,22 +68,24 @@ void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, 
     // every MP rank sent all of D (v0.14.4 L536-543 drop only without ESP).
     const bool drop = s.ds_moe == DsMoe::v0_14_5 && G > 1;
     auto alltoall = [&](const char* drop_label, const char* a2a_label, const char* gather_label) {
-      if (!drop) return v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D, a2a_label));
-      v.push_back(coll_op(MoeStep::split, GroupKind::mp, D, drop_label));
-      v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, D / G, a2a_label));
-      v.push_back(coll_op(MoeStep::ag, GroupKind::mp, D, gather_label));
+      if (!drop) {
+        add_coll(v, MoeStep::a2a, GroupKind::ep, D, a2a_label);
+        return;
+      }
+      add_coll(v, MoeStep::split, GroupKind::mp, D, drop_label);
+      add_coll(v, MoeStep::a2a, GroupKind::ep, D / G, a2a_label);
+      add_coll(v, MoeStep::ag, GroupKind::mp, D, gather_label);
     };
-    v.push_back(compute_op(MoeStep::gate, d.S, 0, "gate"));
-    v.push_back(compute_op(MoeStep::order, d.S, D, "order"));
+    add_compute(v, MoeStep::gate, d.S, 0, "gate");
+    add_compute(v, MoeStep::order, d.S, D, "order");
     alltoall("drop_tokens", "dispatch_a2a", "gather_tokens");
-    MoeOp ex = compute_op(MoeStep::experts, 0, D, "experts");
+    MoeOp& ex = add_compute(v, MoeStep::experts, 0, D, "experts");
     // Megatron-DeepSpeed's RowParallelLinear ends each sharded expert with an
     // AllReduce over TP (mappings.py L76-105 @c2402048), one per local expert.
     ex.allreduce_each = s.ds_moe != DsMoe::lean && G > 1;
-    v.push_back(ex);
-    if (s.ds_moe == DsMoe::lean) v.push_back(coll_op(MoeStep::ar, GroupKind::esp, D, "esp_allreduce"));
+    if (s.ds_moe == DsMoe::lean) add_coll(v, MoeStep::ar, GroupKind::esp, D, "esp_allreduce");
     alltoall("drop_tokens_combine", "combine_a2a", "gather_tokens_combine");
-    v.push_back(compute_op(MoeStep::iorder, d.S, D, "iorder"));
+    add_compute(v, MoeStep::iorder, d.S, D, "iorder");
     return;
   }
   if (o.fuse_combine && o.gather != Gather::before_iorder)
@@ -79,46 +96,45 @@ void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, 
   std::int64_t Dl = 0;  // per-rank dispatch buffer after MP-Split (D/G)
   if (o.split == Split::before_gate) {
     Dl = s.E * d.T_parm * M;
-    v.push_back(coll_op(MoeStep::split, GroupKind::mp, d.S * M, "mp_split"));
-    v.push_back(compute_op(MoeStep::gate, d.S / G, 0, "gate"));
-    v.push_back(compute_op(MoeStep::order, d.S / G, Dl, "order"));
+    add_coll(v, MoeStep::split, GroupKind::mp, d.S * M, "mp_split");
+    add_compute(v, MoeStep::gate, d.S / G, 0, "gate");
+    add_compute(v, MoeStep::order, d.S / G, Dl, "order");
   } else {
     const std::int64_t Tl = (d.T_base + G - 1) / G;
     Dl = s.E * Tl * M;
-    v.push_back(compute_op(MoeStep::gate, d.S, 0, "gate"));
-    v.push_back(compute_op(MoeStep::order, d.S, s.E * d.T_base * M, "order"));
+    add_compute(v, MoeStep::gate, d.S, 0, "gate");
+    add_compute(v, MoeStep::order, d.S, s.E * d.T_base * M, "order");
     // Keep this member's share of every expert's slots (a copy), then the split.
-    v.push_back(compute_op(MoeStep::slot_slice, d.S, Dl, "slot_slice"));
-    v.push_back(coll_op(MoeStep::split, GroupKind::mp, G * Dl, "mp_split"));
+    add_compute(v, MoeStep::slot_slice, d.S, Dl, "slot_slice");
+    add_coll(v, MoeStep::split, GroupKind::mp, G * Dl, "mp_split");
   }
   const std::int64_t Dfull = G * Dl;
   if (o.fuse_dispatch) {
-    v.push_back(coll_op(MoeStep::saa, GroupKind::world, Dl, "dispatch_saa"));
+    add_coll(v, MoeStep::saa, GroupKind::world, Dl, "dispatch_saa");
   } else {
-    v.push_back(coll_op(MoeStep::a2a, GroupKind::ep, Dl, "dispatch_a2a"));
-    v.push_back(coll_op(MoeStep::ag, GroupKind::esp, Dfull, "esp_allgather"));
+    add_coll(v, MoeStep::a2a, GroupKind::ep, Dl, "dispatch_a2a");
+    add_coll(v, MoeStep::ag, GroupKind::esp, Dfull, "esp_allgather");
   }
-  v.push_back(compute_op(MoeStep::experts, 0, Dfull, "experts"));
+  add_compute(v, MoeStep::experts, 0, Dfull, "experts");
   MoeOp rs = coll_op(MoeStep::rs_then, GroupKind::esp, Dfull, "esp_rs_combine");
   rs.chunks = o.chunks;
   if (o.gather == Gather::after_iorder) {
     rs.then = MoeStep::a2a;
     v.push_back(rs);
-    v.push_back(compute_op(MoeStep::iorder, d.S / G, Dl, "iorder"));
-    v.push_back(coll_op(MoeStep::ag, GroupKind::mp, d.S * M, "mp_allgather"));
+    add_compute(v, MoeStep::iorder, d.S / G, Dl, "iorder");
+    add_coll(v, MoeStep::ag, GroupKind::mp, d.S * M, "mp_allgather");
   } else {
     rs.then = o.fuse_combine ? MoeStep::saa : MoeStep::a2a;
     // I-Order on all S tokens needs every MP member's routing (expert, slot,
     // weight per token choice): a small AllGather over MP.
     if (o.split == Split::before_gate)
-      v.push_back(coll_op(MoeStep::ag, GroupKind::mp, d.S * s.k * 3, "route_allgather"));
+      add_coll(v, MoeStep::ag, GroupKind::mp, d.S * s.k * 3, "route_allgather");
     v.push_back(rs);
-    if (!o.fuse_combine) v.push_back(coll_op(MoeStep::ag, GroupKind::mp, Dfull, "mp_allgather"));
-    MoeOp io = compute_op(MoeStep::iorder, d.S, Dfull, "iorder");
+    if (!o.fuse_combine) add_coll(v, MoeStep::ag, GroupKind::mp, Dfull, "mp_allgather");
+    MoeOp& io = add_compute(v, MoeStep::iorder, d.S, Dfull, "iorder");
     // Split before the gate: member g's S/G tokens were routed to its own
     // block of slots, so the combine is G independent einsums.
     if (o.split == Split::before_gate) io.blocks = static_cast<int>(G);
-    v.push_back(io);
   }
 }
 
@@ -150,9 +166,7 @@ void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dim
       case MoeStep::slot_slice:
         break;  // its adjoint is the AllGather above; Order's backward reads that layout
       case MoeStep::gate: {
-        MoeOp x = f;
-        x.backward = true;
-        prim.push_back({x});
+        prim.emplace_back(f).op.backward = true;
         // With MP split before the gate, each MP rank saw other tokens: the
         // replicated gate weights' gradient is summed over the MP group.
         if (o.parm && o.split == Split::before_gate)
@@ -180,11 +194,8 @@ void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dim
         prim.push_back({ag(GroupKind::esp, f.elems, "bwd_combine_esp_allgather"), fz});
         break;
       }
-      default: {
-        MoeOp x = f;
-        x.backward = true;
-        prim.push_back({x});
-      }
+      default:
+        prim.emplace_back(f).op.backward = true;
     }
   }
   // The baseline's AllReduce sums fc2's partial outputs; its adjoint is the
@@ -200,24 +211,20 @@ void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dim
     const bool has_next = i + 1 < prim.size();
     if (has_next && a.kind == MoeStep::a2a && prim[i].fused && prim[i + 1].fused &&
         prim[i + 1].op.kind == MoeStep::ag && prim[i + 1].op.elems == G * a.elems) {
-      out.push_back(coll_op(MoeStep::saa, GroupKind::world, a.elems, "bwd_combine_saa"));
-      out.back().backward = true;
+      add_coll(out, MoeStep::saa, GroupKind::world, a.elems, "bwd_combine_saa").backward = true;
       ++i;
       continue;
     }
     if (has_next && a.kind == MoeStep::rs && prim[i + 1].op.kind == MoeStep::a2a &&
         prim[i + 1].op.elems * G == a.elems && (o.chunks > 1 || prim[i].fused)) {
-      MoeOp p = coll_op(MoeStep::rs_then, a.group, a.elems, "bwd_dispatch_rs_a2a");
+      MoeOp& p = add_coll(out, MoeStep::rs_then, a.group, a.elems, "bwd_dispatch_rs_a2a");
       p.then = MoeStep::a2a;
       p.chunks = o.chunks;
       p.backward = true;
-      out.push_back(p);
       ++i;
       continue;
     }
-    MoeOp x = a;
-    x.backward = true;
-    out.push_back(x);
+    out.emplace_back(a).backward = true;
   }
 }
 
