@@ -158,8 +158,8 @@ static void BM_ModelLayerEvalDistinct(benchmark::State& state) {
 }
 BENCHMARK(BM_ModelLayerEvalDistinct)->Arg(0)->Arg(1);
 
-// A fresh AlphaBeta for every evaluation (what a sweep's configuration pays:
-// sim/sweep/runner.cpp makes one per configuration): the topology's
+// A fresh AlphaBeta for every evaluation (what a one-off caller pays; sweeps
+// and `layer` make one per topology, sim/sweep/runner.cpp): the topology's
 // fingerprint, and every collective bound and resolved again (the
 // process-wide cost-form cache stays warm).
 static void BM_ModelLayerEvalFreshAlphaBeta(benchmark::State& state) {
