@@ -32,7 +32,8 @@ MoeOp coll_op(MoeStep k, GroupKind g, std::int64_t elems, const char* label) {
 template <class Ops>
 __attribute__((always_inline)) inline
 MoeOp& add_coll(Ops& v, MoeStep k, GroupKind g, std::int64_t elems, const char* label) {
-  MoeOp& o = v.emplace_back(k);
+  MoeOp& o = v.emplace_back();  // value-initialized, then set: MoeOp is an aggregate (no MoeOp(k))
+  o.kind = k;
   o.group = g;
   o.elems = elems;
   o.label = label;
@@ -42,7 +43,8 @@ MoeOp& add_coll(Ops& v, MoeStep k, GroupKind g, std::int64_t elems, const char* 
 template <class Ops>
 __attribute__((always_inline)) inline
 MoeOp& add_compute(Ops& v, MoeStep k, std::int64_t tokens, std::int64_t elems, const char* label) {
-  MoeOp& o = v.emplace_back(k);
+  MoeOp& o = v.emplace_back();  // value-initialized, then set: MoeOp is an aggregate (no MoeOp(k))
+  o.kind = k;
   o.tokens = tokens;
   o.elems = elems;
   o.label = label;
@@ -166,7 +168,8 @@ void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dim
       case MoeStep::slot_slice:
         break;  // its adjoint is the AllGather above; Order's backward reads that layout
       case MoeStep::gate: {
-        prim.emplace_back(f).op.backward = true;
+        prim.push_back(Prim{f});
+        prim.back().op.backward = true;
         // With MP split before the gate, each MP rank saw other tokens: the
         // replicated gate weights' gradient is summed over the MP group.
         if (o.parm && o.split == Split::before_gate)
@@ -195,7 +198,8 @@ void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dim
         break;
       }
       default:
-        prim.emplace_back(f).op.backward = true;
+        prim.push_back(Prim{f});
+        prim.back().op.backward = true;
     }
   }
   // The baseline's AllReduce sums fc2's partial outputs; its adjoint is the
