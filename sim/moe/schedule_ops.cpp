@@ -26,34 +26,33 @@ MoeOp coll_op(MoeStep k, GroupKind g, std::int64_t elems, const char* label) {
   return o;
 }
 
-
-// The same, constructed in place at the end of `v` (no temporary to copy:
-// the closed form builds two op lists per evaluation).
+// An op constructed in place at the end of `v` (no temporary to copy: the
+// closed form builds two op lists per evaluation). MoeOp is an aggregate and
+// clang before 16 has no MoeOp(k), so it is value-initialized, then set.
 template <class Ops>
-__attribute__((always_inline)) inline
-MoeOp& add_coll(Ops& v, MoeStep k, GroupKind g, std::int64_t elems, const char* label) {
-  MoeOp& o = v.emplace_back();  // value-initialized, then set: MoeOp is an aggregate (no MoeOp(k))
+__attribute__((always_inline)) inline MoeOp& add_op(Ops& v, MoeStep k, std::int64_t elems, const char* label) {
+  MoeOp& o = v.emplace_back();
   o.kind = k;
+  o.elems = elems;
+  o.label = label;
+  return o;
+}
+
+template <class Ops>
+__attribute__((always_inline)) inline MoeOp& add_coll(Ops& v, MoeStep k, GroupKind g, std::int64_t elems,
+                                                      const char* label) {
+  MoeOp& o = add_op(v, k, elems, label);
   o.group = g;
-  o.elems = elems;
-  o.label = label;
   return o;
 }
 
 template <class Ops>
-__attribute__((always_inline)) inline
-MoeOp& add_compute(Ops& v, MoeStep k, std::int64_t tokens, std::int64_t elems, const char* label) {
-  MoeOp& o = v.emplace_back();  // value-initialized, then set: MoeOp is an aggregate (no MoeOp(k))
-  o.kind = k;
+__attribute__((always_inline)) inline MoeOp& add_compute(Ops& v, MoeStep k, std::int64_t tokens, std::int64_t elems,
+                                                         const char* label) {
+  MoeOp& o = add_op(v, k, elems, label);
   o.tokens = tokens;
-  o.elems = elems;
-  o.label = label;
   return o;
 }
-
-}  // namespace
-
-namespace {
 
 // The builders, for any vector-like container of MoeOps (std::vector for the
 // graph builder, OpList for the closed form).
