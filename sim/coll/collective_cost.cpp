@@ -194,26 +194,57 @@ std::shared_ptr<const NcclSystem> cached_system(const Collective& c, const Topol
   return sys;
 }
 
-// NCCL's pick for c at n bytes, when c runs one of NCCL's tuned algorithms.
-std::optional<NcclEstimate> nccl_at(const Collective& c, const Topology& topo, std::uint64_t tkey, double n) {
+// What NCCL's tuner is asked for c: the algorithm and protocol c forces
+// (none: NCCL's choice); nullopt when c does not run one of NCCL's tuned algorithms.
+struct NcclAsk {
+  std::optional<NcclAlgo> algo;
+  std::optional<NcclProto> proto;
+};
+std::optional<NcclAsk> nccl_ask(const Collective& c) {
   if (!nccl_tuned(c.op)) return std::nullopt;
   const std::string algo = c.algo.empty() ? default_algorithm(c.op) : c.algo;
   NcclAlgo forced{};
   const bool named = parse_nccl_algo(algo, &forced);
   if (algo != "auto" && !named) return std::nullopt;
-  std::optional<NcclProto> proto;
+  NcclAsk ask;
+  if (named) ask.algo = forced;
   if (!c.proto.empty()) {
     NcclProto p;
     if (!parse_nccl_proto(c.proto, &p))
       throw ParmError(fmt::format("collective '{}': unknown protocol '{}'; known: ll, ll128, simple", c.name, c.proto));
-    proto = p;
+    ask.proto = p;
   }
+  return ask;
+}
+
+// f() with c's name put before the message of a ParmError it throws.
+template <class F>
+auto naming(const Collective& c, F&& f) {
   try {
-    return nccl_choose(c.op, *cached_system(c, topo, tkey), n, named ? std::optional(forced) : std::nullopt, proto,
-                       c.channels);
+    return f();
   } catch (const ParmError& e) {
     throw ParmError(fmt::format("collective '{}': {}", c.name, e.what()));
   }
+}
+
+// The collective whose links' form times NCCL's choice e: c with e's algorithm, protocol and channels.
+void set_choice(Collective& f, const NcclEstimate& e) {
+  f.algo = to_string(e.algo);
+  f.proto = to_string(e.proto);
+  f.channels = e.channels;
+}
+
+// Seconds for NCCL's choice e at n bytes: the model's latency plus the slower
+// of the links' time (`links`, from a form built without latency) and the model's bandwidth.
+double nccl_seconds(const NcclEstimate& e, double links, double n) {
+  return e.lat_us * 1e-6 + std::max(links, n / (e.bw_GBps * 1e9));
+}
+
+// NCCL's pick for c at n bytes, when c runs one of NCCL's tuned algorithms.
+std::optional<NcclEstimate> nccl_at(const Collective& c, const Topology& topo, std::uint64_t tkey, double n) {
+  const auto ask = nccl_ask(c);
+  if (!ask) return std::nullopt;
+  return naming(c, [&] { return nccl_choose(c.op, *cached_system(c, topo, tkey), n, ask->algo, ask->proto, c.channels); });
 }
 
 // Seconds for c at n bytes: NCCL's algorithms as the model's latency plus the
@@ -225,11 +256,8 @@ double timed(const Collective& c, const Topology& topo, std::uint64_t tkey, doub
     // closed form's dozen lookups per layer allocate nothing.
     thread_local Collective f;
     f = c;
-    f.algo = to_string(e->algo);
-    f.proto = to_string(e->proto);
-    f.channels = e->channels;
-    const double links = cached_form(f, topo, tkey, k)->time_s(n);
-    return e->lat_us * 1e-6 + std::max(links, n / (e->bw_GBps * 1e9));
+    set_choice(f, *e);
+    return nccl_seconds(*e, cached_form(f, topo, tkey, k)->time_s(n), n);
   }
   if (c.op == CollOp::alltoallv) return cached_form(c, topo, tkey, k)->time_s(1.0);
   return cached_form(c, topo, tkey, k)->time_s(n);
@@ -480,27 +508,9 @@ struct BoundCollective::Impl {
   void resolve() {
     std::lock_guard lk(mu);
     if (ready.load(std::memory_order_relaxed)) return;
-    if (nccl_tuned(c.op)) {
-      const std::string algo = c.algo.empty() ? default_algorithm(c.op) : c.algo;
-      NcclAlgo forced{};
-      const bool named = parse_nccl_algo(algo, &forced);
-      if (algo == "auto" || named) {
-        std::optional<NcclProto> proto;
-        if (!c.proto.empty()) {
-          NcclProto p;
-          if (!parse_nccl_proto(c.proto, &p))
-            throw ParmError(
-                fmt::format("collective '{}': unknown protocol '{}'; known: ll, ll128, simple", c.name, c.proto));
-          proto = p;
-        }
-        try {
-          tuner.emplace(c.op, *cached_system(c, *topo, tkey), named ? std::optional(forced) : std::nullopt, proto,
-                        c.channels);
-        } catch (const ParmError& e) {
-          throw ParmError(fmt::format("collective '{}': {}", c.name, e.what()));
-        }
-        nccl = true;
-      }
+    if (const auto ask = nccl_ask(c)) {
+      naming(c, [&] { tuner.emplace(c.op, *cached_system(c, *topo, tkey), ask->algo, ask->proto, c.channels); });
+      nccl = true;
     }
     if (!nccl) form = cached_form(c, *topo, tkey, k);
     ready.store(true, std::memory_order_release);
@@ -511,9 +521,7 @@ struct BoundCollective::Impl {
     std::lock_guard lk(mu);
     if (const CostForm* f = pair_form[i].load(std::memory_order_relaxed)) return *f;
     Collective f = c;
-    f.algo = to_string(e.algo);
-    f.proto = to_string(e.proto);
-    f.channels = e.channels;
+    set_choice(f, e);
     keep.push_back(cached_form(f, *topo, tkey, k));
     pair_form[i].store(keep.back().get(), std::memory_order_release);
     return *keep.back();
@@ -531,8 +539,7 @@ double BoundCollective::time_s(double n) const {
   if (!m.nccl) return m.form->time_s(n);
   int i = 0;
   const NcclEstimate e = m.tuner->choose(n, &i);
-  const double links = m.pair(i, e).time_s(n);
-  return e.lat_us * 1e-6 + std::max(links, n / (e.bw_GBps * 1e9));
+  return nccl_seconds(e, m.pair(i, e).time_s(n), n);
 }
 
 struct CollectiveCosts::Bound {
