@@ -117,10 +117,15 @@ std::vector<double> reference(std::vector<double> cap, const std::vector<std::ve
 
 TEST_CASE("ties: the solver fixes the same links as a plain full scan, bit for bit", "[maxmin]") {
   // Capacities from a small set, so that many links tie (an AlltoAll's NICs),
-  // and paths of 1-4 distinct links; below kMaxMinScanLinks links the solver scans.
+  // and paths of 1-4 distinct links. Up to kMaxMinScanAllLinks links in all
+  // the solver scans every link each round; above, it scans the loaded links
+  // and keeps ties and changes between rounds (up to kMaxMinScanLinks loaded
+  // links): half the trials take each way.
+  static_assert(parmsim::kMaxMinScanAllLinks < 300 && 500 <= parmsim::kMaxMinScanLinks);
   std::mt19937 rng(7);
   for (int trial = 0; trial < 300; ++trial) {
-    const int L = 2 + static_cast<int>(rng() % 60), F = 1 + static_cast<int>(rng() % 120);
+    const int L = trial % 2 == 0 ? 2 + static_cast<int>(rng() % 60) : 300 + static_cast<int>(rng() % 200);
+    const int F = 1 + static_cast<int>(rng() % (trial % 2 == 0 ? 120 : 400));
     std::vector<double> cap(L);
     for (double& c : cap) c = std::array<double, 3>{25e9, 50e9, 12.5e9}[rng() % 3];
     std::vector<std::vector<int>> paths(F);

@@ -3,8 +3,32 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 namespace parmsim {
+
+namespace {
+// The smallest of n doubles (none NaN), +inf when n is 0. Which of two
+// equal values (0 and -0) it returns does not matter: the caller looks the
+// value up again with ==.
+double min_of(const double* v, std::size_t n) {
+  double m = std::numeric_limits<double>::infinity();
+  std::size_t i = 0;
+#ifdef __SSE2__
+  __m128d a = _mm_set1_pd(m), b = a;
+  for (; i + 4 <= n; i += 4) {
+    a = _mm_min_pd(a, _mm_loadu_pd(v + i));
+    b = _mm_min_pd(b, _mm_loadu_pd(v + i + 2));
+  }
+  a = _mm_min_pd(a, b);
+  m = std::min(_mm_cvtsd_f64(a), _mm_cvtsd_f64(_mm_unpackhi_pd(a, a)));
+#endif
+  for (; i < n; ++i) m = std::min(m, v[i]);
+  return m;
+}
+}  // namespace
 
 std::vector<double> max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows) {
   MaxMinScratch scratch;
@@ -36,11 +60,18 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
   w.count.resize(L);
   w.share.resize(L);
   w.active.clear();
+  // Few links: every round scans all of them for the smallest share, with
+  // +inf standing for an unloaded or finished link, which vectorizes and has
+  // no bookkeeping of ties or changes (see bottleneck below).
+  const bool scan_all = L <= kMaxMinScanAllLinks;
+  constexpr double kNone = std::numeric_limits<double>::infinity();
   for (std::size_t l = 0; l < L; ++l) {
     w.count[l] = w.start[l + 1] - w.start[l];
     if (w.count[l] > 0) {
       w.active.push_back(static_cast<std::uint32_t>(l));
       w.share[l] = w.cap[l] / w.count[l];
+    } else if (scan_all) {
+      w.share[l] = kNone;
     }
   }
   auto& cap = w.cap;
@@ -81,6 +112,13 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
   auto fix = [&](std::uint32_t f, double r) {
     w.fixed[f] = 1;
     rate[f] = r;
+    if (scan_all) {
+      for (int l : flows[f]) {
+        cap[l] -= r;
+        w.share[l] = --count[l] > 0 ? cap[l] / count[l] : kNone;
+      }
+      return;
+    }
     for (int l : flows[f]) {
       cap[l] -= r;
       // The share is kept current as cap / count (the same division the
@@ -112,6 +150,19 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
         w.heap.pop_back();
       }
       return L;
+    }
+    if (scan_all) {
+      // The smallest share, then the first link that has it. A loaded link's
+      // share is finite (finite capacity over a positive count), so +inf
+      // means every link is done. Min is exact, so this is the link a plain
+      // scan picks, ties to the lowest id.
+      const double* sh = w.share.data();
+      double min = min_of(sh, L);
+      if (min == kNone) return L;
+      std::size_t l = 0;
+      while (sh[l] != min) ++l;
+      *share = sh[l];
+      return l;
     }
     // The scan, with ties kept. A full scan finds the smallest share and
     // every link that has exactly it (`tied`, in id order); the links whose

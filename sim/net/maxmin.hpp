@@ -18,6 +18,10 @@ namespace parmsim {
 // (measured: cheaper than the heap for a 32-GPU layer's links; the heap wins
 // for a ring step on a 1024-port switch, one flow per link).
 inline constexpr std::size_t kMaxMinScanLinks = 512;
+// Up to this many links in all (loaded or not), each round scans every link
+// with a vectorized min and keeps no tie or change lists (measured on a
+// 32-GPU layer, 112 links: the bookkeeping cost more than the scan).
+inline constexpr std::size_t kMaxMinScanAllLinks = 256;
 
 // `capacity[l]` in bytes/s; `flows[f]` = link ids on flow f's path (non-empty).
 // Returns rates in bytes/s, one per flow.

@@ -143,7 +143,7 @@ class FlowModel final : public NetworkModel {
   }
 
   std::optional<Time> next_completion() override {
-    if (!dirty_.empty()) solve();
+    if (changed_) solve();
     Time t = Time::max();
     if (!pending_.empty()) t = pending_.top().time;
     const Time fin = next_finish();
@@ -153,7 +153,7 @@ class FlowModel final : public NetworkModel {
   }
 
   void complete(Time t, std::vector<std::uint64_t>* done) override {
-    if (!dirty_.empty()) solve();
+    if (changed_) solve();
     now_ = t;
     // Flows whose completion time is t leave their links.
     auto finish = [&](std::uint32_t slot) {
@@ -269,8 +269,12 @@ class FlowModel final : public NetworkModel {
     }
     return Time::max();
   }
+  // A start or finish on link l. Which links changed matters only to the
+  // component search, which needs the member lists: without them the next
+  // solve is global and only needs to know that something changed.
   void mark(int l) {
-    if (!link_dirty_[l]) link_dirty_[l] = 1, dirty_.push_back(l);
+    changed_ = true;
+    if (members_ && !link_dirty_[l]) link_dirty_[l] = 1, dirty_.push_back(l);
   }
   // A member is live while its flow is active and its slot not reused.
   bool live(const Member& m) const {
@@ -347,8 +351,10 @@ class FlowModel final : public NetworkModel {
 
   // Re-solves the components that hold a dirty link.
   void solve() {
+    changed_ = false;
     comp_links_.clear();
     comp_flows_.clear();
+    const bool recorded = members_;  // whether dirty_ holds every link changed since the last solve
     // The member lists serve the component search only, which runs above
     // kDenseFlows active flows: below half of that they are no longer kept,
     // and above it they are rebuilt from the active flows (the order of a
@@ -367,7 +373,7 @@ class FlowModel final : public NetworkModel {
     } else if (members_ && act_.size() <= kDenseFlows / 2) {
       members_ = false;
     }
-    bool global = act_.size() <= kDenseFlows;
+    bool global = act_.size() <= kDenseFlows || !recorded;
     if (!global && global_hint_ > 0) global = true, --global_hint_;
     if (!global) {
       // The flows on the dirty links alone are half of them: the search would
@@ -484,7 +490,8 @@ class FlowModel final : public NetworkModel {
   std::vector<std::vector<Member>> on_link_;  // flows crossing each link (some may have left)
   std::vector<std::uint32_t> live_on_;        // how many of them are active
   bool members_ = false;                      // whether on_link_ and live_on_ are kept (see solve)
-  std::vector<char> link_dirty_;
+  bool changed_ = false;          // a flow started or finished since the last solve
+  std::vector<char> link_dirty_;  // with members_: the links it happened on
   std::vector<int> dirty_;
   std::vector<std::uint64_t> link_seen_, flow_seen_;
   std::uint64_t epoch_ = 0;
