@@ -36,7 +36,7 @@ std::vector<Unit> enqueue_order(const TaskGraph& g) {
   for (const Task& t : g.tasks()) {
     const int u = unit_of[t.id];
     first[u] = std::min(first[u], t.id);
-    std::vector<int> preds = t.deps;
+    std::vector<int> preds(t.deps.begin(), t.deps.end());
     if (prev_on_stream[t.id] >= 0) preds.push_back(prev_on_stream[t.id]);
     for (int d : preds) {
       const int v = unit_of[d];

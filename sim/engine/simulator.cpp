@@ -220,7 +220,7 @@ class Engine {
     KernelMemo& m = memo_;
     if (!(m.valid && m.op == t.op && m.flops == t.flops && m.bytes == t.bytes && m.dtype == t.dtype &&
           m.launches == t.launches && m.host_wait == t.host_wait && m.kind == kind && m.shape == t.shape)) {
-      const Time k = compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype, cal_, kind, t.shape);
+      const Time k = compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype, cal_, kind, {t.shape.data(), t.shape.size()});
       m.valid = true;
       m.op = t.op;
       m.flops = t.flops;
@@ -335,7 +335,7 @@ class Engine {
     int launches = 0;
     Time host_wait;
     std::string kind;
-    std::vector<std::int64_t> shape;
+    boost::container::small_vector<std::int64_t, 4> shape;
     Time duration;
   } memo_;
   std::deque<int> ready_;

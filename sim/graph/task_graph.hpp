@@ -12,6 +12,7 @@
 // validates it: no dangling ids, no cycles (the message names the tasks on the
 // cycle), every group member has exactly one part of each collective, buffers
 // named by tasks exist on the task's rank.
+#include <boost/container/small_vector.hpp>
 #include <cstdint>
 
 #include "sim/core/time.hpp"
@@ -93,7 +94,9 @@ struct Task {
   std::uint64_t flops = 0;
   std::uint64_t bytes = 0;  // bytes read + written in memory
   DType dtype = DType::fp32;
-  std::vector<std::int64_t> shape;  // gemm: {m, n, k} or {m, n, k, batch}; empty = unknown
+  // gemm: {m, n, k} or {m, n, k, batch}; empty = unknown. Inline (a graph has
+  // thousands of tasks: no allocation each).
+  boost::container::small_vector<std::int64_t, 4> shape;
   // Timing (executors ignore these): the small kernels this task stands for,
   // each paying the GPU's launch floor; and how long the GPU idles for the
   // host before it (a device-to-host sync drains the launch queue).
@@ -105,7 +108,7 @@ struct Task {
   // For executors: the kernel to run (empty: timing only) and its integer arguments.
   std::string kernel;
   std::vector<std::int64_t> iargs;
-  std::vector<int> deps;  // task ids
+  boost::container::small_vector<int, 2> deps;  // task ids (most tasks have one or two: inline)
 };
 
 class TaskGraph {

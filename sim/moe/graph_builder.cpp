@@ -161,7 +161,6 @@ class GraphBuilder {
         t.outputs = out;
         t.iargs = args(r);
       }
-      t.deps.reserve(2);  // the rank's previous task, and at most one more
       chain(r, b_.add_task(std::move(t)));
     }
   }
