@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <deque>
+#include <utility>
 #include <string_view>
 #include <span>
 
@@ -16,35 +17,46 @@
 namespace parmsim {
 namespace {
 
-// Compressed adjacency: the items of key k are list[start[k] .. start[k+1]).
+// Compressed adjacency over a pool: the items of key k are
+// list[start[k] .. start[k+1]).
 struct Csr {
-  std::vector<int> start, list;
-  void build(std::size_t keys, const std::vector<std::pair<int, int>>& pairs) {
-    start.assign(keys + 1, 0);
-    for (const auto& [k, v] : pairs) ++start[k + 1];
-    for (std::size_t k = 0; k < keys; ++k) start[k + 1] += start[k];
-    list.resize(pairs.size());
-    std::vector<int> fill(start.begin(), start.end() - 1);
-    for (const auto& [k, v] : pairs) list[fill[k]++] = v;
-  }
-  std::span<const int> of(int k) const { return {list.data() + start[k], list.data() + start[k + 1]}; }
+  const int* start = nullptr;
+  const int* list = nullptr;
+  std::span<const int> of(int k) const { return {list + start[k], list + start[k + 1]}; }
 };
 
+// One collective's plan and run state. The state arrays of every collective
+// live in three pools owned by the engine (a graph has dozens of
+// collectives: a handful of allocations per simulation, not dozens each).
 struct CollState {
   CollPlan plan;
   Csr step_xfers;    // xfers touching each step
   Csr step_succ;     // steps depending on each step
   Csr member_steps;  // steps of each member
-  std::vector<int> step_deps_left, step_xfers_left;
-  std::vector<char> step_ready;
-  std::vector<char> xfer_started;
-  std::vector<int> member_steps_left;
-  std::vector<int> member_in_left;  // transfers addressed to each member not yet arrived
-  std::vector<char> entered;
-  std::vector<std::uint64_t> member_sent;
+  int* step_deps_left = nullptr;
+  int* step_xfers_left = nullptr;
+  int* member_steps_left = nullptr;
+  int* member_in_left = nullptr;  // transfers addressed to each member not yet arrived
+  char* step_ready = nullptr;
+  char* xfer_started = nullptr;
+  char* entered = nullptr;
+  std::uint64_t* member_sent = nullptr;
+  int members = 0;
   const CalibratedCollective* calibrated = nullptr;  // timed as a whole when set
   int entered_count = 0;
 };
+
+// The pools of CollState's arrays. Kept per thread from one simulation to the
+// next: a layer's pools pass glibc's mmap threshold, and fresh pages each
+// simulation (mapped, faulted in, zeroed, unmapped) cost more than all the
+// small allocations they replace.
+struct Pools {
+  std::vector<int> ints, fill;  // the collectives' int arrays; scratch for building a CSR
+  std::vector<char> chars;
+  std::vector<std::uint64_t> u64;
+  bool busy = false;  // an engine of this thread holds them
+};
+thread_local Pools tls_pools;
 
 class Engine {
  public:
@@ -53,12 +65,16 @@ class Engine {
         topo_(topo),
         gpu_(gpu_profile(topo.gpu_model())),
         net_(make_network(opt.network, topo)),
-        cal_(opt.calibration) {
+        cal_(opt.calibration),
+        pools_(tls_pools.busy ? own_pools_ : tls_pools) {
     if (g.num_ranks() > topo.num_gpus())
       throw ParmError(fmt::format("the task graph has {} ranks but topology '{}' has only {} GPUs", g.num_ranks(),
                                   topo.name(), topo.num_gpus()));
     const int C = static_cast<int>(g.collectives().size());
     coll_.resize(C);
+    // Plans first, to size the pools; then each collective's arrays are
+    // carved from them (the pools never grow after that).
+    std::size_t ints = 0, chars = 0, u64s = 0;
     for (int c = 0; c < C; ++c) {
       CollState& s = coll_[c];
       s.plan = make_plan(g.collective(c), topo);
@@ -69,45 +85,87 @@ class Engine {
         s.calibrated = opt.calibration->find(col.op, static_cast<int>(col.group.size()), inter);
       }
       const std::size_t S = s.plan.steps.size(), X = s.plan.xfers.size(), M = g.collective(c).group.size();
-      s.step_deps_left.assign(S, 0);
-      s.step_xfers_left.assign(S, 0);
-      s.step_ready.assign(S, 0);
-      s.xfer_started.assign(X, 0);
-      s.member_steps_left.assign(M, 0);
-      s.entered.assign(M, 0);
-      s.member_sent.assign(M, 0);
-      s.member_in_left.assign(M, 0);
-      std::vector<std::pair<int, int>> succ, msteps, sx;
-      succ.reserve(2 * S);
-      msteps.reserve(S);
-      sx.reserve(2 * X);
+      std::size_t deps = 0;
+      for (const CollStep& st : s.plan.steps) deps += st.num_deps();
+      // step_deps_left, step_xfers_left (S each), member_steps_left,
+      // member_in_left (M each); CSR starts (S+1, S+1, M+1) and lists (2X,
+      // deps, S).
+      ints += 2 * S + 2 * M + (S + 1) + (S + 1) + (M + 1) + 2 * X + deps + S;
+      chars += S + X + M;
+      u64s += M;
+    }
+    pools_.ints.assign(ints, 0);
+    pools_.chars.assign(chars, 0);
+    pools_.u64.assign(u64s, 0);
+    int* ip = pools_.ints.data();
+    char* cp = pools_.chars.data();
+    std::uint64_t* up = pools_.u64.data();
+    auto take_ints = [&ip](std::size_t n) { return std::exchange(ip, ip + n); };
+    auto take_chars = [&cp](std::size_t n) { return std::exchange(cp, cp + n); };
+    // A CSR from a key count, filled by `each(add)` calling add(key, item).
+    auto csr = [&](std::size_t keys, std::size_t items, auto&& each) {
+      int* start = take_ints(keys + 1);
+      int* list = take_ints(items);
+      each([start](int k, int) { ++start[k + 1]; });
+      for (std::size_t k = 0; k < keys; ++k) start[k + 1] += start[k];
+      auto& fill = pools_.fill;
+      fill.assign(start, start + keys);
+      each([&fill, list](int k, int v) { list[fill[k]++] = v; });
+      return Csr{start, list};
+    };
+    for (int c = 0; c < C; ++c) {
+      CollState& s = coll_[c];
+      const std::size_t S = s.plan.steps.size(), X = s.plan.xfers.size(), M = g.collective(c).group.size();
+      s.members = static_cast<int>(M);
+      s.step_deps_left = take_ints(S);
+      s.step_xfers_left = take_ints(S);
+      s.member_steps_left = take_ints(M);
+      s.member_in_left = take_ints(M);
+      s.step_ready = take_chars(S);
+      s.xfer_started = take_chars(X);
+      s.entered = take_chars(M);
+      s.member_sent = std::exchange(up, up + M);
+      std::size_t deps = 0;
       for (std::size_t i = 0; i < S; ++i) {
         const CollStep& st = s.plan.steps[i];
         s.step_deps_left[i] = st.num_deps();
-        for (int d : st.deps)
-          if (d >= 0) succ.emplace_back(d, static_cast<int>(i));
-        msteps.emplace_back(st.member, static_cast<int>(i));
+        deps += st.num_deps();
         ++s.member_steps_left[st.member];
       }
-      for (std::size_t x = 0; x < X; ++x) {
-        const CollXfer& xf = s.plan.xfers[x];
-        sx.emplace_back(xf.send_step, static_cast<int>(x));
-        sx.emplace_back(xf.recv_step, static_cast<int>(x));
+      for (const CollXfer& xf : s.plan.xfers) {
         s.step_xfers_left[xf.send_step]++;
         s.step_xfers_left[xf.recv_step]++;
         s.member_sent[xf.src] += xf.bytes;
         ++s.member_in_left[xf.dst];
       }
-      s.step_succ.build(S, succ);
-      s.member_steps.build(M, msteps);
-      s.step_xfers.build(S, sx);
+      const auto& steps = s.plan.steps;
+      const auto& xfers = s.plan.xfers;
+      s.step_succ = csr(S, deps, [&steps](auto&& add) {
+        for (std::size_t i = 0; i < steps.size(); ++i)
+          for (int d : steps[i].deps)
+            if (d >= 0) add(d, static_cast<int>(i));
+      });
+      s.member_steps = csr(M, S, [&steps](auto&& add) {
+        for (std::size_t i = 0; i < steps.size(); ++i) add(steps[i].member, static_cast<int>(i));
+      });
+      s.step_xfers = csr(S, 2 * X, [&xfers](auto&& add) {
+        for (std::size_t x = 0; x < xfers.size(); ++x) {
+          add(xfers[x].send_step, static_cast<int>(x));
+          add(xfers[x].recv_step, static_cast<int>(x));
+        }
+      });
     }
     member_index_.resize(g.tasks().size(), -1);
     for (int c = 0; c < C; ++c) {
       const auto& parts = g.parts(c);
       for (std::size_t m = 0; m < parts.size(); ++m) member_index_[parts[m]] = static_cast<int>(m);
     }
+    pools_.busy = true;  // last: a constructor that throws has not taken them
   }
+
+  ~Engine() { pools_.busy = false; }
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   SimResult run() {
     const int N = static_cast<int>(g_.tasks().size());
@@ -180,7 +238,7 @@ class Engine {
     s.entered[m] = 1;
     if (s.calibrated) {
       // Measured as a whole: it starts when the last member arrives and ends for all together.
-      if (++s.entered_count == static_cast<int>(s.entered.size())) {
+      if (++s.entered_count == s.members) {
         const Collective& col = g_.collective(t.collective);
         for (const CollXfer& xf : s.plan.xfers)
           (topo_.same_node(col.group[xf.src], col.group[xf.dst]) ? res_.intra_node_bytes : res_.inter_node_bytes) +=
@@ -192,7 +250,7 @@ class Engine {
     }
     if (s.plan.barrier) {
       // Nothing moves before every member has entered; then all start together.
-      if (++s.entered_count < static_cast<int>(s.entered.size())) return;
+      if (++s.entered_count < s.members) return;
       const auto& parts = g_.parts(t.collective);
       for (std::size_t mm = 0; mm < parts.size(); ++mm) {
         if (s.member_steps_left[mm] == 0) {
@@ -322,6 +380,8 @@ class Engine {
   const GpuProfile& gpu_;
   std::unique_ptr<NetworkModel> net_;
   const Calibration* cal_;
+  Pools own_pools_;  // when this thread's are taken
+  Pools& pools_;
   std::vector<CollState> coll_;
   std::vector<int> member_index_, preds_left_;
   std::vector<char> started_, done_;
