@@ -117,15 +117,18 @@ std::vector<double> reference(std::vector<double> cap, const std::vector<std::ve
 
 TEST_CASE("ties: the solver fixes the same links as a plain full scan, bit for bit", "[maxmin]") {
   // Capacities from a small set, so that many links tie (an AlltoAll's NICs),
-  // and paths of 1-4 distinct links. Up to kMaxMinScanAllLinks links in all
-  // the solver scans every link each round; above, it scans the loaded links
-  // and keeps ties and changes between rounds (up to kMaxMinScanLinks loaded
-  // links): half the trials take each way.
+  // and paths of 1-4 distinct links. A third of the trials take each of the
+  // solver's ways: up to kMaxMinScanAllLinks links and kMaxMinMaskFlows flows,
+  // bit sets of flows per link; more flows, a list per link, still scanning
+  // every link each round; more links, a scan of the loaded links that keeps
+  // ties and changes between rounds (up to kMaxMinScanLinks loaded links).
   static_assert(parmsim::kMaxMinScanAllLinks < 300 && 500 <= parmsim::kMaxMinScanLinks);
+  static_assert(120 <= parmsim::kMaxMinMaskFlows && parmsim::kMaxMinMaskFlows < 300);
   std::mt19937 rng(7);
-  for (int trial = 0; trial < 300; ++trial) {
-    const int L = trial % 2 == 0 ? 2 + static_cast<int>(rng() % 60) : 300 + static_cast<int>(rng() % 200);
-    const int F = 1 + static_cast<int>(rng() % (trial % 2 == 0 ? 120 : 400));
+  for (int trial = 0; trial < 450; ++trial) {
+    const int way = trial % 3;
+    const int L = way == 2 ? 300 + static_cast<int>(rng() % 200) : 2 + static_cast<int>(rng() % 60);
+    const int F = way == 0 ? 1 + static_cast<int>(rng() % 120) : 300 + static_cast<int>(rng() % 200);
     std::vector<double> cap(L);
     for (double& c : cap) c = std::array<double, 3>{25e9, 50e9, 12.5e9}[rng() % 3];
     std::vector<std::vector<int>> paths(F);

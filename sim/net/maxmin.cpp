@@ -1,6 +1,8 @@
 #include "sim/net/maxmin.hpp"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #ifdef __SSE2__
@@ -28,6 +30,79 @@ double min_of(const double* v, std::size_t n) {
   for (; i < n; ++i) m = std::min(m, v[i]);
   return m;
 }
+
+// Progressive filling for at most kMaxMinMaskFlows flows on at most
+// kMaxMinScanAllLinks links (a 32-GPU layer's solves: ~80 flows, 112 links).
+// Each link holds its flows as a bit set, so the index is built in one pass
+// and a link's count is a popcount; each round scans every link's share with
+// a vectorized min. The same rounds, bottlenecks and arithmetic as the
+// general solver below (the flows fixed in one round all get the same share,
+// so the order they are fixed in does not matter).
+void max_min_small(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows,
+                   std::span<const double> caps, MaxMinScratch& w, std::vector<double>& rate) {
+  const std::size_t L = capacity.size(), F = flows.size(), W = (F + 63) / 64;
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  rate.assign(F, 0.0);
+  w.mask.assign(L * W, 0);
+  std::uint64_t* mask = w.mask.data();
+  for (std::size_t f = 0; f < F; ++f)
+    for (int l : flows[f]) mask[l * W + f / 64] |= std::uint64_t{1} << (f % 64);
+  w.cap = capacity;
+  w.count.resize(L);
+  w.share.resize(L);
+  double* cap = w.cap.data();
+  std::uint32_t* count = w.count.data();
+  double* sh = w.share.data();
+  for (std::size_t l = 0; l < L; ++l) {
+    std::uint32_t c = 0;
+    for (std::size_t i = 0; i < W; ++i) c += static_cast<std::uint32_t>(std::popcount(mask[l * W + i]));
+    count[l] = c;
+    sh[l] = c > 0 ? cap[l] / c : kNone;
+  }
+  std::array<std::uint64_t, kMaxMinMaskFlows / 64> fixed{};
+  auto is_fixed = [&fixed](std::size_t f) { return (fixed[f / 64] >> (f % 64)) & 1; };
+  // Fixes flow f at rate r on every link of its path but `skip` (the round's
+  // bottleneck, which is done once its flows are: its count and share are
+  // set after the round, and its capacity is never read again).
+  auto fix = [&](std::size_t f, double r, std::size_t skip) {
+    fixed[f / 64] |= std::uint64_t{1} << (f % 64);
+    rate[f] = r;
+    for (int l : flows[f]) {
+      if (static_cast<std::size_t>(l) == skip) continue;
+      cap[l] -= r;
+      sh[l] = --count[l] > 0 ? cap[l] / count[l] : kNone;
+    }
+  };
+  w.by_cap.clear();
+  for (std::size_t f = 0; f < caps.size(); ++f)
+    if (caps[f] > 0) w.by_cap.push_back(static_cast<std::uint32_t>(f));
+  std::stable_sort(w.by_cap.begin(), w.by_cap.end(), [&](std::uint32_t a, std::uint32_t b) { return caps[a] < caps[b]; });
+  std::size_t next_cap = 0;
+  while (true) {
+    // The smallest share, then the first link that has it (a loaded link's
+    // share is finite, so +inf means every link is done).
+    const double min = min_of(sh, L);
+    if (min == kNone) break;
+    std::size_t best = 0;
+    while (sh[best] != min) ++best;
+    double share = sh[best];
+    if (share < 0) share = 0;  // rounding on a nearly exhausted link
+    while (next_cap < w.by_cap.size() && is_fixed(w.by_cap[next_cap])) ++next_cap;
+    if (next_cap < w.by_cap.size() && caps[w.by_cap[next_cap]] < share) {
+      const double c0 = caps[w.by_cap[next_cap]];
+      while (next_cap < w.by_cap.size() && (is_fixed(w.by_cap[next_cap]) || caps[w.by_cap[next_cap]] <= c0)) {
+        if (!is_fixed(w.by_cap[next_cap])) fix(w.by_cap[next_cap], c0, L);
+        ++next_cap;
+      }
+      continue;
+    }
+    for (std::size_t i = 0; i < W; ++i)
+      for (std::uint64_t bits = mask[best * W + i] & ~fixed[i]; bits != 0; bits &= bits - 1)
+        fix(i * 64 + static_cast<std::size_t>(std::countr_zero(bits)), share, best);
+    count[best] = 0;
+    sh[best] = kNone;
+  }
+}
 }  // namespace
 
 std::vector<double> max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows) {
@@ -45,6 +120,7 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
 void max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows,
                    std::span<const double> caps, MaxMinScratch& w, std::vector<double>& rate) {
   const std::size_t L = capacity.size(), F = flows.size();
+  if (L <= kMaxMinScanAllLinks && F <= kMaxMinMaskFlows) return max_min_small(capacity, flows, caps, w, rate);
   rate.assign(F, 0.0);
   // CSR index: flows on each link.
   w.start.assign(L + 1, 0);

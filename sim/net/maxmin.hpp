@@ -22,6 +22,9 @@ inline constexpr std::size_t kMaxMinScanLinks = 512;
 // with a vectorized min and keeps no tie or change lists (measured on a
 // 32-GPU layer, 112 links: the bookkeeping cost more than the scan).
 inline constexpr std::size_t kMaxMinScanAllLinks = 256;
+// Up to this many flows (and kMaxMinScanAllLinks links), each link keeps its
+// flows as a bit set instead of a list (built in one pass, no counting sort).
+inline constexpr std::size_t kMaxMinMaskFlows = 256;
 
 // `capacity[l]` in bytes/s; `flows[f]` = link ids on flow f's path (non-empty).
 // Returns rates in bytes/s, one per flow.
@@ -44,6 +47,7 @@ struct MaxMinScratch {
   std::size_t tie_pos = 0;
   double level = 0;
   std::vector<std::uint32_t> by_cap;
+  std::vector<std::uint64_t> mask;  // the small solver's flows per link, as bit sets
 };
 void max_min_rates(const std::vector<double>& capacity, const std::vector<std::span<const int>>& flows,
                    MaxMinScratch& scratch, std::vector<double>& rate);
