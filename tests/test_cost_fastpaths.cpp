@@ -1,25 +1,19 @@
 // The closed form's fast paths against plain restatements of the rules they
 // replace: duration_for_rate's inline common case against its full body, and
 // the GEMM cost (tile search inlined into model_compute_time) against the
-// formula in sim/compute/gemm_model.hpp evaluated tile by tile; the closed
-// form's per-evaluation GEMM memo against costing every GEMM afresh.
+// formula in sim/compute/gemm_model.hpp evaluated tile by tile.
 #include <catch2/catch.hpp>
-#include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "sim/compute/gemm_model.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/time.hpp"
-#include "sim/moe/layer.hpp"
-#include "sim/moe/layer_kernels.hpp"
 
 using namespace parmsim;
 
@@ -127,130 +121,4 @@ TEST_CASE("GEMM cost: compute_time and model_compute_time equal the tile formula
   CHECK_THROWS_AS(model_compute_time(h, OpKind::gemm, 8, 0, DType::fp16, bad), ParmError);
   const std::vector<std::int64_t> ok = {64, 64, 64};
   CHECK_THROWS_AS(model_compute_time(gpu_profile("rtx2080ti"), OpKind::gemm, 8, 0, DType::bf16, ok), ParmError);
-}
-
-// The closed form's per-evaluation GEMM memo (moe::GemmMemo): every answer is
-// model_compute_time's for the same arguments, whichever calls came before.
-// The calls are built so that for each field of the key there are GEMMs that
-// differ in that field alone and cost differently: a memo that left the field
-// out of its key would hand one of them the other's time.
-TEST_CASE("GEMM memo: each answer is model_compute_time's, keyed on every argument", "[gemm][fast][moe]") {
-  struct Call {
-    std::uint64_t flops, bytes;
-    DType dt;
-    std::vector<std::int64_t> shape;
-  };
-  std::vector<Call> base = {
-      {0, 0, DType::fp16, {4096, 1024, 1024, 1}},   {0, 0, DType::fp16, {2048, 1024, 1024, 1}},
-      {0, 0, DType::fp16, {4096, 1024, 4096, 1}},   {0, 0, DType::fp16, {4096, 1024, 1024, 8}},
-      {0, 0, DType::fp32, {4096, 1024, 1024, 1}},   {0, 1'000'000'000, DType::fp16, {4096, 1024, 1024, 1}},
-      {2'000'000'000, 0, DType::fp16, {}},          {4'000'000'000, 0, DType::fp16, {}},
-      {8, 0, DType::fp16, {}},                      {0, 0, DType::fp16, {}},
-      {64, 0, DType::fp16, {64, 1, 1, 1}},          {64, 0, DType::fp16, {1, 64, 1, 1}},
-      {64, 0, DType::fp16, {1, 1, 64, 1}},          {64, 0, DType::fp16, {1, 1, 1, 64}},
-      {0, 0, DType::fp16, {4096, 2048, 1024, 1}},
-  };
-  // One field changed at a time, each pair costed apart: the memo must keep them apart.
-  // m, k, batch, dtype, bytes, flops (no shape: the cube), n.
-  const std::vector<std::pair<int, int>> differ_in_one = {{0, 1}, {0, 2}, {0, 3}, {0, 4}, {0, 5}, {6, 7}, {0, 14}};
-  const GpuProfile& h = gpu_profile("h100");
-  for (const auto& [a, b] : differ_in_one)
-    REQUIRE(model_compute_time(h, OpKind::gemm, base[a].flops, base[a].bytes, base[a].dt, base[a].shape) !=
-            model_compute_time(h, OpKind::gemm, base[b].flops, base[b].bytes, base[b].dt, base[b].shape));
-  // More than the memo keeps (32), and repeats of everything, in a shuffled order, on two profiles.
-  std::mt19937_64 rng(5);
-  std::uniform_int_distribution<std::int64_t> dim(1, 5000);
-  for (int i = 0; i < 40; ++i)
-    base.push_back({0, i % 3 == 0 ? 5'000'000'000ULL : 0, i % 2 ? DType::fp16 : DType::fp32,
-                    {dim(rng), dim(rng), dim(rng), i % 5 == 0 ? 4 : 1}});
-  std::vector<Call> calls;
-  for (int r = 0; r < 3; ++r) calls.insert(calls.end(), base.begin(), base.end());
-  std::shuffle(calls.begin(), calls.end(), rng);
-  int checked = 0;
-  for (const char* other : {"h100", "a100"}) {
-    moe::GemmMemo memo;
-    const GpuProfile& g = gpu_profile(other);
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      // Switching the profile mid-way empties the memo.
-      const GpuProfile& p = i % 7 == 3 ? h : g;
-      const Call& c = calls[i];
-      REQUIRE(memo.time(p, c.flops, c.bytes, c.dt, c.shape) ==
-              model_compute_time(p, OpKind::gemm, c.flops, c.bytes, c.dt, c.shape));
-      ++checked;
-    }
-  }
-  CHECK(checked == 2 * 3 * 55);
-  // A refused shape throws as model_compute_time does, and is not kept.
-  moe::GemmMemo memo;
-  const std::vector<std::int64_t> zero = {0, 0, 0, 0}, three = {64, 64, 64};
-  CHECK(memo.time(h, 0, 0, DType::fp16, {}) == model_compute_time(h, OpKind::gemm, 0, 0, DType::fp16, {}));
-  CHECK_THROWS_AS(memo.time(h, 0, 0, DType::fp16, zero), ParmError);
-  CHECK_THROWS_AS(memo.time(h, 0, 0, DType::fp16, zero), ParmError);
-  CHECK(memo.time(h, 8, 0, DType::fp16, three) == model_compute_time(h, OpKind::gemm, 8, 0, DType::fp16, three));
-  CHECK_THROWS_AS(memo.time(gpu_profile("rtx2080ti"), 8, 0, DType::bf16, three), ParmError);
-}
-
-// The closed form with the memo shared by a layer's forward and backward
-// lists, against the same sums with every kernel costed afresh: with zero
-// alpha and beta and no topology every collective costs 0, so the layer's
-// time is the compute ops' kernels_seconds (times the expert repeats) summed
-// in list order, as model_time_of sums them.
-TEST_CASE("closed form: the per-evaluation GEMM memo changes no layer time", "[moe][fast]") {
-  moe::AlphaBeta ab;  // no topology, no calibration: ring forms of zero alpha and beta
-  int layers = 0, repeats = 0;
-  for (const char* gname : {"h100", "a100"})
-    for (int mp : {1, 2, 4})
-      for (std::int64_t hm : {1, 4})
-        for (const moe::DsMoe ds : {moe::DsMoe::v0_14_4, moe::DsMoe::lean})
-          for (const moe::Dispatch disp : {moe::Dispatch::einsum, moe::Dispatch::index})
-            for (const std::string sched : {"baseline", "s1", "s2"}) {
-              moe::LayerSpec s;
-              s.mp = mp;
-              s.H = hm * s.M;
-              s.ds_moe = ds;
-              s.dispatch = disp;
-              s.dtype = DType::fp16;
-              const moe::Dims d = moe::make_dims(s, 16, 8);
-              const moe::ScheduleOptions o = moe::preset(sched);
-              const GpuProfile& gpu = gpu_profile(gname);
-              const std::vector<moe::MoeOp> fwd = moe::forward_ops(s, d, o);
-              const std::vector<moe::MoeOp> bwd = moe::backward_ops(fwd, s, d, o);
-              auto fresh = [&](const std::vector<moe::MoeOp>& ops) {
-                double t = 0;
-                for (const moe::MoeOp& op : ops) {
-                  double one = 0;
-                  switch (op.kind) {
-                    case moe::MoeStep::gate:
-                    case moe::MoeStep::order:
-                    case moe::MoeStep::iorder:
-                    case moe::MoeStep::experts:
-                    case moe::MoeStep::kernel:
-                    case moe::MoeStep::slot_slice:
-                      one = moe::kernels_seconds(op, s, d, gpu, nullptr);
-                      if (op.kind == moe::MoeStep::experts) one *= static_cast<double>(moe::expert_repeats(s, d));
-                      break;
-                    default:
-                      break;
-                  }
-                  t += one;
-                }
-                return t;
-              };
-              // Shapes do repeat within a layer (the backward's data gradients), so the memo is exercised.
-              std::vector<std::array<std::int64_t, 4>> seen;
-              for (const auto* ops : {&fwd, &bwd})
-                for (const moe::MoeOp& op : *ops)
-                  for (const moe::Kernel& k : moe::kernels(op, s, d))
-                    if (k.op == OpKind::gemm) {
-                      if (std::find(seen.begin(), seen.end(), k.shape) != seen.end()) ++repeats;
-                      seen.push_back(k.shape);
-                    }
-              const moe::ModelTime m = moe::model_layer(s, d, o, ab, gpu);
-              REQUIRE(m.forward_s == fresh(fwd));
-              REQUIRE(m.backward_s == fresh(bwd));
-              REQUIRE(moe::model_time(bwd, s, d, o, ab, gpu) == fresh(bwd));
-              ++layers;
-            }
-  CHECK(layers == 2 * 3 * 2 * 2 * 2 * 3);
-  CHECK(repeats > layers);
 }

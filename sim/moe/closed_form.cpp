@@ -180,9 +180,8 @@ Costs make_costs(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, co
 }
 
 // `c`: make_costs(s, d, o, ab), made once for a layer's forward and backward lists.
-// `memo`: the GEMMs costed so far in this evaluation (both lists of a layer share one).
 double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims& d, const Costs& c,
-                     const AlphaBeta& ab, const GpuProfile& gpu, GemmMemo& memo) {
+                     const AlphaBeta& ab, const GpuProfile& gpu) {
   const double bytes = d.dtype_bytes;
   double t = 0;
   for (const MoeOp& op : ops) {
@@ -194,7 +193,7 @@ double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims&
       case MoeStep::experts:
       case MoeStep::kernel:
       case MoeStep::slot_slice: {
-        double one = kernels_seconds(op, s, d, gpu, ab.calibration, &memo);
+        double one = kernels_seconds(op, s, d, gpu, ab.calibration);
         if (op.kind == MoeStep::experts) {
           const double reps = static_cast<double>(expert_repeats(s, d));
           one *= reps;
@@ -236,8 +235,7 @@ double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims&
 
 double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
                   const AlphaBeta& ab, const GpuProfile& gpu) {
-  GemmMemo memo;
-  return model_time_of(ops, s, d, make_costs(s, d, o, ab), ab, gpu, memo);
+  return model_time_of(ops, s, d, make_costs(s, d, o, ab), ab, gpu);
 }
 
 ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab,
@@ -247,9 +245,7 @@ ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& 
   const std::span<const MoeOp> f(fwd.data(), fwd.size());
   backward_ops(f, s, d, o, &bwd);
   const Costs c = make_costs(s, d, o, ab);
-  GemmMemo memo;  // this evaluation's alone
-  const double fw = model_time_of(f, s, d, c, ab, gpu, memo);
-  return {fw, model_time_of({bwd.data(), bwd.size()}, s, d, c, ab, gpu, memo)};
+  return {model_time_of(f, s, d, c, ab, gpu), model_time_of({bwd.data(), bwd.size()}, s, d, c, ab, gpu)};
 }
 
 }  // namespace parmsim::moe

@@ -197,14 +197,13 @@ KernelList kernel_list(const MoeOp& o, const LayerSpec& s, const Dims& d) {
 }
 
 double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const GpuProfile& gpu,
-                       const Calibration* cal, GemmMemo* memo) {
+                       const Calibration* cal) {
   double t = 0;
   if (!cal) {  // kernel_time without a calibration: no kind to name, no table to look up
     each_kernel(o, s, d, [&](const Kernel& k) {
-      const DType dt = k.dtype.value_or(s.dtype);
-      const Time c = memo && k.op == OpKind::gemm ? memo->time(gpu, k.flops, k.bytes, dt, k.dims())
-                                                  : model_compute_time(gpu, k.op, k.flops, k.bytes, dt, k.dims());
-      t += with_launches(gpu, c, k.launches, k.host_wait).to_seconds();
+      t += with_launches(gpu, model_compute_time(gpu, k.op, k.flops, k.bytes, k.dtype.value_or(s.dtype), k.dims()),
+                         k.launches, k.host_wait)
+               .to_seconds();
     });
     return t;
   }
