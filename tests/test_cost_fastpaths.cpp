@@ -3,6 +3,8 @@
 // the GEMM cost (tile search inlined into model_compute_time) against the
 // formula in sim/compute/gemm_model.hpp evaluated tile by tile.
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -121,4 +123,82 @@ TEST_CASE("GEMM cost: compute_time and model_compute_time equal the tile formula
   CHECK_THROWS_AS(model_compute_time(h, OpKind::gemm, 8, 0, DType::fp16, bad), ParmError);
   const std::vector<std::int64_t> ok = {64, 64, 64};
   CHECK_THROWS_AS(model_compute_time(gpu_profile("rtx2080ti"), OpKind::gemm, 8, 0, DType::bf16, ok), ParmError);
+}
+
+// model_compute_time costs only the 64 x 64 tile (the least of all tiles,
+// gemm_model.cpp says why) and leaves tile counts that could overflow to
+// plan(): both sides of that bound, shapes with one tile, thin, batched and
+// huge shapes, on every profile with an SM count, against the tile formula
+// and plan_gemm.
+TEST_CASE("GEMM cost: the 64 x 64 tile alone, up to and past its bound, equals the tile formula", "[gemm][fast]") {
+  const std::int64_t t40 = 1LL << 40, t31 = 1LL << 31;
+  struct S {
+    std::int64_t m, n, k, batch;
+  };
+  const std::vector<S> shapes = {
+      {64 * t40, 1, 1, 1},                  // 2^40 tiles along m: plan()
+      {64 * t40 - 64, 1, 1, 1},             // one fewer: the 64 x 64 tile alone
+      {1, 64 * t40, 3, 1},                  {1, 64 * t40 - 1, 3, 1},
+      {1, 1, 1, t40},                       {1, 1, 1, t40 - 1},
+      {64 * t31, 64 * t31, 1, 1},           // 2^62 tiles: plan() (and a time past 2^63 ps)
+      {64 * t31 - 64, 64 * t31, 1, 1},
+      {(1LL << 46) + 12345, 1000, 7, 1},    // over 2^52 tiles' worth of FLOPs per SM
+      {999, (1LL << 45) + 3, 3, 3},
+      {1, 1, 1, 1},                         {1, 1, 1LL << 40, 1},
+      {65, 257, 129, 3},                    {4096, 1, 1024, 1},
+      {1, 4096, 1024, 1},                   {255, 129, 4096, 131},
+  };
+  // The time, or nullopt where it throws (a result past 2^63 ps).
+  auto outcome = [](auto&& f) -> std::optional<std::int64_t> {
+    try {
+      return f().count_ps();
+    } catch (const ParmError&) {
+      return std::nullopt;
+    }
+  };
+  int checked = 0, thrown = 0;
+  for (const GpuProfile& g : gpu_profiles()) {
+    if (g.sm_count < 1) continue;
+    for (const DType dt : {DType::fp32, DType::fp16})
+      for (const S& x : shapes)
+        for (const std::uint64_t bytes : {std::uint64_t{0}, std::uint64_t{1} << 50}) {
+          const std::vector<std::int64_t> shape = {x.m, x.n, x.k, x.batch};
+          const auto fast = outcome([&] { return model_compute_time(g, OpKind::gemm, 1, bytes, dt, shape); });
+          REQUIRE(fast ==
+                  outcome([&] { return reference_gemm(g, dt, x.m, x.n, x.k, x.batch, static_cast<double>(bytes)); }));
+          REQUIRE(fast == outcome([&] {
+                    return plan_gemm(g, dt, {x.m, x.n, x.k, x.batch}, static_cast<double>(bytes)).total;
+                  }));
+          thrown += !fast;
+          ++checked;
+        }
+  }
+  CHECK(thrown < checked / 4);
+  CHECK(checked >= 4 * 2 * 16 * 2);
+  // What the single-tile search rests on, checked in the integers: the 64 x 64
+  // tile's waves * Tm * Tn is never above another tile's; and model_compute_time
+  // against the full formula on random shapes, thin, square and batched.
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<std::int64_t> dim(1, 3000), bat(1, 6);
+  int strictly_less = 0;
+  for (const GpuProfile& g : gpu_profiles()) {
+    if (g.sm_count < 1) continue;
+    for (int i = 0; i < 3000; ++i) {
+      const std::int64_t m = dim(rng), n = dim(rng), k = dim(rng), batch = bat(rng);
+      std::array<std::int64_t, 8> f{};
+      for (std::size_t t = 0; t < 8; ++t) {
+        const std::int64_t tiles = (m + kCublasTiles[t].m - 1) / kCublasTiles[t].m *
+                                   ((n + kCublasTiles[t].n - 1) / kCublasTiles[t].n) * batch;
+        f[t] = (tiles + g.sm_count - 1) / g.sm_count * kCublasTiles[t].m * kCublasTiles[t].n;
+      }
+      REQUIRE(kCublasTiles[7].m == 64);
+      REQUIRE(kCublasTiles[7].n == 64);
+      REQUIRE(*std::min_element(f.begin(), f.end()) == f[7]);
+      if (std::count(f.begin(), f.end(), f[7]) == 1) ++strictly_less;
+      const std::vector<std::int64_t> shape = {m, n, k, batch};
+      REQUIRE(model_compute_time(g, OpKind::gemm, 1, 0, DType::fp16, shape) ==
+              reference_gemm(g, DType::fp16, m, n, k, batch, 0));
+    }
+  }
+  CHECK(strictly_less > 1000);  // shapes where the other tiles would all have cost more
 }

@@ -100,6 +100,53 @@ inline __attribute__((always_inline)) GemmPlan plan(const GpuProfile& gpu, DType
   best.total = gpu.launch + std::max(best.compute, best.memory);
   return best;
 }
+
+
+// plan(...).total alone, for model_compute_time, which needs no tile, tile
+// count or wave count. The least FLOPs per SM over kCublasTiles are always
+// the 64 x 64 tile's, so only that tile is costed. Why: every tile's sides
+// are multiples of 64, so for a tile Tm x Tn of c = Tm * Tn / 4096 blocks of
+// 64 x 64, ceil(m/64) <= (Tm/64) ceil(m/Tm) and likewise for n, hence
+// tiles64 <= c * tiles; and ceil(c * x / sms) <= c * ceil(x / sms) (the
+// right side is an integer at least c * x / sms), hence waves64 * 4096 <=
+// waves * Tm * Tn. plan() forms waves * 2 * Tm * Tn * k in doubles from
+// left to right: the integer-to-double conversion and the final product by
+// k round monotonically, and the factors 2, Tm, Tn are powers of two (exact
+// scalings), so the order of the integers carries over to the doubles and
+// the minimum plan() finds equals the 64 x 64 tile's value, bit for bit
+// (ties pick an earlier tile, which only plan_gemm reports).
+// Tile counts that could overflow 64 bits are left to plan().
+inline __attribute__((always_inline)) Time plan_total(const GpuProfile& gpu, DType dtype, const GemmShape& s,
+                                                      double bytes_override) {
+  static_assert(kCublasTiles.back().m == 64 && kCublasTiles.back().n == 64 && [] {
+    for (const TileShape& t : kCublasTiles)
+      if (t.m % 64 != 0 || t.n % 64 != 0 || t.m < 64 || t.n < 64) return false;
+    return true;
+  }(), "plan_total needs the 64 x 64 tile and every other tile made of 64 x 64 blocks");
+  constexpr std::int64_t kSafe = 1LL << 40;
+  if (s.m < 1 || s.n < 1 || s.k < 1 || s.batch < 1 || gpu.sm_count < 1 || s.batch >= kSafe ||
+      ceil_div_pos(s.m, 64) >= kSafe || ceil_div_pos(s.n, 64) >= kSafe ||
+      static_cast<unsigned __int128>(ceil_div_pos(s.m, 64) * ceil_div_pos(s.n, 64)) * static_cast<std::uint64_t>(s.batch) >=
+          (static_cast<unsigned __int128>(1) << 62))
+    return plan(gpu, dtype, s, bytes_override).total;  // its errors, or the full search
+  const double per_sm = gpu.sustained(dtype) / gpu.sm_count;
+  const std::int64_t sm = gpu.sm_count;
+  // The 64 x 64 tile exactly as plan() costs it.
+  const std::int64_t tiles = ceil_div_pos(s.m, 64) * ceil_div_pos(s.n, 64) * s.batch;
+  const std::int64_t waves = tiles < (1LL << 52) - sm
+                                 ? static_cast<std::int64_t>(static_cast<double>(tiles + sm - 1) /
+                                                             static_cast<double>(sm))
+                                 : ceil_div(tiles, sm);
+  const double best_flops = static_cast<double>(waves) * 2.0 * 64 * 64 * static_cast<double>(s.k);
+  const Time compute = duration_for_rate(best_flops, per_sm);
+  const double elems = (static_cast<double>(s.m) * static_cast<double>(s.k) +
+                        static_cast<double>(s.k) * static_cast<double>(s.n) +
+                        static_cast<double>(s.m) * static_cast<double>(s.n)) *
+                       static_cast<double>(s.batch);
+  const double bytes = bytes_override > 0 ? bytes_override : elems * dtype_bytes(dtype);
+  const Time memory = duration_for_rate(bytes, gpu.hbm_bandwidth * gpu.mem_efficiency);
+  return gpu.launch + std::max(compute, memory);
+}
 }  // namespace
 
 GemmPlan plan_gemm(const GpuProfile& gpu, DType dtype, const GemmShape& s, double bytes_override) {
@@ -145,7 +192,7 @@ Time model_compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, s
                                  : Time::zero();
       return gpu.launch + std::max(math, mem);
     }
-    return plan(gpu, dtype, shape_or_cube(shape, flops), static_cast<double>(bytes)).total;
+    return plan_total(gpu, dtype, shape_or_cube(shape, flops), static_cast<double>(bytes));
   }
   return memory_kernel_time(gpu, bytes);
 }

@@ -115,9 +115,11 @@ struct Costs {
     std::copy(std::begin(e.h), std::end(e.h), h);
   }
   // The cost form of the plan the simulator runs, on group 0 of this kind, or
-  // `fallback` without a topology.
-  double planned(Slot slot, double n, double fallback) const {
-    if (!ab.costs) return fallback;
+  // `fallback()` without a topology (called only then: the ring forms and the
+  // SAA round loop are not worked out when a cost form decides).
+  template <class Fallback>
+  double planned(Slot slot, double n, Fallback fallback) const {
+    if (!ab.costs) return fallback();
     const int size = slot == kA2aEp || slot == kArEp ? (d.P + d.G - 1) / d.G : d.G;  // the groups built above
     if (slot != kSaa && size < 2) return 0;
     return h[slot]->time_s(n);
@@ -132,36 +134,38 @@ struct Costs {
   double a2a(double n) const {
     if (d.n_ep < 2) return 0;
     return measured(CollOp::alltoall, d.n_ep, ep_inter, n,
-                    planned(kA2aEp, n, ring(n, d.n_ep, ep_inter)));
+                    planned(kA2aEp, n, [&] { return ring(n, d.n_ep, ep_inter); }));
   }
   double ag(double n) const {
     return measured(CollOp::allgather, d.G, false, n,
-                    planned(kAgMp, n, ring(n, d.G, false)));
+                    planned(kAgMp, n, [&] { return ring(n, d.G, false); }));
   }
   double rs(double n) const {
     return measured(CollOp::reducescatter, d.G, false, n,
-                    planned(kRsMp, n, ring(n, d.G, false)));
+                    planned(kRsMp, n, [&] { return ring(n, d.G, false); }));
   }
   double ar(double n) const {
     return measured(CollOp::allreduce, d.G, false, n,
-                    planned(kArMp, n, 2 * ring(n, d.G, false)));
+                    planned(kArMp, n, [&] { return 2 * ring(n, d.G, false); }));
   }
   double ar_ep(double n) const {
     return measured(CollOp::allreduce, d.n_ep, ep_inter, n,
-                    planned(kArEp, n, 2 * ring(n, d.n_ep, ep_inter)));
+                    planned(kArEp, n, [&] { return 2 * ring(n, d.n_ep, ep_inter); }));
   }
   // The fused collective: the released kernel's plan; without a topology, the
   // paper's form over W = N_EP rounds: round i's AlltoAll chunk goes out on one
   // chain, its AllGather to the G-1 node peers when the chunk is in and the
   // previous gather is done.
   double saa(double n) const {
-    const int W = d.n_ep;
-    const double chunk = n / W;
-    const double tx = a(ep_inter) + chunk * b(ep_inter);
-    const double tg = d.G > 1 ? ab.alpha_intra + (d.G - 1) * chunk * ab.beta_intra : 0.0;
-    double g_end = 0;
-    for (int i = 0; i < W; ++i) g_end = std::max(i * tx, g_end) + tg;
-    return planned(kSaa, n, std::max(g_end, (W - 1) * tx));
+    return planned(kSaa, n, [&] {
+      const int W = d.n_ep;
+      const double chunk = n / W;
+      const double tx = a(ep_inter) + chunk * b(ep_inter);
+      const double tg = d.G > 1 ? ab.alpha_intra + (d.G - 1) * chunk * ab.beta_intra : 0.0;
+      double g_end = 0;
+      for (int i = 0; i < W; ++i) g_end = std::max(i * tx, g_end) + tg;
+      return std::max(g_end, (W - 1) * tx);
+    });
   }
 };
 

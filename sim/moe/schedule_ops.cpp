@@ -151,83 +151,104 @@ void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dim
   //    - AlltoAll: AlltoAll. AllReduce: AllReduce.
   //    Primitives that come from a fused forward op are marked, so the pass
   //    below fuses them again.
+  // A primitive is either a forward op taken over (its copy, marked
+  // backward, goes out) or a collective given by its kind, group, size and
+  // label: small records instead of whole MoeOps, so each op is built or
+  // copied once, into `out`.
   struct Prim {
-    MoeOp op;
+    const MoeOp* src = nullptr;  // the forward op to copy, or null: the collective below
+    MoeStep kind = MoeStep::ag;
+    GroupKind group = GroupKind::ep;
+    std::int64_t elems = 0;
+    const char* label = "";
     bool fused = false;
   };
+  auto step = [](const Prim& p) { return p.src ? p.src->kind : p.kind; };
+  auto size = [](const Prim& p) { return p.src ? p.src->elems : p.elems; };
+  auto group = [](const Prim& p) { return p.src ? p.src->group : p.group; };
   boost::container::small_vector<Prim, 2 * OpList::static_capacity> prim;
+  auto coll = [&prim](MoeStep k, GroupKind g, std::int64_t n, const char* l, bool fused = false) {
+    Prim& p = prim.emplace_back();
+    p.kind = k;
+    p.group = g;
+    p.elems = n;
+    p.label = l;
+    p.fused = fused;
+  };
+  auto take = [&prim](const MoeOp& f) { prim.emplace_back().src = &f; };
   const std::int64_t G = d.G;
-  auto ag = [](GroupKind g, std::int64_t n, const char* l) { return coll_op(MoeStep::ag, g, n, l); };
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
     const MoeOp& f = *it;
     switch (f.kind) {
       case MoeStep::split:
-        prim.push_back({ag(GroupKind::mp, f.elems, "bwd_mp_split_allgather")});
+        coll(MoeStep::ag, GroupKind::mp, f.elems, "bwd_mp_split_allgather");
         break;
       case MoeStep::slot_slice:
         break;  // its adjoint is the AllGather above; Order's backward reads that layout
       case MoeStep::gate: {
-        prim.push_back(Prim{f});
-        prim.back().op.backward = true;
+        take(f);
         // With MP split before the gate, each MP rank saw other tokens: the
         // replicated gate weights' gradient is summed over the MP group.
         if (o.parm && o.split == Split::before_gate)
-          prim.push_back({coll_op(MoeStep::ar, GroupKind::mp, spec.M * spec.E, "gate_grad_allreduce")});
+          coll(MoeStep::ar, GroupKind::mp, spec.M * spec.E, "gate_grad_allreduce");
         break;
       }
       case MoeStep::ag:
         if (f.group == GroupKind::mp)
-          prim.push_back({coll_op(MoeStep::mp_gather_free, GroupKind::mp, f.elems, "bwd_mp_allgather_slice")});
+          coll(MoeStep::mp_gather_free, GroupKind::mp, f.elems, "bwd_mp_allgather_slice");
         else
-          prim.push_back({coll_op(MoeStep::rs, f.group, f.elems, "bwd_esp_allgather")});
+          coll(MoeStep::rs, f.group, f.elems, "bwd_esp_allgather");
         break;
       case MoeStep::rs:
-        prim.push_back({ag(f.group, f.elems, "bwd_esp_reducescatter")});
+        coll(MoeStep::ag, f.group, f.elems, "bwd_esp_reducescatter");
         break;
       case MoeStep::saa:  // dispatch: AllGather_esp(AlltoAll(x))
-        prim.push_back({coll_op(MoeStep::rs, GroupKind::esp, G * f.elems, "bwd_dispatch_rs"), true});
-        prim.push_back({coll_op(MoeStep::a2a, GroupKind::ep, f.elems, "bwd_dispatch_a2a"), true});
+        coll(MoeStep::rs, GroupKind::esp, G * f.elems, "bwd_dispatch_rs", true);
+        coll(MoeStep::a2a, GroupKind::ep, f.elems, "bwd_dispatch_a2a", true);
         break;
       case MoeStep::rs_then: {
         // ReduceScatter_esp(n), then AlltoAll(n/G) (and, fused, the MP-AllGather,
         // whose adjoint is free): adjoint = AlltoAll(n/G), then AllGather_esp(n).
         const bool fz = f.then == MoeStep::saa;
-        prim.push_back({coll_op(MoeStep::a2a, GroupKind::ep, f.elems / G, "bwd_combine_a2a"), fz});
-        prim.push_back({ag(GroupKind::esp, f.elems, "bwd_combine_esp_allgather"), fz});
+        coll(MoeStep::a2a, GroupKind::ep, f.elems / G, "bwd_combine_a2a", fz);
+        coll(MoeStep::ag, GroupKind::esp, f.elems, "bwd_combine_esp_allgather", fz);
         break;
       }
       default:
-        prim.push_back(Prim{f});
-        prim.back().op.backward = true;
+        take(f);
     }
   }
   // The baseline's AllReduce sums fc2's partial outputs; its adjoint is the
   // identity, and fc1's input gradient needs an AllReduce after the experts.
   for (std::size_t i = 0; i + 1 < prim.size(); ++i)
-    if (prim[i].op.kind == MoeStep::ar && prim[i + 1].op.kind == MoeStep::experts) std::swap(prim[i], prim[i + 1]);
+    if (step(prim[i]) == MoeStep::ar && step(prim[i + 1]) == MoeStep::experts) std::swap(prim[i], prim[i + 1]);
   // 2. Fuse as the forward pass did: an AlltoAll followed by an ESP-AllGather
   //    of G times its size becomes an SAA when the pair came from a fused op;
   //    an ESP-ReduceScatter followed by an AlltoAll of 1/G its size becomes a
   //    chunked pipeline when the schedule pipelines or the pair was fused.
   for (std::size_t i = 0; i < prim.size(); ++i) {
-    const MoeOp& a = prim[i].op;
+    const Prim& a = prim[i];
+    const MoeStep k = step(a);
     const bool has_next = i + 1 < prim.size();
-    if (has_next && a.kind == MoeStep::a2a && prim[i].fused && prim[i + 1].fused &&
-        prim[i + 1].op.kind == MoeStep::ag && prim[i + 1].op.elems == G * a.elems) {
-      add_coll(out, MoeStep::saa, GroupKind::world, a.elems, "bwd_combine_saa").backward = true;
+    if (has_next && k == MoeStep::a2a && a.fused && prim[i + 1].fused && step(prim[i + 1]) == MoeStep::ag &&
+        size(prim[i + 1]) == G * size(a)) {
+      add_coll(out, MoeStep::saa, GroupKind::world, size(a), "bwd_combine_saa").backward = true;
       ++i;
       continue;
     }
-    if (has_next && a.kind == MoeStep::rs && prim[i + 1].op.kind == MoeStep::a2a &&
-        prim[i + 1].op.elems * G == a.elems && (o.chunks > 1 || prim[i].fused)) {
-      MoeOp& p = add_coll(out, MoeStep::rs_then, a.group, a.elems, "bwd_dispatch_rs_a2a");
+    if (has_next && k == MoeStep::rs && step(prim[i + 1]) == MoeStep::a2a && size(prim[i + 1]) * G == size(a) &&
+        (o.chunks > 1 || a.fused)) {
+      MoeOp& p = add_coll(out, MoeStep::rs_then, group(a), size(a), "bwd_dispatch_rs_a2a");
       p.then = MoeStep::a2a;
       p.chunks = o.chunks;
       p.backward = true;
       ++i;
       continue;
     }
-    out.emplace_back(a).backward = true;
+    if (a.src)
+      out.emplace_back(*a.src).backward = true;
+    else
+      add_coll(out, a.kind, a.group, a.elems, a.label).backward = true;
   }
 }
 
