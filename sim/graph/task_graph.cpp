@@ -141,6 +141,12 @@ int TaskGraphBuilder::add_task(Task t) {
   return g_.tasks_.back().id;
 }
 
+Task& TaskGraphBuilder::new_task() {
+  Task& t = g_.tasks_.emplace_back();
+  t.id = static_cast<int>(g_.tasks_.size()) - 1;
+  return t;
+}
+
 void TaskGraphBuilder::add_dep(int task, int on) {
   g_.tasks_.at(task).deps.push_back(on);
 }
@@ -150,15 +156,17 @@ std::vector<int> TaskGraphBuilder::add_collective_tasks(Collective c, const std:
   const std::vector<int> group = c.group;
   const int cid = add_collective(std::move(c));
   std::vector<int> ids;
+  ids.reserve(group.size());
   for (int r : group) {
-    Task t;
+    const int st = stream(r, stream_name);
+    if (st < 0) throw ParmError(fmt::format("task graph: no stream '{}' on rank {}", stream_name, r));
+    Task& t = new_task();
     t.name = fmt::format(FMT_COMPILE("{}@{}"), task_prefix, r);
     t.kind = TaskKind::collective;
     t.rank = r;
-    t.stream = stream(r, stream_name);
-    if (t.stream < 0) throw ParmError(fmt::format("task graph: no stream '{}' on rank {}", stream_name, r));
+    t.stream = st;
     t.collective = cid;
-    ids.push_back(add_task(std::move(t)));
+    ids.push_back(t.id);
   }
   return ids;
 }

@@ -154,6 +154,9 @@ class TaskGraphBuilder {
   void add_buffer(Buffer b);
   int add_collective(Collective c);  // id assigned
   int add_task(Task t);              // id assigned
+  // A new default task, its id assigned, to fill in place (a Task is a few
+  // hundred bytes: no moves). The reference lasts until the next task is added.
+  Task& new_task();
   void add_dep(int task, int on);
   int num_tasks() const { return static_cast<int>(g_.tasks_.size()); }
   void reserve_tasks(std::size_t n) { g_.tasks_.reserve(n); }

@@ -144,7 +144,7 @@ class GraphBuilder {
                const std::vector<std::string>& out, const std::function<std::vector<std::int64_t>(int)>& args) {
     if (dry_) return;
     for (int r = 0; r < d_.P; ++r) {
-      Task t;
+      Task& t = b_.new_task();
       t.name = fmt::format(FMT_COMPILE("{}{}#{}@{}"), bwd ? "bwd_" : "", k.name, n_++, r);
       t.rank = r;
       t.stream = 0;
@@ -161,7 +161,7 @@ class GraphBuilder {
         t.outputs = out;
         t.iargs = args(r);
       }
-      chain(r, b_.add_task(std::move(t)));
+      chain(r, t.id);
     }
   }
   // Timing-only kernels of an op (the extra kernels of a fused op).

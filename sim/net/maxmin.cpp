@@ -34,7 +34,7 @@ double min_of(const double* v, std::size_t n) {
 // Progressive filling for at most kMaxMinMaskFlows flows on at most
 // kMaxMinScanAllLinks links (a 32-GPU layer's solves: ~80 flows, 112 links).
 // Each link holds its flows as a bit set, so the index is built in one pass
-// and a link's count is a popcount; each round scans every link's share with
+// with the link counts; each round scans every link's share with
 // a vectorized min. The same rounds, bottlenecks and arithmetic as the
 // general solver below (the flows fixed in one round all get the same share,
 // so the order they are fixed in does not matter).
@@ -44,21 +44,18 @@ void max_min_small(const std::vector<double>& capacity, const std::vector<std::s
   constexpr double kNone = std::numeric_limits<double>::infinity();
   rate.assign(F, 0.0);
   w.mask.assign(L * W, 0);
+  w.count.assign(L, 0);
   std::uint64_t* mask = w.mask.data();
+  std::uint32_t* count = w.count.data();
+  // (Counted here rather than by popcount of the masks: without a -m flag
+  // for it, popcount is a library call.)
   for (std::size_t f = 0; f < F; ++f)
-    for (int l : flows[f]) mask[l * W + f / 64] |= std::uint64_t{1} << (f % 64);
+    for (int l : flows[f]) mask[l * W + f / 64] |= std::uint64_t{1} << (f % 64), ++count[l];
   w.cap = capacity;
-  w.count.resize(L);
   w.share.resize(L);
   double* cap = w.cap.data();
-  std::uint32_t* count = w.count.data();
   double* sh = w.share.data();
-  for (std::size_t l = 0; l < L; ++l) {
-    std::uint32_t c = 0;
-    for (std::size_t i = 0; i < W; ++i) c += static_cast<std::uint32_t>(std::popcount(mask[l * W + i]));
-    count[l] = c;
-    sh[l] = c > 0 ? cap[l] / c : kNone;
-  }
+  for (std::size_t l = 0; l < L; ++l) sh[l] = count[l] > 0 ? cap[l] / count[l] : kNone;
   std::array<std::uint64_t, kMaxMinMaskFlows / 64> fixed{};
   auto is_fixed = [&fixed](std::size_t f) { return (fixed[f / 64] >> (f % 64)) & 1; };
   // Fixes flow f at rate r on every link of its path but `skip` (the round's
