@@ -31,6 +31,19 @@ double min_of(const double* v, std::size_t n) {
   return m;
 }
 
+// The bottleneck of a round when shares hold +inf for a finished or
+// unloaded link: the first link with the smallest share, or n when every
+// share is +inf (a loaded link's share is finite: finite capacity over a
+// positive count). Min is exact, so this is the link a plain scan picks,
+// ties to the lowest id.
+std::size_t first_min(const double* sh, std::size_t n) {
+  const double min = min_of(sh, n);
+  if (min == std::numeric_limits<double>::infinity()) return n;
+  std::size_t l = 0;
+  while (sh[l] != min) ++l;
+  return l;
+}
+
 // Progressive filling for at most kMaxMinMaskFlows flows on at most
 // kMaxMinScanAllLinks links (a 32-GPU layer's solves: ~80 flows, 112 links).
 // Each link holds its flows as a bit set, so the index is built in one pass
@@ -76,12 +89,8 @@ void max_min_small(const std::vector<double>& capacity, const std::vector<std::s
   std::stable_sort(w.by_cap.begin(), w.by_cap.end(), [&](std::uint32_t a, std::uint32_t b) { return caps[a] < caps[b]; });
   std::size_t next_cap = 0;
   while (true) {
-    // The smallest share, then the first link that has it (a loaded link's
-    // share is finite, so +inf means every link is done).
-    const double min = min_of(sh, L);
-    if (min == kNone) break;
-    std::size_t best = 0;
-    while (sh[best] != min) ++best;
+    const std::size_t best = first_min(sh, L);
+    if (best == L) break;
     double share = sh[best];
     if (share < 0) share = 0;  // rounding on a nearly exhausted link
     while (next_cap < w.by_cap.size() && is_fixed(w.by_cap[next_cap])) ++next_cap;
@@ -225,16 +234,8 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
       return L;
     }
     if (scan_all) {
-      // The smallest share, then the first link that has it. A loaded link's
-      // share is finite (finite capacity over a positive count), so +inf
-      // means every link is done. Min is exact, so this is the link a plain
-      // scan picks, ties to the lowest id.
-      const double* sh = w.share.data();
-      double min = min_of(sh, L);
-      if (min == kNone) return L;
-      std::size_t l = 0;
-      while (sh[l] != min) ++l;
-      *share = sh[l];
+      const std::size_t l = first_min(w.share.data(), L);
+      if (l < L) *share = w.share[l];
       return l;
     }
     // The scan, with ties kept. A full scan finds the smallest share and
