@@ -47,6 +47,37 @@ std::int64_t ceil_div_pos(std::int64_t a, std::uint64_t b) {
 // and an 8 x 128^3 fp16 bmm takes 3.2 us of device time on an H200
 // (https://github.com/tile-ai/TileOPs/pull/2148), almost all of it fixed.
 namespace {
+// One tile shape's count over the problem and its waves over the SMs. The
+// waves' division by the SM count is done in doubles when the dividend is
+// below 2^52: the correctly rounded quotient of two such integers truncates
+// to the integer quotient (the gap to the next integer, >= 1/sm_count, is
+// far above half an ulp), and a double division is several times cheaper
+// than a 64-bit one. Inlined with constant tile sides, its divisions by them
+// are by constants.
+struct TileCount {
+  std::int64_t tiles, waves;
+  double flops;  // per SM: waves * the tile's FLOPs
+};
+inline __attribute__((always_inline)) TileCount tile_count(const GemmShape& s, std::int64_t tm, std::int64_t tn,
+                                                           std::int64_t sm) {
+  const std::int64_t tiles = ceil_div_pos(s.m, tm) * ceil_div_pos(s.n, tn) * s.batch;
+  const std::int64_t waves = tiles < (1LL << 52) - sm
+                                 ? static_cast<std::int64_t>(static_cast<double>(tiles + sm - 1) /
+                                                             static_cast<double>(sm))
+                                 : ceil_div(tiles, sm);
+  return {tiles, waves, static_cast<double>(waves) * 2.0 * tm * tn * static_cast<double>(s.k)};
+}
+// The memory roofline: A, B and C once through HBM, or `bytes_override` when > 0.
+inline __attribute__((always_inline)) Time memory_time(const GpuProfile& gpu, DType dtype, const GemmShape& s,
+                                                       double bytes_override) {
+  const double elems = (static_cast<double>(s.m) * static_cast<double>(s.k) +
+                        static_cast<double>(s.k) * static_cast<double>(s.n) +
+                        static_cast<double>(s.m) * static_cast<double>(s.n)) *
+                       static_cast<double>(s.batch);
+  const double bytes = bytes_override > 0 ? bytes_override : elems * dtype_bytes(dtype);
+  return duration_for_rate(bytes, gpu.hbm_bandwidth * gpu.mem_efficiency);
+}
+
 // plan_gemm's body, inlined into plan_gemm and model_compute_time.
 inline __attribute__((always_inline)) GemmPlan plan(const GpuProfile& gpu, DType dtype, const GemmShape& s,
                                                     double bytes_override) {
@@ -58,13 +89,7 @@ inline __attribute__((always_inline)) GemmPlan plan(const GpuProfile& gpu, DType
   const double per_sm = gpu.sustained(dtype) / gpu.sm_count;
   GemmPlan best;
   double best_flops = 0;  // per-SM FLOPs of the best plan: waves * tile FLOPs
-  // The tiles unrolled, so that each tile's divisions are by constants. The
-  // waves' division by the SM count is done in doubles when the dividend is
-  // below 2^52: the correctly rounded quotient of two such integers truncates
-  // to the integer quotient (the gap to the next integer, >= 1/sm_count, is
-  // far above half an ulp), and a double division is several times cheaper
-  // than a 64-bit one.
-  const double sms = static_cast<double>(gpu.sm_count);
+  // The tiles unrolled, so that each tile's divisions are by constants.
   // The best so far in locals (registers once inlined); the first tile is
   // always taken (tiles >= 1), then a later one only when strictly better.
   std::size_t best_i = 0;
@@ -72,16 +97,12 @@ inline __attribute__((always_inline)) GemmPlan plan(const GpuProfile& gpu, DType
   const std::int64_t sm = gpu.sm_count;
   auto one = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) __attribute__((always_inline)) {
     constexpr TileShape t = kCublasTiles[I];
-    const std::int64_t tiles = ceil_div_pos(s.m, t.m) * ceil_div_pos(s.n, t.n) * s.batch;
-    const std::int64_t waves = tiles < (1LL << 52) - sm
-                                   ? static_cast<std::int64_t>(static_cast<double>(tiles + sm - 1) / sms)
-                                   : ceil_div(tiles, sm);
-    const double f = static_cast<double>(waves) * 2.0 * t.m * t.n * static_cast<double>(s.k);
-    if (I == 0 || f < best_flops) {
-      best_flops = f;
+    const TileCount c = tile_count(s, t.m, t.n, sm);
+    if (I == 0 || c.flops < best_flops) {
+      best_flops = c.flops;
       best_i = I;
-      best_tiles = tiles;
-      best_waves = waves;
+      best_tiles = c.tiles;
+      best_waves = c.waves;
     }
   };
   [&]<std::size_t... I>(std::index_sequence<I...>) __attribute__((always_inline)) {
@@ -91,12 +112,7 @@ inline __attribute__((always_inline)) GemmPlan plan(const GpuProfile& gpu, DType
   best.tiles = best_tiles;
   best.waves = best_waves;
   best.compute = duration_for_rate(best_flops, per_sm);
-  const double elems = (static_cast<double>(s.m) * static_cast<double>(s.k) +
-                        static_cast<double>(s.k) * static_cast<double>(s.n) +
-                        static_cast<double>(s.m) * static_cast<double>(s.n)) *
-                       static_cast<double>(s.batch);
-  const double bytes = bytes_override > 0 ? bytes_override : elems * dtype_bytes(dtype);
-  best.memory = duration_for_rate(bytes, gpu.hbm_bandwidth * gpu.mem_efficiency);
+  best.memory = memory_time(gpu, dtype, s, bytes_override);
   best.total = gpu.launch + std::max(best.compute, best.memory);
   return best;
 }
@@ -130,22 +146,9 @@ inline __attribute__((always_inline)) Time plan_total(const GpuProfile& gpu, DTy
           (static_cast<unsigned __int128>(1) << 62))
     return plan(gpu, dtype, s, bytes_override).total;  // its errors, or the full search
   const double per_sm = gpu.sustained(dtype) / gpu.sm_count;
-  const std::int64_t sm = gpu.sm_count;
   // The 64 x 64 tile exactly as plan() costs it.
-  const std::int64_t tiles = ceil_div_pos(s.m, 64) * ceil_div_pos(s.n, 64) * s.batch;
-  const std::int64_t waves = tiles < (1LL << 52) - sm
-                                 ? static_cast<std::int64_t>(static_cast<double>(tiles + sm - 1) /
-                                                             static_cast<double>(sm))
-                                 : ceil_div(tiles, sm);
-  const double best_flops = static_cast<double>(waves) * 2.0 * 64 * 64 * static_cast<double>(s.k);
-  const Time compute = duration_for_rate(best_flops, per_sm);
-  const double elems = (static_cast<double>(s.m) * static_cast<double>(s.k) +
-                        static_cast<double>(s.k) * static_cast<double>(s.n) +
-                        static_cast<double>(s.m) * static_cast<double>(s.n)) *
-                       static_cast<double>(s.batch);
-  const double bytes = bytes_override > 0 ? bytes_override : elems * dtype_bytes(dtype);
-  const Time memory = duration_for_rate(bytes, gpu.hbm_bandwidth * gpu.mem_efficiency);
-  return gpu.launch + std::max(compute, memory);
+  const Time compute = duration_for_rate(tile_count(s, 64, 64, gpu.sm_count).flops, per_sm);
+  return gpu.launch + std::max(compute, memory_time(gpu, dtype, s, bytes_override));
 }
 }  // namespace
 
