@@ -669,3 +669,69 @@ TEST_CASE("max-min with many links and few flows per link (the heap) is fair and
     CHECK(bottlenecked);
   }
 }
+
+namespace {
+bool same_plan(const CollPlan& a, const CollPlan& b) {
+  auto same_step = [](const CollStep& x, const CollStep& y) { return x.member == y.member && x.deps == y.deps; };
+  auto same_xfer = [](const CollXfer& x, const CollXfer& y) {
+    return x.src == y.src && x.dst == y.dst && x.bytes == y.bytes && x.send_step == y.send_step &&
+           x.recv_step == y.recv_step && x.route == y.route && x.via == y.via && x.lat == y.lat;
+  };
+  return std::equal(a.steps.begin(), a.steps.end(), b.steps.begin(), b.steps.end(), same_step) &&
+         std::equal(a.xfers.begin(), a.xfers.end(), b.xfers.begin(), b.xfers.end(), same_xfer) &&
+         a.routes == b.routes && a.latencies == b.latencies && a.barrier == b.barrier &&
+         a.min_duration == b.min_duration && a.choice == b.choice;
+}
+}  // namespace
+
+TEST_CASE("shared_plan: one plan per distinct input, the plan make_plan gives", "[coll][plan]") {
+  const Topology t32 = topo("parm-32gpu"), t8 = topo("pcie-8gpu");
+  const std::uint64_t k32 = topology_fingerprint(t32), k8 = topology_fingerprint(t8);
+  REQUIRE(k32 != k8);
+  clear_plan_cache();
+  // Each differs from the first in one field a plan depends on.
+  std::vector<Collective> cs;
+  cs.push_back(coll(CollOp::allreduce, range(8), 1 << 20));
+  cs.push_back(coll(CollOp::allreduce, range(8), 1 << 21));
+  cs.push_back(coll(CollOp::allreduce, {0, 2, 4, 6, 1, 3, 5, 7}, 1 << 20));
+  cs.push_back(coll(CollOp::allgather, range(8), 1 << 20));
+  cs.push_back(coll(CollOp::allreduce, range(8), 1 << 20, "ring"));
+  cs.push_back(cs.back()), cs.back().proto = "ll";
+  cs.push_back(cs[4]), cs.back().channels = 2;
+  cs.push_back(coll(CollOp::alltoall, range(8), 1 << 20));
+  cs.push_back(cs.back()), cs.back().window = 2;
+  cs.push_back(saa(8, 4, 1 << 20));
+  cs.push_back(saa(8, 2, 1 << 20));
+  cs.push_back(saa(8, 4, 1 << 20, "pipelined"));
+  cs.push_back(cs.back()), cs.back().chunks = 2;
+  Collective v = coll(CollOp::alltoallv, range(4), 0);
+  v.matrix.assign(4, std::vector<std::uint64_t>(4, 1000));
+  cs.push_back(v);
+  v.matrix[1][2] = 2000;
+  cs.push_back(v);
+  std::vector<std::shared_ptr<const CollPlan>> got;
+  for (const Collective& c : cs) {
+    got.push_back(shared_plan(c, t32, k32));
+    CHECK(same_plan(*got.back(), make_plan(c, t32)));
+  }
+  CHECK(plan_cache_size() == cs.size());
+  // The same inputs under another name (and other data bindings): the same plan.
+  for (std::size_t i = 0; i < cs.size(); ++i) {
+    Collective c = cs[i];
+    c.name = "renamed";
+    c.send_buf = "x";
+    CHECK(shared_plan(c, t32, k32) == got[i]);
+  }
+  CHECK(plan_cache_size() == cs.size());
+  // Another topology: its own plan.
+  const auto p8 = shared_plan(cs[0], t8, k8);
+  CHECK(p8 != got[0]);
+  CHECK(same_plan(*p8, make_plan(cs[0], t8)));
+  CHECK(plan_cache_size() == cs.size() + 1);
+  // A plan that throws is not kept, and throws again.
+  CHECK_THROWS_WITH(shared_plan(saa(8, 3, 1 << 20), t32, k32), Catch::Contains("inner group size dividing"));
+  CHECK_THROWS_WITH(shared_plan(saa(8, 3, 1 << 20), t32, k32), Catch::Contains("inner group size dividing"));
+  CHECK(plan_cache_size() == cs.size() + 1);
+  clear_plan_cache();
+  CHECK(plan_cache_size() == 0);
+}

@@ -139,8 +139,20 @@ class CollectiveCosts {
 // (name, sizes, every link's ends, bandwidth and latency): the cache's key.
 std::uint64_t topology_fingerprint(const Topology& topo);
 
+// make_plan(c, topo), shared: plans are kept per thread, keyed by
+// `topo_key` (topology_fingerprint(topo)) and every field of c a plan
+// depends on (op, group, bytes, matrix, algo, proto, channels, window,
+// inner, chunks; not the name or the data bindings). The simulator takes
+// its plans here, so that the forward and backward passes, the schedules
+// of one layer and the layers of a sweep that move the same bytes between
+// the same ranks plan each collective once. A plan that throws is not kept.
+std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology& topo, std::uint64_t topo_key);
+
 // Cache inspection, for tests and benchmarks.
 std::size_t collective_cost_cache_size();
 void clear_collective_cost_cache();
+// This thread's plans (shared_plan).
+std::size_t plan_cache_size();
+void clear_plan_cache();
 
 }  // namespace parmsim

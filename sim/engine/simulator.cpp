@@ -8,6 +8,7 @@
 #include <span>
 
 #include "sim/calib/calibration.hpp"
+#include "sim/coll/collective_cost.hpp"
 #include "sim/coll/collective_plan.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
@@ -29,7 +30,7 @@ struct Csr {
 // are carved from three pools (Pools below; a graph has dozens of
 // collectives: no allocations per collective for them).
 struct CollState {
-  CollPlan plan;
+  std::shared_ptr<const CollPlan> plan;  // shared with other simulations of this thread (shared_plan)
   Csr step_xfers;    // xfers touching each step
   Csr step_succ;     // steps depending on each step
   Csr member_steps;  // steps of each member
@@ -76,18 +77,19 @@ class Engine {
     // Plans first, to size the pools; then each collective's arrays are
     // carved from them (the pools never grow after that).
     std::size_t ints = 0, chars = 0, u64s = 0;
+    const std::uint64_t topo_key = C > 0 ? topology_fingerprint(topo) : 0;
     for (int c = 0; c < C; ++c) {
       CollState& s = coll_[c];
-      s.plan = make_plan(g.collective(c), topo);
+      s.plan = shared_plan(g.collective(c), topo, topo_key);
       if (opt.calibration) {
         const Collective& col = g.collective(c);
         bool inter = false;
         for (int r : col.group) inter = inter || !topo.same_node(r, col.group[0]);
         s.calibrated = opt.calibration->find(col.op, static_cast<int>(col.group.size()), inter);
       }
-      const std::size_t S = s.plan.steps.size(), X = s.plan.xfers.size(), M = g.collective(c).group.size();
+      const std::size_t S = s.plan->steps.size(), X = s.plan->xfers.size(), M = g.collective(c).group.size();
       std::size_t deps = 0;
-      for (const CollStep& st : s.plan.steps) deps += st.num_deps();
+      for (const CollStep& st : s.plan->steps) deps += st.num_deps();
       // step_deps_left, step_xfers_left (S each), member_steps_left,
       // member_in_left (M each); CSR starts (S+1, S+1, M+1) and lists (2X,
       // deps, S).
@@ -116,7 +118,7 @@ class Engine {
     };
     for (int c = 0; c < C; ++c) {
       CollState& s = coll_[c];
-      const std::size_t S = s.plan.steps.size(), X = s.plan.xfers.size(), M = g.collective(c).group.size();
+      const std::size_t S = s.plan->steps.size(), X = s.plan->xfers.size(), M = g.collective(c).group.size();
       s.members = static_cast<int>(M);
       s.step_deps_left = take_ints(S);
       s.step_xfers_left = take_ints(S);
@@ -128,19 +130,19 @@ class Engine {
       s.member_sent = std::exchange(up, up + M);
       std::size_t deps = 0;
       for (std::size_t i = 0; i < S; ++i) {
-        const CollStep& st = s.plan.steps[i];
+        const CollStep& st = s.plan->steps[i];
         s.step_deps_left[i] = st.num_deps();
         deps += st.num_deps();
         ++s.member_steps_left[st.member];
       }
-      for (const CollXfer& xf : s.plan.xfers) {
+      for (const CollXfer& xf : s.plan->xfers) {
         s.step_xfers_left[xf.send_step]++;
         s.step_xfers_left[xf.recv_step]++;
         s.member_sent[xf.src] += xf.bytes;
         ++s.member_in_left[xf.dst];
       }
-      const auto& steps = s.plan.steps;
-      const auto& xfers = s.plan.xfers;
+      const auto& steps = s.plan->steps;
+      const auto& xfers = s.plan->xfers;
       s.step_succ = csr(S, deps, [&steps](auto&& add) {
         for (std::size_t i = 0; i < steps.size(); ++i)
           for (int d : steps[i].deps)
@@ -241,7 +243,7 @@ class Engine {
       // Measured as a whole: it starts when the last member arrives and ends for all together.
       if (++s.entered_count == s.members) {
         const Collective& col = g_.collective(t.collective);
-        for (const CollXfer& xf : s.plan.xfers)
+        for (const CollXfer& xf : s.plan->xfers)
           (topo_.same_node(col.group[xf.src], col.group[xf.dst]) ? res_.intra_node_bytes : res_.inter_node_bytes) +=
               xf.bytes;
         const Time end = now_ + s.calibrated->time(col.bytes);
@@ -249,7 +251,7 @@ class Engine {
       }
       return;
     }
-    if (s.plan.barrier) {
+    if (s.plan->barrier) {
       // Nothing moves before every member has entered; then all start together.
       if (++s.entered_count < s.members) return;
       const auto& parts = g_.parts(t.collective);
@@ -309,7 +311,7 @@ class Engine {
       return;
     }
     for (int x : s.step_xfers.of(st)) {
-      const CollXfer& xf = s.plan.xfers[x];
+      const CollXfer& xf = s.plan->xfers[x];
       if (s.xfer_started[x] || !s.step_ready[xf.send_step] || !s.step_ready[xf.recv_step]) continue;
       s.xfer_started[x] = 1;
       const Collective& col = g_.collective(c);
@@ -318,13 +320,13 @@ class Engine {
       ++res_.transfers;
       const std::uint64_t fid = flow_ids_.size();
       flow_ids_.emplace_back(c, x);
-      net_->start(fid, xfer_route(s.plan, xf, col.group, topo_, route_), xf.bytes, now_, xfer_cap(s.plan, xf));
+      net_->start(fid, xfer_route(*s.plan, xf, col.group, topo_, route_), xf.bytes, now_, xfer_cap(*s.plan, xf));
     }
   }
 
   void xfer_done(std::uint64_t fid) {
     const auto [c, x] = flow_ids_[fid];
-    const CollXfer& xf = coll_[c].plan.xfers[x];
+    const CollXfer& xf = coll_[c].plan->xfers[x];
     --coll_[c].member_in_left[xf.dst];
     for (int st : {xf.send_step, xf.recv_step})
       if (--coll_[c].step_xfers_left[st] == 0) step_done(c, st);
@@ -333,8 +335,8 @@ class Engine {
   void step_done(int c, int st) {
     CollState& s = coll_[c];
     for (int nx : s.step_succ.of(st))
-      if (--s.step_deps_left[nx] == 0 && s.entered[s.plan.steps[nx].member]) step_ready(c, nx);
-    const int m = s.plan.steps[st].member;
+      if (--s.step_deps_left[nx] == 0 && s.entered[s.plan->steps[nx].member]) step_ready(c, nx);
+    const int m = s.plan->steps[st].member;
     if (--s.member_steps_left[m] == 0) {
       // Checked on every simulated graph: a member leaves a collective only
       // after every byte addressed to it has arrived.

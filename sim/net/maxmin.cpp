@@ -40,6 +40,15 @@ std::size_t first_min(const double* sh, std::size_t n) {
   const double min = min_of(sh, n);
   if (min == std::numeric_limits<double>::infinity()) return n;
   std::size_t l = 0;
+#ifdef __SSE2__
+  // Four shares per step: the equality masks of two pairs, low bit first.
+  const __m128d m = _mm_set1_pd(min);
+  for (; l + 4 <= n; l += 4) {
+    const int eq = _mm_movemask_pd(_mm_cmpeq_pd(_mm_loadu_pd(sh + l), m)) |
+                   (_mm_movemask_pd(_mm_cmpeq_pd(_mm_loadu_pd(sh + l + 2), m)) << 2);
+    if (eq != 0) return l + static_cast<std::size_t>(std::countr_zero(static_cast<unsigned>(eq)));
+  }
+#endif
   while (sh[l] != min) ++l;
   return l;
 }

@@ -23,8 +23,9 @@ inline constexpr std::size_t kMaxMinScanLinks = 512;
 // 32-GPU layer, 112 links: the bookkeeping cost more than the scan).
 inline constexpr std::size_t kMaxMinScanAllLinks = 256;
 // Up to this many flows (and kMaxMinScanAllLinks links), each link keeps its
-// flows as a bit set instead of a list (built in one pass, no counting sort).
-inline constexpr std::size_t kMaxMinMaskFlows = 256;
+// flows as a bit set instead of a list (built in one pass, no counting sort;
+// 1024 covers a 32-GPU AlltoAll of k = 2, 992 flows).
+inline constexpr std::size_t kMaxMinMaskFlows = 1024;
 
 // `capacity[l]` in bytes/s; `flows[f]` = link ids on flow f's path (non-empty).
 // Returns rates in bytes/s, one per flow.
