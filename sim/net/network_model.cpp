@@ -96,6 +96,102 @@ class Analytical final : public NetworkModel {
   EventQueue<std::uint32_t> wake_;
 };
 
+// Flows waiting out their route latency, taken in the order of an event
+// queue keyed by (due time, start order). The engine starts flows at its
+// current time, which never decreases, so the flows of one latency fall due
+// in start order: each latency keeps a queue of its own (a lane) and the
+// next flow is the earliest head among the lanes, ties to the earlier start.
+// A route has one of a few latencies (one per kind of path), so a push or
+// pop costs O(lanes) instead of a heap's O(log flows). A flow that would
+// fall due before the last of its lane (a caller starting flows out of time
+// order), and latencies beyond the first kLanes, wait in a heap that takes
+// part in the same choice, so the order is the event queue's for any input.
+class PendingFlows {
+ public:
+  void push(Time due, Time latency, std::uint64_t seq, std::uint32_t slot) {
+    ++size_;
+    best_ = kUnknown;
+    const Entry e{due, seq, slot};
+    if (hint_ < lanes_.size() && lanes_[hint_].latency == latency) return append(hint_, e);
+    for (std::size_t i = 0; i < lanes_.size(); ++i)
+      if (lanes_[i].latency == latency) {
+        hint_ = i;
+        return append(i, e);
+      }
+    if (lanes_.size() < kLanes) {
+      hint_ = lanes_.size();
+      lanes_.push_back(Lane{latency, {e}, 0});
+      return;
+    }
+    heap_.push_back(e);
+    std::push_heap(heap_.begin(), heap_.end(), later);
+  }
+  bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
+  // The due time of the next flow; the queue must not be empty.
+  Time next_time() {
+    find_best();
+    return best_ == kHeap ? heap_.front().due : lanes_[best_].head_entry().due;
+  }
+  // Takes the next flow's slot; the queue must not be empty.
+  std::uint32_t pop() {
+    find_best();
+    --size_;
+    std::uint32_t slot;
+    if (best_ == kHeap) {
+      slot = heap_.front().slot;
+      std::pop_heap(heap_.begin(), heap_.end(), later);
+      heap_.pop_back();
+    } else {
+      Lane& l = lanes_[best_];
+      slot = l.q[l.head++].slot;
+      if (l.head == l.q.size()) {
+        l.q.clear(), l.head = 0;
+      } else if (l.head >= 1024 && 2 * l.head >= l.q.size()) {
+        l.q.erase(l.q.begin(), l.q.begin() + static_cast<std::ptrdiff_t>(l.head)), l.head = 0;
+      }
+    }
+    best_ = kUnknown;
+    return slot;
+  }
+
+ private:
+  struct Entry {
+    Time due;
+    std::uint64_t seq;  // start order
+    std::uint32_t slot;
+  };
+  struct Lane {
+    Time latency;
+    std::vector<Entry> q;  // from q[head], by start order and so by due time
+    std::size_t head = 0;
+    const Entry& head_entry() const { return q[head]; }
+    bool waiting() const { return head < q.size(); }
+  };
+  static bool before(const Entry& a, const Entry& b) { return a.due != b.due ? a.due < b.due : a.seq < b.seq; }
+  // Into lane i when it stays in (due, start) order (starts come in seq
+  // order, so due not before the lane's last suffices), else into the heap.
+  void append(std::size_t i, const Entry& e) {
+    Lane& l = lanes_[i];
+    if (!l.waiting() || l.q.back().due <= e.due) return l.q.push_back(e);
+    heap_.push_back(e);
+    std::push_heap(heap_.begin(), heap_.end(), later);
+  }
+  static bool later(const Entry& a, const Entry& b) { return before(b, a); }
+  void find_best() {
+    if (best_ != kUnknown) return;
+    const Entry* e = heap_.empty() ? nullptr : &heap_.front();
+    best_ = kHeap;
+    for (std::size_t i = 0; i < lanes_.size(); ++i)
+      if (lanes_[i].waiting() && (!e || before(lanes_[i].head_entry(), *e))) e = &lanes_[i].head_entry(), best_ = i;
+  }
+  static constexpr std::size_t kLanes = 16;
+  static constexpr std::size_t kUnknown = SIZE_MAX, kHeap = SIZE_MAX - 1;
+  std::vector<Lane> lanes_;
+  std::vector<Entry> heap_;  // min-heap by (due, seq): the latencies without a lane
+  std::size_t size_ = 0, hint_ = 0, best_ = kUnknown;
+};
+
 // Max-min fair sharing, re-solved incrementally. Flows are linked to the
 // links they cross; a start or finish marks its links dirty, and the next
 // solve re-solves only the connected components (flows joined by shared
@@ -139,13 +235,13 @@ class FlowModel final : public NetworkModel {
     f.len = static_cast<std::uint32_t>(r.links.size());
     arena_.insert(arena_.end(), r.links.begin(), r.links.end());
     live_links_ += f.len;
-    pending_.push(now + r.latency, slot);
+    pending_.push(now + r.latency, r.latency, f.seq, slot);
   }
 
   std::optional<Time> next_completion() override {
     if (changed_) solve();
     Time t = Time::max();
-    if (!pending_.empty()) t = pending_.top().time;
+    if (!pending_.empty()) t = pending_.next_time();
     const Time fin = next_finish();
     if (fin < t) t = fin;
     if (t == Time::max()) return std::nullopt;
@@ -195,8 +291,8 @@ class FlowModel final : public NetworkModel {
       act_.resize(keep);
     }
     // Flows whose latency has passed join; empty ones complete at once.
-    while (!pending_.empty() && pending_.top().time == t) {
-      const std::uint32_t slot = pending_.pop().payload;
+    while (!pending_.empty() && pending_.next_time() == t) {
+      const std::uint32_t slot = pending_.pop();
       Flow& f = flows_[slot];
       if (f.remaining <= 0 || f.len == 0) {
         f.state = State::done;
@@ -516,7 +612,7 @@ class FlowModel final : public NetworkModel {
   std::vector<double> cap_local_, caps_, rates_;
   std::vector<std::span<const int>> paths_;
   MaxMinScratch scratch_;
-  EventQueue<std::uint32_t> pending_;
+  PendingFlows pending_;
   std::vector<Finish> finish_, fresh_;  // min-heap by time; entries of superseded rates are skipped
   Time now_;
   std::uint64_t seq_ = 0;
