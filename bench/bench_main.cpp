@@ -12,6 +12,7 @@
 #include "sim/core/event_queue.hpp"
 #include "sim/engine/simulator.hpp"
 #include "sim/moe/layer_sim.hpp"
+#include "sim/net/rate_memo.hpp"
 #include "sim/topo/topology_io.hpp"
 
 using namespace parmsim;
@@ -104,14 +105,41 @@ static void BM_Switch1024(benchmark::State& state) {
 BENCHMARK(BM_Switch1024)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 // One MoE layer (B=4, L=512, M=1024, H=4096, E=32, k=2, f=1.2, mp=4) on the
-// paper's 32-GPU cluster: baseline, S1 and S2, forward and backward, flow network.
+// paper's 32-GPU cluster: baseline, S1 and S2, forward and backward, flow
+// network. The flow model's rate memo (sim/net/rate_memo.hpp) /0: as a sweep
+// or a second layer finds it (it holds the sets of flows of earlier
+// iterations); /1: emptied before each iteration (one layer in a fresh
+// process); /2: off (every set of flows solved).
 static void BM_LayerAllSchedules(benchmark::State& state) {
   const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
   const moe::LayerRun run{t, moe::LayerSpec{}, "flow"};
-  for (auto _ : state)
+  const auto mode = state.range(0);
+  set_rate_memo(mode != 2);
+  for (auto _ : state) {
+    if (mode == 1) clear_rate_memos();
     for (const char* n : {"baseline", "s1", "s2"}) benchmark::DoNotOptimize(moe::run_schedule(run, moe::preset(n)));
+  }
+  set_rate_memo(true);
 }
-BENCHMARK(BM_LayerAllSchedules)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LayerAllSchedules)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+
+// The part of BM_LayerAllSchedules that is not simulation: the same layer's
+// op lists and timing-only task graphs, forward and backward, for the three
+// schedules (what run_schedule builds before it simulates).
+static void BM_LayerGraphsOnly(benchmark::State& state) {
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
+  const moe::LayerSpec s;
+  const moe::Dims d = moe::make_dims(s, t.num_gpus(), t.gpus_per_node());
+  for (auto _ : state)
+    for (const char* n : {"baseline", "s1", "s2"}) {
+      const moe::ScheduleOptions o = moe::preset(n);
+      const auto f = moe::forward_ops(s, d, o);
+      const auto b = moe::backward_ops(f, s, d, o);
+      benchmark::DoNotOptimize(moe::build_graph(f, s, d, o, moe::GraphData::timing_only));
+      benchmark::DoNotOptimize(moe::build_backward_graph(f, b, s, d, o, moe::GraphData::timing_only));
+    }
+}
+BENCHMARK(BM_LayerGraphsOnly)->Unit(benchmark::kMillisecond);
 
 // The closed form of one layer: S1 and S2, forward and backward (what `auto` evaluates).
 static void BM_ModelLayerEval(benchmark::State& state) {

@@ -9,6 +9,7 @@
 #include "sim/core/error.hpp"
 #include "sim/core/event_queue.hpp"
 #include "sim/net/maxmin.hpp"
+#include "sim/net/rate_memo.hpp"
 
 namespace parmsim {
 namespace {
@@ -207,6 +208,7 @@ class FlowModel final : public NetworkModel {
       : capacity_(topo.num_links()), on_link_(topo.num_links()), live_on_(topo.num_links(), 0), link_dirty_(topo.num_links(), 0),
         link_seen_(topo.num_links(), 0), local_(topo.num_links(), 0) {
     for (int l = 0; l < topo.num_links(); ++l) capacity_[l] = static_cast<double>(topo.link(l).bandwidth);
+    memo_ = rate_memo_for(capacity_);
   }
   std::string name() const override { return "flow"; }
 
@@ -232,7 +234,9 @@ class FlowModel final : public NetworkModel {
     f.remaining = static_cast<double>(bytes);
     f.cap = cap;
     f.off = static_cast<std::uint32_t>(arena_.size());
-    f.len = static_cast<std::uint32_t>(r.links.size());
+    if (r.links.size() > UINT16_MAX)
+      throw ParmError(fmt::format("flow model: a route of {} links (at most {})", r.links.size(), UINT16_MAX));
+    f.len = static_cast<std::uint16_t>(r.links.size());
     arena_.insert(arena_.end(), r.links.begin(), r.links.end());
     live_links_ += f.len;
     pending_.push(now + r.latency, r.latency, f.seq, slot);
@@ -332,10 +336,12 @@ class FlowModel final : public NetworkModel {
   enum class State : std::uint8_t { free, pending, active, done };
   struct Flow {
     std::uint64_t id = 0, seq = 0;
-    std::uint32_t off = 0, len = 0;  // route links: arena_[off, off + len)
+    std::uint32_t off = 0;           // route links: arena_[off, off + len)
     std::uint32_t version = 0;       // of its entry in finish_
     std::uint32_t act_pos = 0;       // index in act_ while active
     std::uint32_t gen = 0;           // how many flows the slot has held
+    std::uint32_t path = RateMemo::kNone;  // its (route, cap) id in memo_
+    std::uint16_t len = 0;
     State state = State::pending;
     double remaining = 0;  // bytes at `last`
     double rate = 0;       // bytes/s
@@ -343,6 +349,8 @@ class FlowModel final : public NetworkModel {
     Time last;             // when `remaining` was brought up to date
     Time finish;           // when `remaining` reaches zero at `rate`, rounded up
   };
+  // A million in flight (1024 GPUs' AlltoAll): each byte here is a MiB.
+  static_assert(sizeof(Flow) <= 80);
   struct Member {
     std::uint32_t slot, gen;  // flow slot, and the slot's generation when the flow joined
   };
@@ -486,22 +494,28 @@ class FlowModel final : public NetworkModel {
       for (int l : dirty_) link_dirty_[l] = 0;
       dirty_.clear();
       comp_flows_.assign(act_.begin(), act_.end());
-      paths_.clear();
-      caps_.clear();
-      bool capped = false;
-      for (std::uint32_t slot : comp_flows_) {
-        const Flow& f = flows_[slot];
-        paths_.emplace_back(arena_.data() + f.off, f.len);
-        caps_.push_back(f.cap);
-        capped = capped || f.cap > 0;
-      }
       // Completions are found by a scan of the flows, as cheap as the solve.
       heap_mode_ = false;
       finish_.clear();
       global_next_ = Time::max();
       if (!comp_flows_.empty()) {
-        max_min_rates(capacity_, paths_, capped ? std::span<const double>(caps_) : std::span<const double>(), scratch_,
-                      rates_);
+        // The rates of a set of flows solved before (sim/net/rate_memo.hpp),
+        // or a solve, remembered.
+        const bool memo = memo_ && comp_flows_.size() <= RateMemo::kMaxFlows;
+        if (!memo || !memo_->find(path_ids(), rates_)) {
+          paths_.clear();
+          caps_.clear();
+          bool capped = false;
+          for (std::uint32_t slot : comp_flows_) {
+            const Flow& f = flows_[slot];
+            paths_.emplace_back(arena_.data() + f.off, f.len);
+            caps_.push_back(f.cap);
+            capped = capped || f.cap > 0;
+          }
+          max_min_rates(capacity_, paths_, capped ? std::span<const double>(caps_) : std::span<const double>(),
+                        scratch_, rates_);
+          if (memo) memo_->insert(ids_, rates_);
+        }
         for (std::size_t i = 0; i < comp_flows_.size(); ++i) {
           set_rate(comp_flows_[i], rates_[i]);
           global_next_ = std::min(global_next_, flows_[comp_flows_[i]].finish);
@@ -566,6 +580,22 @@ class FlowModel final : public NetworkModel {
     if (!comp_flows_.empty()) solve_shared();
     queue_finishes();
   }
+  // The memo's path id of each flow of comp_flows_, in ids_ (interned on a
+  // flow's first memo lookup; again if the memo started afresh meanwhile).
+  // An id of an earlier epoch (the memo started afresh since) is given
+  // again; the memo refuses such ids, so this only keeps the hits coming.
+  std::span<const std::uint32_t> path_ids() {
+    while (true) {
+      const std::uint64_t epoch = memo_->epoch();
+      ids_.clear();
+      for (std::uint32_t slot : comp_flows_) {
+        Flow& f = flows_[slot];
+        if (!memo_->current(f.path)) f.path = memo_->path_id({arena_.data() + f.off, f.len}, f.cap);
+        ids_.push_back(f.path);
+      }
+      if (memo_->epoch() == epoch) return ids_;
+    }
+  }
   void queue_finishes() {
     // Few new completions: push them. Many: drop the stale entries and heapify
     // once (linear, where as many pushes would cost n log n).
@@ -583,6 +613,8 @@ class FlowModel final : public NetworkModel {
   }
 
   std::vector<double> capacity_;
+  std::shared_ptr<RateMemo> memo_;            // null: every global solve is solved
+  std::vector<std::uint32_t> ids_;            // path ids of comp_flows_
   std::vector<std::vector<Member>> on_link_;  // flows crossing each link (some may have left)
   std::vector<std::uint32_t> live_on_;        // how many of them are active
   bool members_ = false;                      // whether on_link_ and live_on_ are kept (see solve)
