@@ -145,3 +145,50 @@ TEST_CASE("ties: the solver fixes the same links as a plain full scan, bit for b
     for (std::size_t f = 0; f < got.size(); ++f) REQUIRE(got[f] == want[f]);
   }
 }
+
+TEST_CASE("rates depend on the multiset of (path, cap) alone, not the flows' order", "[maxmin][memo]") {
+  // What the flow model's rate memo (sim/net/rate_memo.hpp) relies on: the
+  // same flows listed in another order get the same rates, bit for bit, and
+  // flows of one path and cap get one rate. Each of the solver's three ways
+  // (as in the tie test above), with repeated paths and a few caps drawn
+  // from a small set (so capped flows tie too).
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 150; ++trial) {
+    const int way = trial % 3;
+    const int L = way == 2 ? 300 + static_cast<int>(rng() % 200) : 2 + static_cast<int>(rng() % 60);
+    const int F = way == 0 ? 1 + static_cast<int>(rng() % 1024) : 1100 + static_cast<int>(rng() % 200);
+    std::vector<double> cap(L);
+    for (double& c : cap) c = std::array<double, 3>{25e9, 50e9, 12.5e9}[rng() % 3];
+    std::vector<std::vector<int>> paths;
+    std::vector<double> caps;
+    while (static_cast<int>(paths.size()) < F) {
+      std::vector<int> p;
+      const int len = 1 + static_cast<int>(rng() % 4);
+      while (static_cast<int>(p.size()) < std::min(len, L)) {
+        const int l = static_cast<int>(rng() % L);
+        if (std::find(p.begin(), p.end(), l) == p.end()) p.push_back(l);
+      }
+      const double c = rng() % 4 == 0 ? std::array<double, 2>{3e9, 7e9}[rng() % 2] : 0.0;
+      for (int copies = 1 + static_cast<int>(rng() % 3); copies > 0 && static_cast<int>(paths.size()) < F; --copies)
+        paths.push_back(p), caps.push_back(c);
+    }
+    std::vector<std::size_t> order(paths.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<std::vector<int>> paths2;
+    std::vector<double> caps2;
+    for (std::size_t i : order) paths2.push_back(paths[i]), caps2.push_back(caps[i]);
+    auto run = [](const std::vector<double>& c, const std::vector<std::vector<int>>& ps, const std::vector<double>& k) {
+      std::vector<std::span<const int>> p(ps.begin(), ps.end());
+      parmsim::MaxMinScratch w;
+      std::vector<double> r;
+      max_min_rates(c, p, k, w, r);
+      return r;
+    };
+    const auto a = run(cap, paths, caps), b = run(cap, paths2, caps2);
+    CAPTURE(trial, way);
+    for (std::size_t j = 0; j < order.size(); ++j) REQUIRE(b[j] == a[order[j]]);
+    for (std::size_t f = 1; f < paths.size(); ++f)
+      if (paths[f] == paths[f - 1] && caps[f] == caps[f - 1]) REQUIRE(a[f] == a[f - 1]);
+  }
+}
