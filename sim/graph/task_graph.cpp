@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "sim/core/error.hpp"
+#include "sim/core/format_into.hpp"
 
 namespace parmsim {
 
@@ -109,6 +110,7 @@ int TaskGraphBuilder::add_stream(int rank, const std::string& name) {
   auto& s = g_.streams_.at(rank);
   if (std::find(s.begin(), s.end(), name) != s.end())
     throw ParmError(fmt::format("task graph: stream '{}' declared twice on rank {}", name, rank));
+  if (s.empty()) s.reserve(4);  // a few per rank: one allocation, not one per growth
   s.push_back(name);
   return static_cast<int>(s.size()) - 1;
 }
@@ -161,7 +163,7 @@ std::vector<int> TaskGraphBuilder::add_collective_tasks(Collective c, const std:
     const int st = stream(r, stream_name);
     if (st < 0) throw ParmError(fmt::format("task graph: no stream '{}' on rank {}", stream_name, r));
     Task& t = new_task();
-    t.name = fmt::format(FMT_COMPILE("{}@{}"), task_prefix, r);
+    format_into(t.name, FMT_COMPILE("{}@{}"), task_prefix, r);
     t.kind = TaskKind::collective;
     t.rank = r;
     t.stream = st;
@@ -236,20 +238,24 @@ TaskGraph TaskGraphBuilder::build() && {
     auto it = std::lower_bound(m.begin(), m.end(), std::pair<int, int>(rank, -1));
     return it != m.end() && it->first == rank ? it->second : -1;
   };
-  // Task names are unique: sort (hash, id) pairs and compare the names of
-  // equal hashes only (integer sorting; the names themselves are long and
-  // alike). Of several repeated names, the smallest is reported.
+  // Task names are unique: an open-addressing set of (hash, id), names
+  // compared only for equal hashes (the names themselves are long and alike).
+  // Of several repeated names, the smallest is reported.
   {
-    std::vector<std::pair<std::size_t, int>> hashed;
-    hashed.reserve(g.tasks_.size());
-    for (const Task& t : g.tasks_) hashed.emplace_back(std::hash<std::string_view>{}(t.name), t.id);
-    std::sort(hashed.begin(), hashed.end());
+    std::size_t cap = 16;
+    while (cap < 2 * g.tasks_.size()) cap *= 2;
+    std::vector<std::pair<std::size_t, int>> set(cap, {0, -1});
     const std::string* dup = nullptr;
-    for (std::size_t i = 1; i < hashed.size(); ++i)
-      for (std::size_t j = i; j-- > 0 && hashed[j].first == hashed[i].first;) {
-        const std::string& a = g.tasks_[hashed[i].second].name;
-        if (a == g.tasks_[hashed[j].second].name && (!dup || a < *dup)) dup = &a;
-      }
+    for (const Task& t : g.tasks_) {
+      const std::size_t h = std::hash<std::string_view>{}(t.name);
+      std::size_t i = h & (cap - 1);
+      for (; set[i].second >= 0; i = (i + 1) & (cap - 1))
+        if (set[i].first == h && g.tasks_[set[i].second].name == t.name) break;
+      if (set[i].second < 0)
+        set[i] = {h, t.id};
+      else if (!dup || t.name < *dup)
+        dup = &t.name;
+    }
     if (dup) throw ParmError(fmt::format("task graph: task name '{}' used twice", *dup));
   }
   for (const Task& t : g.tasks_) {
@@ -302,14 +308,17 @@ TaskGraph TaskGraphBuilder::build() && {
   std::vector<std::vector<int>> last(R);
   for (int r = 0; r < R; ++r) last[r].assign(g.streams_[r].size(), -1);
   std::vector<std::pair<int, int>> edges;
-  std::vector<int> preds;
+  edges.reserve(2 * static_cast<std::size_t>(N));
+  boost::container::small_vector<int, 8> preds;  // a task has a few: inline
   for (const Task& t : g.tasks_) {
     preds.assign(t.deps.begin(), t.deps.end());
     int& prev = last[t.rank][t.stream];
     if (prev >= 0) preds.push_back(prev);
     prev = t.id;
-    std::sort(preds.begin(), preds.end());
-    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
+    if (preds.size() > 1) {
+      std::sort(preds.begin(), preds.end());
+      preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
+    }
     for (int p : preds) edges.emplace_back(p, t.id);
     g.npred_[t.id] = static_cast<int>(preds.size());
   }

@@ -1,5 +1,4 @@
 // Task graphs of a layer's op lists, with the data bindings executors use.
-#include "sim/moe/layer.hpp"
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
@@ -10,6 +9,8 @@
 #include <span>
 
 #include "sim/core/error.hpp"
+#include "sim/core/format_into.hpp"
+#include "sim/moe/layer.hpp"
 #include "sim/moe/layer_kernels.hpp"
 
 namespace parmsim::moe {
@@ -30,9 +31,11 @@ class GraphBuilder {
  public:
   GraphBuilder(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, GraphData data = GraphData::bound)
       : s_(s), d_(d), o_(o), data_(data == GraphData::bound), g_(make_groups(d.P, d.G)), b_(d.P), prev_(d.P, -1) {
-    // About 30 tasks per rank for a layer's forward or backward pass: reserved,
-    // so the task array (a Task is a few hundred bytes) is not moved as it grows.
-    b_.reserve_tasks(static_cast<std::size_t>(d.P) * 32);
+    // About 20 tasks per rank for a layer's forward or backward pass and 3 per
+    // local expert run one after another (1056 for the backward pass of the
+    // default layer on 32 GPUs, 4 experts each): reserved, so the task array
+    // (a Task is a few hundred bytes) is not moved as it grows.
+    b_.reserve_tasks(static_cast<std::size_t>(d.P) * static_cast<std::size_t>(24 + 4 * expert_repeats(s, d)));
     b_.add_stream_all("compute");
     b_.add_stream_all("comm");
     b_.add_stream_all("rs");
@@ -145,7 +148,7 @@ class GraphBuilder {
     if (dry_) return;
     for (int r = 0; r < d_.P; ++r) {
       Task& t = b_.new_task();
-      t.name = fmt::format(FMT_COMPILE("{}{}#{}@{}"), bwd ? "bwd_" : "", k.name, n_++, r);
+      format_into(t.name, FMT_COMPILE("{}{}#{}@{}"), bwd ? "bwd_" : "", k.name, n_++, r);
       t.rank = r;
       t.stream = 0;
       t.op = k.op;
@@ -389,7 +392,7 @@ class GraphBuilder {
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
       const bool solo = groups[gi].size() < 2 && op != CollOp::saa;
       Collective c;
-      c.name = fmt::format(FMT_COMPILE("{}#{}.{}"), label, n_, gi);
+      format_into(c.name, FMT_COMPILE("{}#{}.{}"), label, n_, gi);
       c.op = op;
       c.group = groups[gi];
       c.bytes = bytes;
