@@ -88,3 +88,24 @@ TEST_CASE("a JSON graph file loads like YAML", "[graph]") {
   CHECK(g.collective(0).bytes == 450'000'000ULL);
   CHECK(g.parts(0) == std::vector<int>{0, 1});
 }
+
+TEST_CASE("a task name used twice is refused, the smallest of several named", "[graph]") {
+  // 5000 unique names alike but for their numbers pass (no false repeat in
+  // the name set); then three names repeated among them: the error names
+  // the smallest ("t#1017@1" < "t#2500@0" < "t#40@0" as strings).
+  auto graph = [](const std::vector<int>& repeats) {
+    TaskGraphBuilder b(4);
+    b.add_stream_all("s");
+    auto add = [&b](const std::string& name, int rank) {
+      Task& t = b.new_task();
+      t.name = name;
+      t.rank = rank;
+      t.op = OpKind::copy;
+    };
+    for (int i = 0; i < 5000; ++i) add("t#" + std::to_string(i) + "@" + std::to_string(i % 4), i % 4);
+    for (int i : repeats) add("t#" + std::to_string(i) + "@" + std::to_string(i % 4), i % 4);
+    return std::move(b).build();
+  };
+  CHECK(graph({}).tasks().size() == 5000);
+  CHECK_THROWS_WITH(graph({2500, 40, 1017, 40}), "task graph: task name 't#1017@1' used twice");
+}
