@@ -89,6 +89,14 @@ TEST_CASE("duration_for_rate: the inline common case equals the full rule, error
     const double a = std::pow(10.0, e(rng)), r = std::pow(10.0, f(rng));
     REQUIRE(fast_duration(a, r) == reference_duration(a, r));
   }
+  // Whole numbers of picoseconds and their neighbours (the ceiling by
+  // truncation must add nothing to a whole number and one to anything just
+  // above it), up to and past 2^53 where every double is whole.
+  for (int i = 0; i < 20000; ++i) {
+    const double ps = std::floor(std::pow(2.0, f(rng) * 4.5));
+    for (const double a : {ps, std::nextafter(ps, inf), std::nextafter(ps, 0.0)})
+      REQUIRE(fast_duration(a, 1e12) == reference_duration(a, 1e12));
+  }
 }
 
 TEST_CASE("GEMM cost: compute_time and model_compute_time equal the tile formula", "[gemm][fast]") {
