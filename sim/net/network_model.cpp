@@ -258,7 +258,7 @@ class FlowModel final : public NetworkModel {
     // Flows whose completion time is t leave their links.
     auto finish = [&](std::uint32_t slot) {
       Flow& f = flows_[slot];
-      for (std::uint32_t i = 0; i < f.len; ++i) leave(arena_[f.off + i]);
+      leave_links(f);
       f.state = State::done;
       done_buf_.push_back({f.seq, slot});
       --active_;
@@ -283,7 +283,7 @@ class FlowModel final : public NetworkModel {
         const std::uint32_t slot = act_[i];
         Flow& f = flows_[slot];
         if (f.finish <= t) {
-          for (std::uint32_t k = 0; k < f.len; ++k) leave(arena_[f.off + k]);
+          leave_links(f);
           f.state = State::done;
           done_buf_.push_back({f.seq, slot});
           --active_;
@@ -308,12 +308,14 @@ class FlowModel final : public NetworkModel {
       ++active_;
       f.act_pos = static_cast<std::uint32_t>(act_.size());
       act_.push_back(slot);
+      if (!members_) {
+        changed_ = true;  // all mark() records without member lists
+        continue;
+      }
       for (std::uint32_t i = 0; i < f.len; ++i) {
         const int l = arena_[f.off + i];
-        if (members_) {
-          on_link_[l].push_back(Member{slot, f.gen});
-          ++live_on_[l];
-        }
+        on_link_[l].push_back(Member{slot, f.gen});
+        ++live_on_[l];
         mark(l);
       }
     }
@@ -394,6 +396,15 @@ class FlowModel final : public NetworkModel {
     --live_on_[l];
     auto& v = on_link_[l];
     if (v.size() > 16 && v.size() > 2 * live_on_[l]) std::erase_if(v, [this](const Member& m) { return !live(m); });
+  }
+  // Flow f leaves every link of its route (without member lists, all that
+  // records is that something changed).
+  void leave_links(const Flow& f) {
+    if (!members_) {
+      changed_ = true;
+      return;
+    }
+    for (std::uint32_t i = 0; i < f.len; ++i) leave(arena_[f.off + i]);
   }
   void compact() {
     std::vector<int> arena;
