@@ -12,6 +12,7 @@
 #include "sim/core/error.hpp"
 #include "sim/calib/calibration.hpp"
 #include "sim/coll/collective_cost.hpp"
+#include "sim/compute/gemm_model.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/moe/layer_kernels.hpp"
 
@@ -179,9 +180,10 @@ Costs make_costs(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, co
   return c;
 }
 
-// `c`: make_costs(s, d, o, ab), made once for a layer's forward and backward lists.
+// `c`: make_costs(s, d, o, ab), made once for a layer's forward and backward
+// lists, and `rates`, the GPU's (used without a calibration).
 double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims& d, const Costs& c,
-                     const AlphaBeta& ab, const GpuProfile& gpu) {
+                     const AlphaBeta& ab, const GpuProfile& gpu, const ComputeRates& rates) {
   const double bytes = d.dtype_bytes;
   double t = 0;
   for (const MoeOp& op : ops) {
@@ -193,7 +195,7 @@ double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims&
       case MoeStep::experts:
       case MoeStep::kernel:
       case MoeStep::slot_slice: {
-        double one = kernels_seconds(op, s, d, gpu, ab.calibration);
+        double one = ab.calibration ? kernels_seconds(op, s, d, gpu, ab.calibration) : kernels_seconds(op, s, d, rates);
         if (op.kind == MoeStep::experts) {
           const double reps = static_cast<double>(expert_repeats(s, d));
           one *= reps;
@@ -235,7 +237,7 @@ double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims&
 
 double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
                   const AlphaBeta& ab, const GpuProfile& gpu) {
-  return model_time_of(ops, s, d, make_costs(s, d, o, ab), ab, gpu);
+  return model_time_of(ops, s, d, make_costs(s, d, o, ab), ab, gpu, ComputeRates(gpu));
 }
 
 ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab,
@@ -245,7 +247,8 @@ ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& 
   const std::span<const MoeOp> f(fwd.data(), fwd.size());
   backward_ops(f, s, d, o, &bwd);
   const Costs c = make_costs(s, d, o, ab);
-  return {model_time_of(f, s, d, c, ab, gpu), model_time_of({bwd.data(), bwd.size()}, s, d, c, ab, gpu)};
+  const ComputeRates rates(gpu);
+  return {model_time_of(f, s, d, c, ab, gpu, rates), model_time_of({bwd.data(), bwd.size()}, s, d, c, ab, gpu, rates)};
 }
 
 }  // namespace parmsim::moe

@@ -1,5 +1,6 @@
 #include "sim/moe/layer_kernels.hpp"
 
+#include "sim/compute/gemm_model.hpp"
 #include "sim/compute/gpu_profile.hpp"
 
 #include <string>
@@ -54,6 +55,17 @@ Kernel mem(const char* name, OpKind op, u64 bytes, int launches = 1) {
   return k;
 }
 
+// with_launches(gpu, cost, launches, host_wait), its checked Time
+// arithmetic inline; on an overflow, with_launches itself (which throws).
+inline __attribute__((always_inline)) Time launched(const GpuProfile& gpu, Time cost, int launches, Time host_wait) {
+  std::int64_t a = 0, b = 0, c = 0;
+  if (__builtin_add_overflow(host_wait.count_ps(), cost.count_ps(), &a) ||
+      __builtin_mul_overflow(gpu.launch.count_ps(), static_cast<std::int64_t>(launches - 1), &b) ||
+      __builtin_add_overflow(a, b, &c))
+    return with_launches(gpu, cost, launches, host_wait);
+  return Time::ps(c);
+}
+
 // The capacity a gate over t tokens works with.
 u64 gate_capacity(u64 t, const Dims& d) {
   return t == static_cast<u64>(d.S) ? static_cast<u64>(d.T_base) : static_cast<u64>(d.T_parm);
@@ -80,7 +92,7 @@ std::int64_t expert_elems(const MoeOp& o, const LayerSpec& s, const Dims& d) {
 
 namespace {
 template <class Out, class... K>
-void emit(Out& out, const K&... k) {
+inline __attribute__((always_inline)) void emit(Out& out, const K&... k) {
   (out(k), ...);
 }
 }  // namespace
@@ -88,7 +100,7 @@ void emit(Out& out, const K&... k) {
 // Calls out(kernel) for each kernel of the op, in order: one body for
 // kernels(), kernel_list() and kernels_seconds().
 template <class Out>
-void each_kernel(const MoeOp& o, const LayerSpec& s, const Dims& d, Out&& out) {
+inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, const LayerSpec& s, const Dims& d, Out&& out) {
   const u64 b = static_cast<u64>(d.dtype_bytes);
   const u64 M = s.M, E = s.E, t = o.tokens, h = s.H / d.G, k = s.k;
   const bool lean = s.ds_moe == DsMoe::lean;
@@ -194,6 +206,22 @@ KernelList kernel_list(const MoeOp& o, const LayerSpec& s, const Dims& d) {
   KernelList v;
   each_kernel(o, s, d, [&v](const Kernel& k) { v.push_back(k); });
   return v;
+}
+
+double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const ComputeRates& r) {
+  double t = 0;
+  each_kernel(o, s, d, [&](const Kernel& k) __attribute__((always_inline)) {
+    // model_compute_time's cases (an empty shape is a GEMM only with FLOPs),
+    // then with_launches, each inline.
+    const DType dt = k.dtype.value_or(s.dtype);
+    const Time cost = k.op != OpKind::gemm ? fast_memory_time(r, k.bytes)
+                      : k.shape[0] > 0
+                          ? fast_gemm_time(r, k.flops, k.bytes, dt, k.shape[0], k.shape[1], k.shape[2], k.shape[3])
+                      : k.flops > 0 ? gemm_detail::gemm_time_general(r.gpu, k.flops, k.bytes, dt, 0, 0, 0, 0)  // the cube
+                                    : fast_memory_time(r, k.bytes);
+    t += launched(r.gpu, cost, k.launches, k.host_wait).to_seconds();
+  });
+  return t;
 }
 
 double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const GpuProfile& gpu,

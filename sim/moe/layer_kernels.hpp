@@ -16,6 +16,10 @@
 #include "sim/core/time.hpp"
 #include "sim/moe/layer.hpp"
 
+namespace parmsim {
+struct ComputeRates;
+}  // namespace parmsim
+
 namespace parmsim::moe {
 
 // An op list that holds a schedule's list (about a dozen ops) without a heap
@@ -66,6 +70,10 @@ KernelList kernel_list(const MoeOp& o, const LayerSpec& s, const Dims& d);
 // backward op) when `cal` is given.
 double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const GpuProfile& gpu,
                        const Calibration* cal);
+// The same without a calibration, with the GPU's rates worked out once
+// (gemm_model.hpp: fast_compute_time): kernels_seconds(o, s, d, r.gpu,
+// nullptr), bit for bit. For the closed form, which sums about 25 kernels.
+double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const ComputeRates& r);
 // How many times the expert kernels run, one after another: DeepSpeed-MoE's
 // Experts.forward loops over its local experts (deepspeed/moe/experts.py
 // L28-38, v0.14.4); `lean` runs them as one batched GEMM (1).
