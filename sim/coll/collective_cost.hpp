@@ -33,6 +33,8 @@
 // matrix as given) and is never cached.
 //
 // This knows nothing of MoE: it costs a Collective on a Topology.
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -54,7 +56,12 @@ struct CostForm {
   int rounds = 0;        // distinct transfer rounds in the plan
   std::size_t transfers = 0;
   // Seconds for a collective of n bytes (Collective::bytes convention); 0 for n <= 0.
-  double time_s(double n) const;
+  double time_s(double n) const {
+    if (trivial || !(n > 0)) return 0.0;
+    double t = 0.0;
+    for (const CostLine& l : envelope) t = std::max(t, l.at(n));
+    return t;
+  }
 };
 
 // Copies of a collective that run at the same time on other ranks: copy j
@@ -94,14 +101,22 @@ double collective_time_s(const Collective& c, const Topology& topo, double bytes
 // refuses it.
 class BoundCollective {
  public:
-  double time_s(double n) const;
+  double time_s(double n) const {
+    // Resolved to one form (not NCCL's tuner, two members or more): inline.
+    if (const CostForm* f = form_.load(std::memory_order_acquire)) return f->time_s(n);
+    return resolve_and_time_s(n);
+  }
   ~BoundCollective();
   struct Impl;
 
  private:
   friend class CollectiveCosts;
   explicit BoundCollective(std::unique_ptr<Impl> impl);
+  double resolve_and_time_s(double n) const;  // everything else, and the first use
   std::unique_ptr<Impl> impl_;
+  // Impl::form once resolved, when the collective has two members or more
+  // and NCCL's tuner does not decide; else null. Set with release.
+  mutable std::atomic<const CostForm*> form_{nullptr};
 };
 
 // The same, bound to one topology: fingerprints it once (the free functions

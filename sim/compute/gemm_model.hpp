@@ -110,8 +110,12 @@ struct ComputeRates {
   bool mem_ok = false;  // a rate duration_for_rate takes (> 0, finite)
   // sustained(d) / sm_count, indexed by DType; 0 where the one-tile GEMM
   // model does not apply as is (no SM count, an unsupported dtype, a rate
-  // duration_for_rate refuses).
+  // duration_for_rate refuses, this one or mem_rate).
   std::array<double, 3> per_sm{};
+  double sm_for(DType d) const {
+    const auto i = static_cast<std::size_t>(d);
+    return i < per_sm.size() ? per_sm[i] : 0.0;
+  }
 };
 
 namespace gemm_detail {
@@ -130,22 +134,20 @@ Time gemm_time_general(const GpuProfile& gpu, std::uint64_t flops, std::uint64_t
 }  // namespace gemm_detail
 
 // model_compute_time(r.gpu, OpKind::gemm, flops, bytes, dtype, {m, n, k,
-// batch}) for m >= 1, bit for bit, with the rates of `r`: a GEMM of one to
-// 2^32 - 1 rows and columns, a batch below 512 and bytes > 0 on a GPU with
-// an SM count inline, everything else (errors included) by
-// model_compute_time itself.
-inline __attribute__((always_inline)) Time fast_gemm_time(const ComputeRates& r, std::uint64_t flops,
+// batch}) for m >= 1, bit for bit, with the rates of `r` (per_sm =
+// r.sm_for(dtype)): a GEMM of one to 2^32 - 1 rows and columns, a batch
+// below 512 and bytes > 0 on a GPU with an SM count inline, everything else
+// (errors included) by model_compute_time itself.
+inline __attribute__((always_inline)) Time fast_gemm_time(const ComputeRates& r, double per_sm, std::uint64_t flops,
                                                           std::uint64_t bytes, DType dtype, std::int64_t m,
                                                           std::int64_t n, std::int64_t k, std::int64_t batch) {
   using namespace gemm_detail;
-  const auto di = static_cast<std::size_t>(dtype);
   // plan_total's one-tile case (gemm_model.cpp): every dimension >= 1,
   // ceil(m / 64) * ceil(n / 64) * batch < 2^62 and each factor < 2^40.
   constexpr std::uint64_t kSide = 1ULL << 32, kBatch = 1ULL << 9;
-  if (di < r.per_sm.size() && r.per_sm[di] > 0 && r.mem_ok && bytes > 0 &&
-      static_cast<std::uint64_t>(m - 1) < kSide - 1 && static_cast<std::uint64_t>(n - 1) < kSide - 1 && k >= 1 &&
-      static_cast<std::uint64_t>(batch - 1) < kBatch - 1) {
-    const Time compute = rate_duration(tile_count({m, n, k, batch}, 64, 64, r.gpu.sm_count).flops, r.per_sm[di]);
+  if (per_sm > 0 && bytes > 0 && static_cast<std::uint64_t>(m - 1) < kSide - 1 &&
+      static_cast<std::uint64_t>(n - 1) < kSide - 1 && k >= 1 && static_cast<std::uint64_t>(batch - 1) < kBatch - 1) {
+    const Time compute = rate_duration(tile_count({m, n, k, batch}, 64, 64, r.gpu.sm_count).flops, per_sm);
     return add(r.gpu.launch, std::max(compute, rate_duration(static_cast<double>(bytes), r.mem_rate)));
   }
   return gemm_time_general(r.gpu, flops, bytes, dtype, m, n, k, batch);
@@ -163,7 +165,7 @@ inline Time fast_compute_time(const ComputeRates& r, OpKind op, std::uint64_t fl
                               std::span<const std::int64_t> shape) {
   if (op != OpKind::gemm || (flops == 0 && shape.empty())) return fast_memory_time(r, bytes);
   if (shape.size() == 4 && shape[0] >= 1)
-    return fast_gemm_time(r, flops, bytes, dtype, shape[0], shape[1], shape[2], shape[3]);
+    return fast_gemm_time(r, r.sm_for(dtype), flops, bytes, dtype, shape[0], shape[1], shape[2], shape[3]);
   return model_compute_time(r.gpu, op, flops, bytes, dtype, shape);
 }
 

@@ -115,15 +115,23 @@ struct Costs {
     e.id = id;
     std::copy(std::begin(e.h), std::end(e.h), h);
   }
+  // h[slot] where planned() times with it: a topology, and a group of two or
+  // more (the fused collective's world group always); else null.
+  const BoundCollective* live[kSlots] = {};
+  void init_live() {
+    for (int slot = 0; slot < kSlots; ++slot) {
+      const int size = slot == kA2aEp || slot == kArEp ? (d.P + d.G - 1) / d.G : d.G;  // the groups built above
+      live[slot] = slot == kSaa || size >= 2 ? h[slot] : nullptr;
+    }
+  }
   // The cost form of the plan the simulator runs, on group 0 of this kind, or
   // `fallback()` without a topology (called only then: the ring forms and the
   // SAA round loop are not worked out when a cost form decides).
   template <class Fallback>
   double planned(Slot slot, double n, Fallback fallback) const {
     if (!ab.costs) return fallback();
-    const int size = slot == kA2aEp || slot == kArEp ? (d.P + d.G - 1) / d.G : d.G;  // the groups built above
-    if (slot != kSaa && size < 2) return 0;
-    return h[slot]->time_s(n);
+    const BoundCollective* b = live[slot];
+    return b ? b->time_s(n) : 0;
   }
   // A measured cost when the calibration has this (op, group size, link), else `form`.
   double measured(CollOp op, int p, bool inter, double n, double form) const {
@@ -176,18 +184,28 @@ namespace {
 
 Costs make_costs(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab) {
   Costs c{ab, d, o.a2a_algo, s.saa_algo, ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra};
-  if (ab.costs) c.init_handles();
+  if (ab.costs) {
+    c.init_handles();
+    c.init_live();
+  }
   return c;
 }
 
-// `c`: make_costs(s, d, o, ab), made once for a layer's forward and backward
-// lists, and `rates`, the GPU's (used without a calibration).
-double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims& d, const Costs& c,
-                     const AlphaBeta& ab, const GpuProfile& gpu, const ComputeRates& rates) {
-  const double bytes = d.dtype_bytes;
-  double t = 0;
-  for (const MoeOp& op : ops) {
-    const double n = static_cast<double>(op.elems) * bytes;
+// The closed-form time of ops, one at a time. `c`: make_costs(s, d, o, ab),
+// made once for a layer's forward and backward lists; `rates`, the GPU's
+// (used without a calibration).
+struct Clock {
+  const LayerSpec& s;
+  const Dims& d;
+  const Costs& c;
+  const AlphaBeta& ab;
+  const GpuProfile& gpu;
+  const ComputeRates& rates;
+  double bytes = d.dtype_bytes;
+  double reps = static_cast<double>(expert_repeats(s, d));
+
+  // The op's time, `backward` standing for op.backward.
+  double op(const MoeOp& op, bool backward) const {
     switch (op.kind) {
       case MoeStep::gate:
       case MoeStep::order:
@@ -195,60 +213,81 @@ double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims&
       case MoeStep::experts:
       case MoeStep::kernel:
       case MoeStep::slot_slice: {
-        double one = ab.calibration ? kernels_seconds(op, s, d, gpu, ab.calibration) : kernels_seconds(op, s, d, rates);
+        double one = ab.calibration ? calibrated(op, backward) : kernels_seconds(op, backward, s, d, rates);
         if (op.kind == MoeStep::experts) {
-          const double reps = static_cast<double>(expert_repeats(s, d));
           one *= reps;
           if (op.allreduce_each) one += reps * c.ar(static_cast<double>(expert_elems(op, s, d)) * bytes);
         }
-        t += one;
-        break;
-      }
-      case MoeStep::a2a:
-        t += c.a2a(n);
-        break;
-      case MoeStep::ag:
-        t += c.ag(n);
-        break;
-      case MoeStep::rs:
-        t += c.rs(n);
-        break;
-      case MoeStep::ar:
-        t += op.group == GroupKind::ep ? c.ar_ep(n) : c.ar(n);
-        break;
-      case MoeStep::saa:
-        t += c.saa(n);
-        break;
-      case MoeStep::rs_then: {
-        const int ch = op.chunks;
-        const double t1 = c.rs(n / ch);
-        const double t2 = op.then == MoeStep::saa ? c.saa(n / ch / d.G) : c.a2a(n / ch / d.G);
-        t += t1 + (ch - 1) * std::max(t1, t2) + t2;
-        break;
+        return one;
       }
       default:
-        break;
+        return coll(op.kind, op.group, op.elems, op.then, op.chunks);
     }
   }
-  return t;
-}
+  double calibrated(const MoeOp& op, bool backward) const {
+    if (op.backward == backward) return kernels_seconds(op, s, d, gpu, ab.calibration);
+    MoeOp copy = op;
+    copy.backward = backward;
+    return kernels_seconds(copy, s, d, gpu, ab.calibration);
+  }
+  // A collective's time (0 for a view or a compute step).
+  __attribute__((always_inline)) double coll(MoeStep kind, GroupKind group, std::int64_t elems, MoeStep then, int chunks) const {
+    const double n = static_cast<double>(elems) * bytes;
+    switch (kind) {
+      case MoeStep::a2a:
+        return c.a2a(n);
+      case MoeStep::ag:
+        return c.ag(n);
+      case MoeStep::rs:
+        return c.rs(n);
+      case MoeStep::ar:
+        return group == GroupKind::ep ? c.ar_ep(n) : c.ar(n);
+      case MoeStep::saa:
+        return c.saa(n);
+      case MoeStep::rs_then: {
+        const int ch = chunks;
+        const double t1 = c.rs(n / ch);
+        const double t2 = then == MoeStep::saa ? c.saa(n / ch / d.G) : c.a2a(n / ch / d.G);
+        return t1 + (ch - 1) * std::max(t1, t2) + t2;
+      }
+      default:
+        return 0;
+    }
+  }
+  double sum(std::span<const MoeOp> ops) const {
+    double t = 0;
+    for (const MoeOp& o : ops) t += op(o, o.backward);
+    return t;
+  }
+  // A backward list as backward_plan gives it: the same sum as over the
+  // MoeOps backward_ops writes out.
+  double sum(std::span<const BackwardOp> ops) const {
+    double t = 0;
+    for (const BackwardOp& b : ops) t += b.src ? op(*b.src, true) : coll(b.kind, b.group, b.elems, b.then, b.chunks);
+    return t;
+  }
+};
 
 }  // namespace
 
 double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
                   const AlphaBeta& ab, const GpuProfile& gpu) {
-  return model_time_of(ops, s, d, make_costs(s, d, o, ab), ab, gpu, ComputeRates(gpu));
+  const ComputeRates rates(gpu);
+  const Costs c = make_costs(s, d, o, ab);
+  return Clock{s, d, c, ab, gpu, rates}.sum(ops);
 }
 
 ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab,
                       const GpuProfile& gpu) {
-  OpList fwd, bwd;
+  OpList fwd;
   forward_ops(s, d, o, &fwd);
   const std::span<const MoeOp> f(fwd.data(), fwd.size());
-  backward_ops(f, s, d, o, &bwd);
-  const Costs c = make_costs(s, d, o, ab);
+  BackwardPlan bwd;
+  backward_plan(f, s, d, o, &bwd);
   const ComputeRates rates(gpu);
-  return {model_time_of(f, s, d, c, ab, gpu, rates), model_time_of({bwd.data(), bwd.size()}, s, d, c, ab, gpu, rates)};
+  const Costs c = make_costs(s, d, o, ab);
+  const Clock clock{s, d, c, ab, gpu, rates};
+  return {clock.sum(f), clock.sum(std::span<const BackwardOp>(bwd.data(), bwd.size()))};
 }
 
 }  // namespace parmsim::moe

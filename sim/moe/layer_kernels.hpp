@@ -31,6 +31,26 @@ void forward_ops(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, Op
 void backward_ops(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
                   OpList* out);
 
+// One op of a backward list as backward_ops derives it, before it is
+// written out as a MoeOp: a forward op taken over (its copy, marked
+// backward, is the op) or a collective by kind, group, size and label
+// (rs_then: with the step it feeds and its chunks; the MoeOp's defaults
+// otherwise). The closed form times these without writing the MoeOps.
+struct BackwardOp {
+  const MoeOp* src = nullptr;  // the forward op, or null: the fields below
+  MoeStep kind = MoeStep::ag;
+  GroupKind group = GroupKind::ep;
+  MoeStep then = MoeStep::a2a;
+  int chunks = 1;
+  std::int64_t elems = 0;
+  const char* label = "";
+};
+using BackwardPlan = boost::container::small_vector<BackwardOp, 2 * OpList::static_capacity>;
+// backward_ops(fwd, s, d, o) as BackwardOps into *out (cleared first); they
+// point into `fwd`, which must outlive them.
+void backward_plan(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                   BackwardPlan* out);
+
 struct Kernel {
   const char* name = "";
   OpKind op = OpKind::elementwise;
@@ -71,9 +91,11 @@ KernelList kernel_list(const MoeOp& o, const LayerSpec& s, const Dims& d);
 double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const GpuProfile& gpu,
                        const Calibration* cal);
 // The same without a calibration, with the GPU's rates worked out once
-// (gemm_model.hpp: fast_compute_time): kernels_seconds(o, s, d, r.gpu,
-// nullptr), bit for bit. For the closed form, which sums about 25 kernels.
-double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const ComputeRates& r);
+// (gemm_model.hpp: fast_compute_time), for o's copy with o.backward =
+// `backward`: kernels_seconds(o', s, d, r.gpu, nullptr), bit for bit. For
+// the closed form, which sums about 25 kernels and times a backward op
+// taken over from the forward list without copying it.
+double kernels_seconds(const MoeOp& o, bool backward, const LayerSpec& s, const Dims& d, const ComputeRates& r);
 // How many times the expert kernels run, one after another: DeepSpeed-MoE's
 // Experts.forward loops over its local experts (deepspeed/moe/experts.py
 // L28-38, v0.14.4); `lean` runs them as one batched GEMM (1).

@@ -139,9 +139,9 @@ void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, 
   }
 }
 
-template <class Ops>
-void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims& d, const ScheduleOptions& o,
-                    Ops& out) {
+// The backward list as BackwardOps (layer_kernels.hpp) into `out`.
+void plan_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims& d, const ScheduleOptions& o,
+                   BackwardPlan& out) {
   // 1. Reverse and take adjoints, expanding fused ops into primitives.
   //    - MP-Split (a view of replicated tokens): AllGather over MP.
   //    - MP-AllGather (its result is consumed redundantly by every MP rank,
@@ -153,8 +153,8 @@ void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dim
   //    below fuses them again.
   // A primitive is either a forward op taken over (its copy, marked
   // backward, goes out) or a collective given by its kind, group, size and
-  // label: small records instead of whole MoeOps, so each op is built or
-  // copied once, into `out`.
+  // label: small records instead of whole MoeOps, and so is the list that
+  // comes out (the closed form times it without writing MoeOps).
   struct Prim {
     const MoeOp* src = nullptr;  // the forward op to copy, or null: the collective below
     MoeStep kind = MoeStep::ag;
@@ -226,29 +226,54 @@ void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dim
   //    of G times its size becomes an SAA when the pair came from a fused op;
   //    an ESP-ReduceScatter followed by an AlltoAll of 1/G its size becomes a
   //    chunked pipeline when the schedule pipelines or the pair was fused.
+  auto emit = [&out](MoeStep k, GroupKind g, std::int64_t n, const char* l) -> BackwardOp& {
+    BackwardOp& b = out.emplace_back();
+    b.kind = k;
+    b.group = g;
+    b.elems = n;
+    b.label = l;
+    return b;
+  };
   for (std::size_t i = 0; i < prim.size(); ++i) {
     const Prim& a = prim[i];
     const MoeStep k = step(a);
     const bool has_next = i + 1 < prim.size();
     if (has_next && k == MoeStep::a2a && a.fused && prim[i + 1].fused && step(prim[i + 1]) == MoeStep::ag &&
         size(prim[i + 1]) == G * size(a)) {
-      add_coll(out, MoeStep::saa, GroupKind::world, size(a), "bwd_combine_saa").backward = true;
+      emit(MoeStep::saa, GroupKind::world, size(a), "bwd_combine_saa");
       ++i;
       continue;
     }
     if (has_next && k == MoeStep::rs && step(prim[i + 1]) == MoeStep::a2a && size(prim[i + 1]) * G == size(a) &&
         (o.chunks > 1 || a.fused)) {
-      MoeOp& p = add_coll(out, MoeStep::rs_then, group(a), size(a), "bwd_dispatch_rs_a2a");
+      BackwardOp& p = emit(MoeStep::rs_then, group(a), size(a), "bwd_dispatch_rs_a2a");
       p.then = MoeStep::a2a;
       p.chunks = o.chunks;
-      p.backward = true;
       ++i;
       continue;
     }
     if (a.src)
-      out.emplace_back(*a.src).backward = true;
+      out.emplace_back().src = a.src;
     else
-      add_coll(out, a.kind, a.group, a.elems, a.label).backward = true;
+      emit(a.kind, a.group, a.elems, a.label);
+  }
+}
+
+// The backward list written out as MoeOps, each constructed or copied once.
+template <class Ops>
+void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims& d, const ScheduleOptions& o,
+                    Ops& out) {
+  BackwardPlan plan;
+  plan_backward(fwd, spec, d, o, plan);
+  for (const BackwardOp& b : plan) {
+    if (b.src) {
+      out.emplace_back(*b.src).backward = true;
+      continue;
+    }
+    MoeOp& p = add_coll(out, b.kind, b.group, b.elems, b.label);
+    p.then = b.then;
+    p.chunks = b.chunks;
+    p.backward = true;
   }
 }
 
@@ -276,6 +301,12 @@ void backward_ops(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d,
                   OpList* out) {
   out->clear();
   build_backward(fwd, s, d, o, *out);
+}
+
+void backward_plan(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                   BackwardPlan* out) {
+  out->clear();
+  plan_backward(fwd, s, d, o, *out);
 }
 
 
