@@ -97,6 +97,16 @@ inline __attribute__((always_inline)) Time rate_duration(double amount, double r
   }
   return duration_for_rate(amount, rate);
 }
+// The same for an amount known to be > 0 (the callers' FLOPs and bytes are
+// whole numbers of at least 1), without testing it again.
+inline __attribute__((always_inline)) Time positive_rate_duration(double amount, double rate) {
+  const double x = amount / rate * 1e12;
+  if (x < 9.2e18) {
+    const auto i = static_cast<std::int64_t>(x);
+    return Time::ps(i + (static_cast<double>(i) < x ? 1 : 0));
+  }
+  return duration_for_rate(amount, rate);
+}
 inline bool usable_rate(double r) { return r > 0 && r <= std::numeric_limits<double>::max(); }
 }  // namespace gemm_detail
 
@@ -147,8 +157,9 @@ inline __attribute__((always_inline)) Time fast_gemm_time(const ComputeRates& r,
   constexpr std::uint64_t kSide = 1ULL << 32, kBatch = 1ULL << 9;
   if (per_sm > 0 && bytes > 0 && static_cast<std::uint64_t>(m - 1) < kSide - 1 &&
       static_cast<std::uint64_t>(n - 1) < kSide - 1 && k >= 1 && static_cast<std::uint64_t>(batch - 1) < kBatch - 1) {
-    const Time compute = rate_duration(tile_count({m, n, k, batch}, 64, 64, r.gpu.sm_count).flops, per_sm);
-    return add(r.gpu.launch, std::max(compute, rate_duration(static_cast<double>(bytes), r.mem_rate)));
+    // At least one wave of a 64 x 64 tile over k >= 1, and bytes >= 1: both amounts are > 0.
+    const Time compute = positive_rate_duration(tile_count({m, n, k, batch}, 64, 64, r.gpu.sm_count).flops, per_sm);
+    return add(r.gpu.launch, std::max(compute, positive_rate_duration(static_cast<double>(bytes), r.mem_rate)));
   }
   return gemm_time_general(r.gpu, flops, bytes, dtype, m, n, k, batch);
 }
@@ -157,7 +168,7 @@ inline __attribute__((always_inline)) Time fast_gemm_time(const ComputeRates& r,
 inline __attribute__((always_inline)) Time fast_memory_time(const ComputeRates& r, std::uint64_t bytes) {
   if (bytes == 0) return r.gpu.launch;
   if (!r.mem_ok) return memory_kernel_time(r.gpu, bytes);
-  return gemm_detail::add(r.gpu.launch, gemm_detail::rate_duration(static_cast<double>(bytes), r.mem_rate));
+  return gemm_detail::add(r.gpu.launch, gemm_detail::positive_rate_duration(static_cast<double>(bytes), r.mem_rate));
 }
 
 // model_compute_time(r.gpu, op, flops, bytes, dtype, shape), bit for bit.

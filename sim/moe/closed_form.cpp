@@ -67,13 +67,17 @@ struct Costs {
   // a small per-thread table: a lookup per evaluation, then each collective
   // is timed by its bound form (no cache lookups, no NCCL tuner search).
   enum Slot { kA2aEp, kAgMp, kRsMp, kArMp, kArEp, kSaa, kSlots };
-  const BoundCollective* h[kSlots] = {};
+  // Per slot, the bound collective where planned() times with it (a group of
+  // two or more; the fused collective's world group always), else null. Points
+  // into this thread's table: valid until its next init_handles, which is the
+  // next evaluation's (one Costs per model_layer or model_time call).
+  const BoundCollective* const* live = nullptr;
   void init_handles() {
     struct Entry {
       std::uint64_t id = 0;  // CollectiveCosts::id(); 0 = empty
       int P = 0, G = 0, n_ep = 0;
       std::string a2a_algo, saa_algo;
-      const BoundCollective* h[kSlots] = {};
+      const BoundCollective* live[kSlots] = {};
     };
     constexpr int kEntries = 8;
     thread_local std::array<Entry, kEntries> table;
@@ -82,7 +86,7 @@ struct Costs {
     for (const Entry& e : table)
       if (e.id == id && e.P == d.P && e.G == d.G && e.n_ep == d.n_ep && e.a2a_algo == a2a_algo &&
           e.saa_algo == saa_algo) {
-        std::copy(std::begin(e.h), std::end(e.h), h);
+        live = e.live;
         return;
       }
     // Every group of a kind runs at once: EP groups are copies of group 0
@@ -101,28 +105,24 @@ struct Costs {
     Entry& e = table[next];
     next = (next + 1) % kEntries;
     e.id = 0;  // invalid until filled (bound() may throw)
-    e.h[kA2aEp] = bind(ep, CollOp::alltoall, a2a_algo, ep_k);
-    e.h[kArEp] = bind(ep, CollOp::allreduce, "", ep_k);
-    e.h[kAgMp] = bind(mp, CollOp::allgather, "", mp_k);
-    e.h[kRsMp] = bind(mp, CollOp::reducescatter, "", mp_k);
-    e.h[kArMp] = bind(mp, CollOp::allreduce, "", mp_k);
-    e.h[kSaa] = bind(world, CollOp::saa, saa_algo, {});
+    const BoundCollective* h[kSlots] = {};
+    h[kA2aEp] = bind(ep, CollOp::alltoall, a2a_algo, ep_k);
+    h[kArEp] = bind(ep, CollOp::allreduce, "", ep_k);
+    h[kAgMp] = bind(mp, CollOp::allgather, "", mp_k);
+    h[kRsMp] = bind(mp, CollOp::reducescatter, "", mp_k);
+    h[kArMp] = bind(mp, CollOp::allreduce, "", mp_k);
+    h[kSaa] = bind(world, CollOp::saa, saa_algo, {});
+    for (int slot = 0; slot < kSlots; ++slot) {
+      const int size = slot == kA2aEp || slot == kArEp ? (d.P + d.G - 1) / d.G : d.G;  // the groups built above
+      e.live[slot] = slot == kSaa || size >= 2 ? h[slot] : nullptr;
+    }
     e.P = d.P;
     e.G = d.G;
     e.n_ep = d.n_ep;
     e.a2a_algo = a2a_algo;
     e.saa_algo = saa_algo;
     e.id = id;
-    std::copy(std::begin(e.h), std::end(e.h), h);
-  }
-  // h[slot] where planned() times with it: a topology, and a group of two or
-  // more (the fused collective's world group always); else null.
-  const BoundCollective* live[kSlots] = {};
-  void init_live() {
-    for (int slot = 0; slot < kSlots; ++slot) {
-      const int size = slot == kA2aEp || slot == kArEp ? (d.P + d.G - 1) / d.G : d.G;  // the groups built above
-      live[slot] = slot == kSaa || size >= 2 ? h[slot] : nullptr;
-    }
+    live = e.live;
   }
   // The cost form of the plan the simulator runs, on group 0 of this kind, or
   // `fallback()` without a topology (called only then: the ring forms and the
@@ -184,10 +184,7 @@ namespace {
 
 Costs make_costs(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab) {
   Costs c{ab, d, o.a2a_algo, s.saa_algo, ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra};
-  if (ab.costs) {
-    c.init_handles();
-    c.init_live();
-  }
+  if (ab.costs) c.init_handles();
   return c;
 }
 
@@ -287,7 +284,7 @@ ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& 
   const ComputeRates rates(gpu);
   const Costs c = make_costs(s, d, o, ab);
   const Clock clock{s, d, c, ab, gpu, rates};
-  return {clock.sum(f), clock.sum(std::span<const BackwardOp>(bwd.data(), bwd.size()))};
+  return {clock.sum(f), clock.sum(bwd.ops())};
 }
 
 }  // namespace parmsim::moe

@@ -153,29 +153,15 @@ void plan_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims
   //    below fuses them again.
   // A primitive is either a forward op taken over (its copy, marked
   // backward, goes out) or a collective given by its kind, group, size and
-  // label: small records instead of whole MoeOps, and so is the list that
-  // comes out (the closed form times it without writing MoeOps).
-  struct Prim {
-    const MoeOp* src = nullptr;  // the forward op to copy, or null: the collective below
-    MoeStep kind = MoeStep::ag;
-    GroupKind group = GroupKind::ep;
-    std::int64_t elems = 0;
-    const char* label = "";
-    bool fused = false;
+  // label: small records (BackwardOp) instead of whole MoeOps, and so is the
+  // list that comes out, written over them (the closed form times it without
+  // writing MoeOps). At most two per forward op.
+  BackwardOp* prim = out.reset(2 * fwd.size());
+  std::size_t np = 0;
+  auto coll = [&](MoeStep k, GroupKind g, std::int64_t n, const char* l, bool fused = false) {
+    prim[np++] = BackwardOp{nullptr, k, g, MoeStep::a2a, 1, n, l, fused};
   };
-  auto step = [](const Prim& p) { return p.src ? p.src->kind : p.kind; };
-  auto size = [](const Prim& p) { return p.src ? p.src->elems : p.elems; };
-  auto group = [](const Prim& p) { return p.src ? p.src->group : p.group; };
-  boost::container::small_vector<Prim, 2 * OpList::static_capacity> prim;
-  auto coll = [&prim](MoeStep k, GroupKind g, std::int64_t n, const char* l, bool fused = false) {
-    Prim& p = prim.emplace_back();
-    p.kind = k;
-    p.group = g;
-    p.elems = n;
-    p.label = l;
-    p.fused = fused;
-  };
-  auto take = [&prim](const MoeOp& f) { prim.emplace_back().src = &f; };
+  auto take = [&](const MoeOp& f) { prim[np++] = BackwardOp{&f, f.kind, f.group, MoeStep::a2a, 1, f.elems, "", false}; };
   const std::int64_t G = d.G;
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
     const MoeOp& f = *it;
@@ -220,43 +206,33 @@ void plan_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims
   }
   // The baseline's AllReduce sums fc2's partial outputs; its adjoint is the
   // identity, and fc1's input gradient needs an AllReduce after the experts.
-  for (std::size_t i = 0; i + 1 < prim.size(); ++i)
-    if (step(prim[i]) == MoeStep::ar && step(prim[i + 1]) == MoeStep::experts) std::swap(prim[i], prim[i + 1]);
+  for (std::size_t i = 0; i + 1 < np; ++i)
+    if (prim[i].kind == MoeStep::ar && prim[i + 1].kind == MoeStep::experts) std::swap(prim[i], prim[i + 1]);
   // 2. Fuse as the forward pass did: an AlltoAll followed by an ESP-AllGather
   //    of G times its size becomes an SAA when the pair came from a fused op;
   //    an ESP-ReduceScatter followed by an AlltoAll of 1/G its size becomes a
   //    chunked pipeline when the schedule pipelines or the pair was fused.
-  auto emit = [&out](MoeStep k, GroupKind g, std::int64_t n, const char* l) -> BackwardOp& {
-    BackwardOp& b = out.emplace_back();
-    b.kind = k;
-    b.group = g;
-    b.elems = n;
-    b.label = l;
-    return b;
-  };
-  for (std::size_t i = 0; i < prim.size(); ++i) {
-    const Prim& a = prim[i];
-    const MoeStep k = step(a);
-    const bool has_next = i + 1 < prim.size();
-    if (has_next && k == MoeStep::a2a && a.fused && prim[i + 1].fused && step(prim[i + 1]) == MoeStep::ag &&
-        size(prim[i + 1]) == G * size(a)) {
-      emit(MoeStep::saa, GroupKind::world, size(a), "bwd_combine_saa");
+  //    The ops go out over the primitives (never ahead of the one read).
+  std::size_t w = 0;
+  for (std::size_t i = 0; i < np; ++i) {
+    const BackwardOp a = prim[i];
+    const bool has_next = i + 1 < np;
+    if (has_next && a.kind == MoeStep::a2a && a.fused && prim[i + 1].fused && prim[i + 1].kind == MoeStep::ag &&
+        prim[i + 1].elems == G * a.elems) {
+      prim[w++] = BackwardOp{nullptr, MoeStep::saa, GroupKind::world, MoeStep::a2a, 1, a.elems, "bwd_combine_saa", false};
       ++i;
       continue;
     }
-    if (has_next && k == MoeStep::rs && step(prim[i + 1]) == MoeStep::a2a && size(prim[i + 1]) * G == size(a) &&
+    if (has_next && a.kind == MoeStep::rs && prim[i + 1].kind == MoeStep::a2a && prim[i + 1].elems * G == a.elems &&
         (o.chunks > 1 || a.fused)) {
-      BackwardOp& p = emit(MoeStep::rs_then, group(a), size(a), "bwd_dispatch_rs_a2a");
-      p.then = MoeStep::a2a;
-      p.chunks = o.chunks;
+      prim[w++] = BackwardOp{nullptr, MoeStep::rs_then, a.group, MoeStep::a2a, o.chunks, a.elems, "bwd_dispatch_rs_a2a",
+                             false};
       ++i;
       continue;
     }
-    if (a.src)
-      out.emplace_back().src = a.src;
-    else
-      emit(a.kind, a.group, a.elems, a.label);
+    prim[w++] = a;  // taken over, or the collective as it is
   }
+  out.resize(w);
 }
 
 // The backward list written out as MoeOps, each constructed or copied once.
@@ -265,7 +241,7 @@ void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dim
                     Ops& out) {
   BackwardPlan plan;
   plan_backward(fwd, spec, d, o, plan);
-  for (const BackwardOp& b : plan) {
+  for (const BackwardOp& b : plan.ops()) {
     if (b.src) {
       out.emplace_back(*b.src).backward = true;
       continue;
@@ -305,7 +281,6 @@ void backward_ops(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d,
 
 void backward_plan(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
                    BackwardPlan* out) {
-  out->clear();
   plan_backward(fwd, s, d, o, *out);
 }
 
