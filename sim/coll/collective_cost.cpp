@@ -596,7 +596,8 @@ struct BoundCollective::Impl {
   }
 };
 
-BoundCollective::BoundCollective(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+BoundCollective::BoundCollective(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)), pair_form_(impl_->pair_form.data()) {}
 BoundCollective::~BoundCollective() = default;
 
 double BoundCollective::resolve_and_time_s(double n) const {
@@ -608,6 +609,7 @@ double BoundCollective::resolve_and_time_s(double n) const {
     // From now on time_s costs the form inline: the same early return for
     // n <= 0 (the form's own), the same form for n > 0.
     if (!m.nccl) form_.store(m.form.get(), std::memory_order_release);
+    else tuner_.store(&*m.tuner, std::memory_order_release);
   }
   if (!m.nccl) return m.form->time_s(n);
   int i = 0;

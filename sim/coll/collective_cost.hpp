@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "sim/coll/collective_plan.hpp"
+#include "sim/coll/nccl_model.hpp"
 
 namespace parmsim {
 
@@ -104,6 +105,14 @@ class BoundCollective {
   double time_s(double n) const {
     // Resolved to one form (not NCCL's tuner, two members or more): inline.
     if (const CostForm* f = form_.load(std::memory_order_acquire)) return f->time_s(n);
+    // Resolved to NCCL's tuner, and the chosen pair's form already built:
+    // resolve_and_time_s's arithmetic, inline.
+    if (const NcclTuner* t = tuner_.load(std::memory_order_acquire); t && n > 0) {
+      int i = 0;
+      const NcclEstimate e = t->choose(n, &i);
+      if (const CostForm* f = pair_form_[i].load(std::memory_order_acquire))
+        return e.lat_us * 1e-6 + std::max(f->time_s(n), n / (e.bw_GBps * 1e9));
+    }
     return resolve_and_time_s(n);
   }
   ~BoundCollective();
@@ -117,6 +126,11 @@ class BoundCollective {
   // Impl::form once resolved, when the collective has two members or more
   // and NCCL's tuner does not decide; else null. Set with release.
   mutable std::atomic<const CostForm*> form_{nullptr};
+  // Impl's tuner once resolved, when the collective has two members or more
+  // and NCCL's tuner decides; else null. Set with release.
+  mutable std::atomic<const NcclTuner*> tuner_{nullptr};
+  // Impl::pair_form: the links' form of each of the tuner's pairs, once built.
+  const std::atomic<const CostForm*>* pair_form_ = nullptr;
 };
 
 // The same, bound to one topology: fingerprints it once (the free functions
