@@ -120,10 +120,11 @@ TEST_CASE("rate_duration: duration_for_rate for every accepted rate", "[closed_f
 
 TEST_CASE("fast_compute_time: model_compute_time bit for bit", "[closed_form][fast]") {
   std::mt19937_64 rng(11);
-  // Dimensions across the inline case's bounds (2^32 - 1 rows and columns, 511 batches) and past them.
+  // Dimensions across the inline case's bounds (2^31 rows and columns, 512 batches) and past them.
   const std::vector<std::int64_t> sides = {
-      -3, 0, 1, 2, 63, 64, 65, 127, 1000, 4096, 12345, (1LL << 32) - 1, 1LL << 32, (1LL << 40) + 5};
-  const std::vector<std::int64_t> batches = {-1, 0, 1, 2, 7, 511, 512, 1LL << 30};
+      -3, 0, 1, 2, 63, 64, 65, 127, 1000, 4096, 12345, 1LL << 31, (1LL << 31) + 1, (1LL << 32) - 1, 1LL << 32,
+      (1LL << 40) + 5, std::numeric_limits<std::int64_t>::min()};
+  const std::vector<std::int64_t> batches = {-1, 0, 1, 2, 7, 511, 512, 513, 1LL << 30};
   auto side = [&] { return rng() % 3 ? static_cast<std::int64_t>(1 + rng() % 50000) : sides[rng() % sides.size()]; };
   int n = 0;
   for (const GpuProfile& g : profiles()) {

@@ -145,18 +145,20 @@ Time gemm_time_general(const GpuProfile& gpu, std::uint64_t flops, std::uint64_t
 
 // model_compute_time(r.gpu, OpKind::gemm, flops, bytes, dtype, {m, n, k,
 // batch}) for m >= 1, bit for bit, with the rates of `r` (per_sm =
-// r.sm_for(dtype)): a GEMM of one to 2^32 - 1 rows and columns, a batch
-// below 512 and bytes > 0 on a GPU with an SM count inline, everything else
+// r.sm_for(dtype)): a GEMM of one to 2^31 rows and columns, a batch of at
+// most 512 and bytes > 0 on a GPU with an SM count inline, everything else
 // (errors included) by model_compute_time itself.
 inline __attribute__((always_inline)) Time fast_gemm_time(const ComputeRates& r, double per_sm, std::uint64_t flops,
                                                           std::uint64_t bytes, DType dtype, std::int64_t m,
                                                           std::int64_t n, std::int64_t k, std::int64_t batch) {
   using namespace gemm_detail;
-  // plan_total's one-tile case (gemm_model.cpp): every dimension >= 1,
-  // ceil(m / 64) * ceil(n / 64) * batch < 2^62 and each factor < 2^40.
-  constexpr std::uint64_t kSide = 1ULL << 32, kBatch = 1ULL << 9;
-  if (per_sm > 0 && bytes > 0 && static_cast<std::uint64_t>(m - 1) < kSide - 1 &&
-      static_cast<std::uint64_t>(n - 1) < kSide - 1 && k >= 1 && static_cast<std::uint64_t>(batch - 1) < kBatch - 1) {
+  // Inside plan_total's one-tile case (gemm_model.cpp: every dimension >= 1,
+  // ceil(m / 64) * ceil(n / 64) * batch < 2^62 and each factor < 2^40):
+  // 1 <= m, n <= 2^31 (m - 1 and n - 1 below 2^31 together; a dimension < 1
+  // wraps to a huge unsigned value), 1 <= batch <= 512 and k >= 1.
+  using u64 = std::uint64_t;
+  const u64 sides = (static_cast<u64>(m) - 1) | (static_cast<u64>(n) - 1);
+  if (per_sm > 0 && bytes > 0 && sides < (u64{1} << 31) && static_cast<u64>(batch) - 1 < 512 && k >= 1) {
     // At least one wave of a 64 x 64 tile over k >= 1, and bytes >= 1: both amounts are > 0.
     const Time compute = positive_rate_duration(tile_count({m, n, k, batch}, 64, 64, r.gpu.sm_count).flops, per_sm);
     return add(r.gpu.launch, std::max(compute, positive_rate_duration(static_cast<double>(bytes), r.mem_rate)));

@@ -202,7 +202,7 @@ struct Clock {
   double reps = static_cast<double>(expert_repeats(s, d));
 
   // The op's time, `backward` standing for op.backward.
-  double op(const MoeOp& op, bool backward) const {
+  __attribute__((always_inline)) double op(const MoeOp& op, bool backward) const {
     switch (op.kind) {
       case MoeStep::gate:
       case MoeStep::order:
