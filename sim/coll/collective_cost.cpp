@@ -606,10 +606,12 @@ double BoundCollective::resolve_and_time_s(double n) const {
   if (m.c.group.size() < 2 || !(n > 0)) return 0.0;
   if (!m.ready.load(std::memory_order_acquire)) {
     m.resolve();
-    // From now on time_s costs the form inline: the same early return for
-    // n <= 0 (the form's own), the same form for n > 0.
-    if (!m.nccl) form_.store(m.form.get(), std::memory_order_release);
-    else tuner_.store(&*m.tuner, std::memory_order_release);
+    // From now on time_s costs the form, or NCCL's choice and its pair's
+    // form, inline: the same early return for n <= 0, the same arithmetic.
+    if (!m.nccl)
+      form_.store(m.form.get(), std::memory_order_release);
+    else
+      tuner_.store(&*m.tuner, std::memory_order_release);
   }
   if (!m.nccl) return m.form->time_s(n);
   int i = 0;

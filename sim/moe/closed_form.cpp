@@ -228,7 +228,8 @@ struct Clock {
     return kernels_seconds(copy, s, d, gpu, ab.calibration);
   }
   // A collective's time (0 for a view or a compute step).
-  __attribute__((always_inline)) double coll(MoeStep kind, GroupKind group, std::int64_t elems, MoeStep then, int chunks) const {
+  __attribute__((always_inline)) double coll(MoeStep kind, GroupKind group, std::int64_t elems, MoeStep then,
+                                             int chunks) const {
     const double n = static_cast<double>(elems) * bytes;
     switch (kind) {
       case MoeStep::a2a:

@@ -100,8 +100,8 @@ inline __attribute__((always_inline)) void emit(Out& out, const K&... k) {
 // Calls out(kernel) for each kernel of the op, in order, `backward` standing
 // for o.backward: one body for kernels(), kernel_list() and kernels_seconds().
 template <class Out>
-inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool backward, const LayerSpec& s,
-                                                       const Dims& d, Out&& out) {
+inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool backward, const LayerSpec& s, const Dims& d,
+                                                       Out&& out) {
   const u64 b = static_cast<u64>(d.dtype_bytes);
   const u64 M = s.M, E = s.E, t = o.tokens, h = s.H / d.G, k = s.k;
   const bool lean = s.ds_moe == DsMoe::lean;
@@ -168,7 +168,8 @@ inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool back
       const u64 batch = lean ? static_cast<u64>(d.E_local) : 1;
       const u64 rows = static_cast<u64>(o.elems) / M / reps / batch;
       Kernel act = mem("expert_act", OpKind::activation, (backward ? 3 : 2) * rows * h * b * batch);
-      if (!backward) return emit(out, gemm("expert_fc1", rows, h, M, batch, b), act, gemm("expert_fc2", rows, M, h, batch, b));
+      if (!backward)
+        return emit(out, gemm("expert_fc1", rows, h, M, batch, b), act, gemm("expert_fc2", rows, M, h, batch, b));
       if (lean) {  // parmsim's earlier backward: data and weight gradients as one kernel of twice the work
         Kernel fc2 = gemm("expert_fc2", rows, M, h, batch, b), fc1 = gemm("expert_fc1", rows, h, M, batch, b);
         for (Kernel* x : {&fc2, &fc1}) {
@@ -213,14 +214,14 @@ double kernels_seconds(const MoeOp& o, bool backward, const LayerSpec& s, const 
   double t = 0;
   const double layer_sm = r.sm_for(s.dtype), fp32_sm = r.sm_for(DType::fp32);
   each_kernel(o, backward, s, d, [&](const Kernel& k) __attribute__((always_inline)) {
-    // model_compute_time's cases (an empty shape is a GEMM only with FLOPs),
-    // then with_launches, each inline.
+    // model_compute_time's cases (an empty shape is a GEMM only with FLOPs:
+    // the cube, out of line), then with_launches, each inline.
     const DType dt = k.dtype.value_or(s.dtype);
     const double per_sm = !k.dtype ? layer_sm : *k.dtype == DType::fp32 ? fp32_sm : r.sm_for(*k.dtype);
     const Time cost = k.op != OpKind::gemm ? fast_memory_time(r, k.bytes)
                       : k.shape[0] > 0 ? fast_gemm_time(r, per_sm, k.flops, k.bytes, dt, k.shape[0], k.shape[1],
                                                         k.shape[2], k.shape[3])
-                      : k.flops > 0 ? gemm_detail::gemm_time_general(r.gpu, k.flops, k.bytes, dt, 0, 0, 0, 0)  // the cube
+                      : k.flops > 0 ? gemm_detail::gemm_time_general(r.gpu, k.flops, k.bytes, dt, 0, 0, 0, 0)
                                     : fast_memory_time(r, k.bytes);
     t += launched(r.gpu, cost, k.launches, k.host_wait).to_seconds();
   });

@@ -161,7 +161,9 @@ void plan_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims
   auto coll = [&](MoeStep k, GroupKind g, std::int64_t n, const char* l, bool fused = false) {
     prim[np++] = BackwardOp{nullptr, k, g, MoeStep::a2a, 1, n, l, fused};
   };
-  auto take = [&](const MoeOp& f) { prim[np++] = BackwardOp{&f, f.kind, f.group, MoeStep::a2a, 1, f.elems, "", false}; };
+  auto take = [&](const MoeOp& f) {
+    prim[np++] = BackwardOp{&f, f.kind, f.group, MoeStep::a2a, 1, f.elems, "", false};
+  };
   const std::int64_t G = d.G;
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
     const MoeOp& f = *it;
@@ -219,14 +221,15 @@ void plan_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims
     const bool has_next = i + 1 < np;
     if (has_next && a.kind == MoeStep::a2a && a.fused && prim[i + 1].fused && prim[i + 1].kind == MoeStep::ag &&
         prim[i + 1].elems == G * a.elems) {
-      prim[w++] = BackwardOp{nullptr, MoeStep::saa, GroupKind::world, MoeStep::a2a, 1, a.elems, "bwd_combine_saa", false};
+      prim[w++] =
+          BackwardOp{nullptr, MoeStep::saa, GroupKind::world, MoeStep::a2a, 1, a.elems, "bwd_combine_saa", false};
       ++i;
       continue;
     }
     if (has_next && a.kind == MoeStep::rs && prim[i + 1].kind == MoeStep::a2a && prim[i + 1].elems * G == a.elems &&
         (o.chunks > 1 || a.fused)) {
-      prim[w++] = BackwardOp{nullptr, MoeStep::rs_then, a.group, MoeStep::a2a, o.chunks, a.elems, "bwd_dispatch_rs_a2a",
-                             false};
+      prim[w++] =
+          BackwardOp{nullptr, MoeStep::rs_then, a.group, MoeStep::a2a, o.chunks, a.elems, "bwd_dispatch_rs_a2a", false};
       ++i;
       continue;
     }
