@@ -18,20 +18,18 @@ namespace parmsim::moe {
 
 namespace {
 
-MoeOp coll_op(MoeStep k, GroupKind g, std::int64_t elems, const char* label) {
-  MoeOp o{k};
-  o.group = g;
-  o.elems = elems;
-  o.label = label;
-  return o;
-}
+// A value-initialized op, to copy from: GCC clears a value-initialized
+// 104-byte MoeOp with `rep stos`, whose start-up costs more than copying
+// this in a few vector moves.
+const MoeOp kBlankOp{};
 
 // An op constructed in place at the end of `v` (no temporary to copy: the
 // closed form builds two op lists per evaluation). MoeOp is an aggregate and
-// clang before 16 has no MoeOp(k), so it is value-initialized, then set.
+// clang before 16 has no MoeOp(k), so it is copied from a value-initialized
+// one, then set.
 template <class Ops>
 __attribute__((always_inline)) inline MoeOp& add_op(Ops& v, MoeStep k, std::int64_t elems, const char* label) {
-  MoeOp& o = v.emplace_back();
+  MoeOp& o = v.emplace_back(kBlankOp);
   o.kind = k;
   o.elems = elems;
   o.label = label;
@@ -117,20 +115,22 @@ void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, 
     add_coll(v, MoeStep::ag, GroupKind::esp, Dfull, "esp_allgather");
   }
   add_compute(v, MoeStep::experts, 0, Dfull, "experts");
-  MoeOp rs = coll_op(MoeStep::rs_then, GroupKind::esp, Dfull, "esp_rs_combine");
-  rs.chunks = o.chunks;
+  // The combine's ReduceScatter, pipelined into the AlltoAll or the SAA.
+  auto combine = [&](MoeStep then) {
+    MoeOp& rs = add_coll(v, MoeStep::rs_then, GroupKind::esp, Dfull, "esp_rs_combine");
+    rs.then = then;
+    rs.chunks = o.chunks;
+  };
   if (o.gather == Gather::after_iorder) {
-    rs.then = MoeStep::a2a;
-    v.push_back(rs);
+    combine(MoeStep::a2a);
     add_compute(v, MoeStep::iorder, d.S / G, Dl, "iorder");
     add_coll(v, MoeStep::ag, GroupKind::mp, d.S * M, "mp_allgather");
   } else {
-    rs.then = o.fuse_combine ? MoeStep::saa : MoeStep::a2a;
     // I-Order on all S tokens needs every MP member's routing (expert, slot,
     // weight per token choice): a small AllGather over MP.
     if (o.split == Split::before_gate)
       add_coll(v, MoeStep::ag, GroupKind::mp, d.S * s.k * 3, "route_allgather");
-    v.push_back(rs);
+    combine(o.fuse_combine ? MoeStep::saa : MoeStep::a2a);
     if (!o.fuse_combine) add_coll(v, MoeStep::ag, GroupKind::mp, Dfull, "mp_allgather");
     MoeOp& io = add_compute(v, MoeStep::iorder, d.S, Dfull, "iorder");
     // Split before the gate: member g's S/G tokens were routed to its own
