@@ -265,13 +265,6 @@ double timed(const Collective& c, const Topology& topo, std::uint64_t tkey, doub
 
 }  // namespace
 
-double CostForm::time_s(double n) const {
-  if (trivial || !(n > 0)) return 0.0;
-  double t = 0.0;
-  for (const CostLine& l : envelope) t = std::max(t, l.at(n));
-  return t;
-}
-
 CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent conc) {
   for (int j = 1; j < conc.copies; ++j)
     for (int r : c.group)
@@ -603,14 +596,23 @@ struct BoundCollective::Impl {
   }
 };
 
-BoundCollective::BoundCollective(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+BoundCollective::BoundCollective(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)), pair_form_(impl_->pair_form.data()) {}
 BoundCollective::~BoundCollective() = default;
 
-double BoundCollective::time_s(double n) const {
+double BoundCollective::resolve_and_time_s(double n) const {
   Impl& m = *impl_;
   // CollectiveCosts::time_s's early returns, then timed()'s arithmetic.
   if (m.c.group.size() < 2 || !(n > 0)) return 0.0;
-  if (!m.ready.load(std::memory_order_acquire)) m.resolve();
+  if (!m.ready.load(std::memory_order_acquire)) {
+    m.resolve();
+    // From now on time_s costs the form, or NCCL's choice and its pair's
+    // form, inline: the same early return for n <= 0, the same arithmetic.
+    if (!m.nccl)
+      form_.store(m.form.get(), std::memory_order_release);
+    else
+      tuner_.store(&*m.tuner, std::memory_order_release);
+  }
   if (!m.nccl) return m.form->time_s(n);
   int i = 0;
   const NcclEstimate e = m.tuner->choose(n, &i);

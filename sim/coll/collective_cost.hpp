@@ -33,11 +33,14 @@
 // matrix as given) and is never cached.
 //
 // This knows nothing of MoE: it costs a Collective on a Topology.
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "sim/coll/collective_plan.hpp"
+#include "sim/coll/nccl_model.hpp"
 
 namespace parmsim {
 
@@ -54,7 +57,12 @@ struct CostForm {
   int rounds = 0;        // distinct transfer rounds in the plan
   std::size_t transfers = 0;
   // Seconds for a collective of n bytes (Collective::bytes convention); 0 for n <= 0.
-  double time_s(double n) const;
+  double time_s(double n) const {
+    if (trivial || !(n > 0)) return 0.0;
+    double t = 0.0;
+    for (const CostLine& l : envelope) t = std::max(t, l.at(n));
+    return t;
+  }
 };
 
 // Copies of a collective that run at the same time on other ranks: copy j
@@ -94,14 +102,35 @@ double collective_time_s(const Collective& c, const Topology& topo, double bytes
 // refuses it.
 class BoundCollective {
  public:
-  double time_s(double n) const;
+  double time_s(double n) const {
+    // Resolved to one form (not NCCL's tuner, two members or more): inline.
+    if (const CostForm* f = form_.load(std::memory_order_acquire)) return f->time_s(n);
+    // Resolved to NCCL's tuner, and the chosen pair's form already built:
+    // resolve_and_time_s's arithmetic, inline.
+    if (const NcclTuner* t = tuner_.load(std::memory_order_acquire); t && n > 0) {
+      int i = 0;
+      const NcclEstimate e = t->choose(n, &i);
+      if (const CostForm* f = pair_form_[i].load(std::memory_order_acquire))
+        return e.lat_us * 1e-6 + std::max(f->time_s(n), n / (e.bw_GBps * 1e9));
+    }
+    return resolve_and_time_s(n);
+  }
   ~BoundCollective();
   struct Impl;
 
  private:
   friend class CollectiveCosts;
   explicit BoundCollective(std::unique_ptr<Impl> impl);
+  double resolve_and_time_s(double n) const;  // everything else, and the first use
   std::unique_ptr<Impl> impl_;
+  // Impl::form once resolved, when the collective has two members or more
+  // and NCCL's tuner does not decide; else null. Set with release.
+  mutable std::atomic<const CostForm*> form_{nullptr};
+  // Impl's tuner once resolved, when the collective has two members or more
+  // and NCCL's tuner decides; else null. Set with release.
+  mutable std::atomic<const NcclTuner*> tuner_{nullptr};
+  // Impl::pair_form: the links' form of each of the tuner's pairs, once built.
+  const std::atomic<const CostForm*>* pair_form_ = nullptr;
 };
 
 // The same, bound to one topology: fingerprints it once (the free functions

@@ -17,14 +17,9 @@ double GemmShape::flops() const {
          static_cast<double>(batch);
 }
 
-namespace {
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-// The same for a >= 1 and b >= 1 (every caller checks the dimensions first):
-// unsigned, so that a division by a power-of-two tile is a plain shift.
-std::int64_t ceil_div_pos(std::int64_t a, std::uint64_t b) {
-  return static_cast<std::int64_t>((static_cast<std::uint64_t>(a) + b - 1) / b);
-}
-}  // namespace
+using gemm_detail::ceil_div_pos;
+using gemm_detail::tile_count;
+using gemm_detail::TileCount;
 
 // Why tiles and waves (NVIDIA "Matrix Multiplication Background User's Guide", sections on tile
 // and wave quantization; restated in stas00/ml-engineering@744d01e1
@@ -47,26 +42,6 @@ std::int64_t ceil_div_pos(std::int64_t a, std::uint64_t b) {
 // and an 8 x 128^3 fp16 bmm takes 3.2 us of device time on an H200
 // (https://github.com/tile-ai/TileOPs/pull/2148), almost all of it fixed.
 namespace {
-// One tile shape's count over the problem and its waves over the SMs. The
-// waves' division by the SM count is done in doubles when the dividend is
-// below 2^52: the correctly rounded quotient of two such integers truncates
-// to the integer quotient (the gap to the next integer, >= 1/sm_count, is
-// far above half an ulp), and a double division is several times cheaper
-// than a 64-bit one. Inlined with constant tile sides, its divisions by them
-// are by constants.
-struct TileCount {
-  std::int64_t tiles, waves;
-  double flops;  // per SM: waves * the tile's FLOPs
-};
-inline __attribute__((always_inline)) TileCount tile_count(const GemmShape& s, std::int64_t tm, std::int64_t tn,
-                                                           std::int64_t sm) {
-  const std::int64_t tiles = ceil_div_pos(s.m, tm) * ceil_div_pos(s.n, tn) * s.batch;
-  const std::int64_t waves = tiles < (1LL << 52) - sm
-                                 ? static_cast<std::int64_t>(static_cast<double>(tiles + sm - 1) /
-                                                             static_cast<double>(sm))
-                                 : ceil_div(tiles, sm);
-  return {tiles, waves, static_cast<double>(waves) * 2.0 * tm * tn * static_cast<double>(s.k)};
-}
 // The memory roofline: A, B and C once through HBM, or `bytes_override` when > 0.
 inline __attribute__((always_inline)) Time memory_time(const GpuProfile& gpu, DType dtype, const GemmShape& s,
                                                        double bytes_override) {
@@ -184,6 +159,25 @@ GemmShape gemm_shape_or_cube(std::span<const std::int64_t> shape, std::uint64_t 
 Time memory_kernel_time(const GpuProfile& gpu, std::uint64_t bytes) {
   if (bytes == 0) return gpu.launch;
   return gpu.launch + duration_for_rate(static_cast<double>(bytes), gpu.hbm_bandwidth * gpu.mem_efficiency);
+}
+
+Time gemm_detail::gemm_time_general(const GpuProfile& gpu, std::uint64_t flops, std::uint64_t bytes, DType dtype,
+                                    std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
+  const std::int64_t shape[4] = {m, n, k, batch};
+  return model_compute_time(gpu, OpKind::gemm, flops, bytes, dtype,
+                            m != 0 ? std::span<const std::int64_t>(shape) : std::span<const std::int64_t>());
+}
+
+ComputeRates::ComputeRates(const GpuProfile& g) : gpu(g), mem_rate(g.hbm_bandwidth * g.mem_efficiency) {
+  mem_ok = gemm_detail::usable_rate(mem_rate);
+  if (g.sm_count < 1 || !mem_ok) return;
+  for (const DType d : {DType::fp32, DType::fp16, DType::bf16}) {
+    // GpuProfile::peak's field: sustained() throws where it is not > 0.
+    const double peak = d == DType::fp32 ? g.peak_fp32 : d == DType::fp16 ? g.peak_fp16 : g.peak_bf16;
+    if (!(peak > 0)) continue;
+    const double v = g.sustained(d) / g.sm_count;  // plan_total's per_sm
+    if (gemm_detail::usable_rate(v)) per_sm[static_cast<std::size_t>(d)] = v;
+  }
 }
 
 Time model_compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,

@@ -7,11 +7,14 @@
 //   memory  = (m*k + k*n + m*n) * batch * bytes(dtype) / (hbm_bandwidth * mem_efficiency)
 //   time    = launch + max(compute, memory)
 // with (Tm, Tn) the cuBLAS tile shape, of those in kCublasTiles, that gives the least time.
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "sim/compute/gpu_profile.hpp"
+#include "sim/core/time.hpp"
 
 namespace parmsim {
 
@@ -48,5 +51,135 @@ GemmShape gemm_shape_or_cube(std::span<const std::int64_t> shape, std::uint64_t 
 
 // A memory-bound kernel: launch + bytes / (hbm_bandwidth * mem_efficiency).
 Time memory_kernel_time(const GpuProfile& gpu, std::uint64_t bytes);
+
+namespace gemm_detail {
+// ceil(a / b) for a >= 0, b >= 1.
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// The same for a >= 1 and b >= 1 (every caller checks the dimensions first):
+// unsigned, so that a division by a power-of-two tile is a plain shift.
+inline std::int64_t ceil_div_pos(std::int64_t a, std::uint64_t b) {
+  return static_cast<std::int64_t>((static_cast<std::uint64_t>(a) + b - 1) / b);
+}
+// One tile shape's count over the problem and its waves over the SMs. The
+// waves' division by the SM count is done in doubles when the dividend is
+// below 2^52: the correctly rounded quotient of two such integers truncates
+// to the integer quotient (the gap to the next integer, >= 1/sm_count, is
+// far above half an ulp), and a double division is several times cheaper
+// than a 64-bit one. Inlined with constant tile sides, its divisions by them
+// are by constants.
+struct TileCount {
+  std::int64_t tiles, waves;
+  double flops;  // per SM: waves * the tile's FLOPs
+};
+inline __attribute__((always_inline)) TileCount tile_count(const GemmShape& s, std::int64_t tm, std::int64_t tn,
+                                                           std::int64_t sm) {
+  const std::int64_t tiles = ceil_div_pos(s.m, tm) * ceil_div_pos(s.n, tn) * s.batch;
+  const std::int64_t waves = tiles < (1LL << 52) - sm
+                                 ? static_cast<std::int64_t>(static_cast<double>(tiles + sm - 1) /
+                                                             static_cast<double>(sm))
+                                 : ceil_div(tiles, sm);
+  return {tiles, waves, static_cast<double>(waves) * 2.0 * tm * tn * static_cast<double>(s.k)};
+}
+// duration_for_rate(amount, rate) for a rate it accepts (> 0 and finite),
+// with the ceiling taken by truncation (std::ceil is a library call on a
+// baseline x86-64 build). For 0 <= x < 9.2e18: ceil(x) is below 9.2e18 as
+// well (above 2^53 every double is an integer), so duration_for_rate keeps
+// it, and ceil(x) = trunc(x) + (trunc(x) < x), trunc(x) being exact in 64
+// bits. Anything else (an amount <= 0, an overflow) goes to
+// duration_for_rate, which returns or throws as it always did.
+inline __attribute__((always_inline)) Time rate_duration(double amount, double rate) {
+  if (amount > 0) {
+    const double x = amount / rate * 1e12;  // duration_for_rate's expression
+    if (x < 9.2e18) {
+      const auto i = static_cast<std::int64_t>(x);
+      return Time::ps(i + (static_cast<double>(i) < x ? 1 : 0));
+    }
+  }
+  return duration_for_rate(amount, rate);
+}
+// The same for an amount known to be > 0 (the callers' FLOPs and bytes are
+// whole numbers of at least 1), without testing it again.
+inline __attribute__((always_inline)) Time positive_rate_duration(double amount, double rate) {
+  const double x = amount / rate * 1e12;
+  if (x < 9.2e18) {
+    const auto i = static_cast<std::int64_t>(x);
+    return Time::ps(i + (static_cast<double>(i) < x ? 1 : 0));
+  }
+  return duration_for_rate(amount, rate);
+}
+inline bool usable_rate(double r) { return r > 0 && r <= std::numeric_limits<double>::max(); }
+}  // namespace gemm_detail
+
+// model_compute_time's rates on one GPU, worked out once for many kernels
+// (the closed form of a layer costs about 25): the HBM rate and each dtype's
+// per-SM share of the sustained throughput, as model_compute_time forms them.
+struct ComputeRates {
+  explicit ComputeRates(const GpuProfile& g);
+  const GpuProfile& gpu;
+  double mem_rate = 0;  // hbm_bandwidth * mem_efficiency
+  bool mem_ok = false;  // a rate duration_for_rate takes (> 0, finite)
+  // sustained(d) / sm_count, indexed by DType; 0 where the one-tile GEMM
+  // model does not apply as is (no SM count, an unsupported dtype, a rate
+  // duration_for_rate refuses, this one or mem_rate).
+  std::array<double, 3> per_sm{};
+  double sm_for(DType d) const {
+    const auto i = static_cast<std::size_t>(d);
+    return i < per_sm.size() ? per_sm[i] : 0.0;
+  }
+};
+
+namespace gemm_detail {
+// a + b as Time's operator+ gives it; on an overflow, the operator itself
+// (which throws). Inline where Time's operator is not always.
+inline __attribute__((always_inline)) Time add(Time a, Time b) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a.count_ps(), b.count_ps(), &r)) return a + b;
+  return Time::ps(r);
+}
+// model_compute_time(gpu, OpKind::gemm, flops, bytes, dtype, shape) with
+// shape {m, n, k, batch}, or none for m = 0 (Kernel::dims()'s convention):
+// out of line, so that callers do not keep a shape array.
+Time gemm_time_general(const GpuProfile& gpu, std::uint64_t flops, std::uint64_t bytes, DType dtype, std::int64_t m,
+                       std::int64_t n, std::int64_t k, std::int64_t batch);
+}  // namespace gemm_detail
+
+// model_compute_time(r.gpu, OpKind::gemm, flops, bytes, dtype, {m, n, k,
+// batch}) for m >= 1, bit for bit, with the rates of `r` (per_sm =
+// r.sm_for(dtype)): a GEMM of one to 2^31 rows and columns, a batch of at
+// most 512 and bytes > 0 on a GPU with an SM count inline, everything else
+// (errors included) by model_compute_time itself.
+inline __attribute__((always_inline)) Time fast_gemm_time(const ComputeRates& r, double per_sm, std::uint64_t flops,
+                                                          std::uint64_t bytes, DType dtype, std::int64_t m,
+                                                          std::int64_t n, std::int64_t k, std::int64_t batch) {
+  using namespace gemm_detail;
+  // Inside plan_total's one-tile case (gemm_model.cpp: every dimension >= 1,
+  // ceil(m / 64) * ceil(n / 64) * batch < 2^62 and each factor < 2^40):
+  // 1 <= m, n <= 2^31 (m - 1 and n - 1 below 2^31 together; a dimension < 1
+  // wraps to a huge unsigned value), 1 <= batch <= 512 and k >= 1.
+  using u64 = std::uint64_t;
+  const u64 sides = (static_cast<u64>(m) - 1) | (static_cast<u64>(n) - 1);
+  if (per_sm > 0 && bytes > 0 && sides < (u64{1} << 31) && static_cast<u64>(batch) - 1 < 512 && k >= 1) {
+    // At least one wave of a 64 x 64 tile over k >= 1, and bytes >= 1: both amounts are > 0.
+    const Time compute = positive_rate_duration(tile_count({m, n, k, batch}, 64, 64, r.gpu.sm_count).flops, per_sm);
+    return add(r.gpu.launch, std::max(compute, positive_rate_duration(static_cast<double>(bytes), r.mem_rate)));
+  }
+  return gemm_time_general(r.gpu, flops, bytes, dtype, m, n, k, batch);
+}
+
+// memory_kernel_time(r.gpu, bytes), bit for bit.
+inline __attribute__((always_inline)) Time fast_memory_time(const ComputeRates& r, std::uint64_t bytes) {
+  if (bytes == 0) return r.gpu.launch;
+  if (!r.mem_ok) return memory_kernel_time(r.gpu, bytes);
+  return gemm_detail::add(r.gpu.launch, gemm_detail::positive_rate_duration(static_cast<double>(bytes), r.mem_rate));
+}
+
+// model_compute_time(r.gpu, op, flops, bytes, dtype, shape), bit for bit.
+inline Time fast_compute_time(const ComputeRates& r, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
+                              std::span<const std::int64_t> shape) {
+  if (op != OpKind::gemm || (flops == 0 && shape.empty())) return fast_memory_time(r, bytes);
+  if (shape.size() == 4 && shape[0] >= 1)
+    return fast_gemm_time(r, r.sm_for(dtype), flops, bytes, dtype, shape[0], shape[1], shape[2], shape[3]);
+  return model_compute_time(r.gpu, op, flops, bytes, dtype, shape);
+}
 
 }  // namespace parmsim

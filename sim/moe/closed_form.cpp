@@ -12,6 +12,7 @@
 #include "sim/core/error.hpp"
 #include "sim/calib/calibration.hpp"
 #include "sim/coll/collective_cost.hpp"
+#include "sim/compute/gemm_model.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/moe/layer_kernels.hpp"
 
@@ -66,13 +67,17 @@ struct Costs {
   // a small per-thread table: a lookup per evaluation, then each collective
   // is timed by its bound form (no cache lookups, no NCCL tuner search).
   enum Slot { kA2aEp, kAgMp, kRsMp, kArMp, kArEp, kSaa, kSlots };
-  const BoundCollective* h[kSlots] = {};
+  // Per slot, the bound collective where planned() times with it (a group of
+  // two or more; the fused collective's world group always), else null. Points
+  // into this thread's table: valid until its next init_handles, which is the
+  // next evaluation's (one Costs per model_layer or model_time call).
+  const BoundCollective* const* live = nullptr;
   void init_handles() {
     struct Entry {
       std::uint64_t id = 0;  // CollectiveCosts::id(); 0 = empty
       int P = 0, G = 0, n_ep = 0;
       std::string a2a_algo, saa_algo;
-      const BoundCollective* h[kSlots] = {};
+      const BoundCollective* live[kSlots] = {};
     };
     constexpr int kEntries = 8;
     thread_local std::array<Entry, kEntries> table;
@@ -81,7 +86,7 @@ struct Costs {
     for (const Entry& e : table)
       if (e.id == id && e.P == d.P && e.G == d.G && e.n_ep == d.n_ep && e.a2a_algo == a2a_algo &&
           e.saa_algo == saa_algo) {
-        std::copy(std::begin(e.h), std::end(e.h), h);
+        live = e.live;
         return;
       }
     // Every group of a kind runs at once: EP groups are copies of group 0
@@ -100,19 +105,24 @@ struct Costs {
     Entry& e = table[next];
     next = (next + 1) % kEntries;
     e.id = 0;  // invalid until filled (bound() may throw)
-    e.h[kA2aEp] = bind(ep, CollOp::alltoall, a2a_algo, ep_k);
-    e.h[kArEp] = bind(ep, CollOp::allreduce, "", ep_k);
-    e.h[kAgMp] = bind(mp, CollOp::allgather, "", mp_k);
-    e.h[kRsMp] = bind(mp, CollOp::reducescatter, "", mp_k);
-    e.h[kArMp] = bind(mp, CollOp::allreduce, "", mp_k);
-    e.h[kSaa] = bind(world, CollOp::saa, saa_algo, {});
+    const BoundCollective* h[kSlots] = {};
+    h[kA2aEp] = bind(ep, CollOp::alltoall, a2a_algo, ep_k);
+    h[kArEp] = bind(ep, CollOp::allreduce, "", ep_k);
+    h[kAgMp] = bind(mp, CollOp::allgather, "", mp_k);
+    h[kRsMp] = bind(mp, CollOp::reducescatter, "", mp_k);
+    h[kArMp] = bind(mp, CollOp::allreduce, "", mp_k);
+    h[kSaa] = bind(world, CollOp::saa, saa_algo, {});
+    for (int slot = 0; slot < kSlots; ++slot) {
+      const int size = slot == kA2aEp || slot == kArEp ? (d.P + d.G - 1) / d.G : d.G;  // the groups built above
+      e.live[slot] = slot == kSaa || size >= 2 ? h[slot] : nullptr;
+    }
     e.P = d.P;
     e.G = d.G;
     e.n_ep = d.n_ep;
     e.a2a_algo = a2a_algo;
     e.saa_algo = saa_algo;
     e.id = id;
-    std::copy(std::begin(e.h), std::end(e.h), h);
+    live = e.live;
   }
   // The cost form of the plan the simulator runs, on group 0 of this kind, or
   // `fallback()` without a topology (called only then: the ring forms and the
@@ -120,9 +130,8 @@ struct Costs {
   template <class Fallback>
   double planned(Slot slot, double n, Fallback fallback) const {
     if (!ab.costs) return fallback();
-    const int size = slot == kA2aEp || slot == kArEp ? (d.P + d.G - 1) / d.G : d.G;  // the groups built above
-    if (slot != kSaa && size < 2) return 0;
-    return h[slot]->time_s(n);
+    const BoundCollective* b = live[slot];
+    return b ? b->time_s(n) : 0;
   }
   // A measured cost when the calibration has this (op, group size, link), else `form`.
   double measured(CollOp op, int p, bool inter, double n, double form) const {
@@ -179,13 +188,21 @@ Costs make_costs(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, co
   return c;
 }
 
-// `c`: make_costs(s, d, o, ab), made once for a layer's forward and backward lists.
-double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims& d, const Costs& c,
-                     const AlphaBeta& ab, const GpuProfile& gpu) {
-  const double bytes = d.dtype_bytes;
-  double t = 0;
-  for (const MoeOp& op : ops) {
-    const double n = static_cast<double>(op.elems) * bytes;
+// The closed-form time of ops, one at a time. `c`: make_costs(s, d, o, ab),
+// made once for a layer's forward and backward lists; `rates`, the GPU's
+// (used without a calibration).
+struct Clock {
+  const LayerSpec& s;
+  const Dims& d;
+  const Costs& c;
+  const AlphaBeta& ab;
+  const GpuProfile& gpu;
+  const ComputeRates& rates;
+  double bytes = d.dtype_bytes;
+  double reps = static_cast<double>(expert_repeats(s, d));
+
+  // The op's time, `backward` standing for op.backward.
+  __attribute__((always_inline)) double op(const MoeOp& op, bool backward) const {
     switch (op.kind) {
       case MoeStep::gate:
       case MoeStep::order:
@@ -193,59 +210,82 @@ double model_time_of(std::span<const MoeOp> ops, const LayerSpec& s, const Dims&
       case MoeStep::experts:
       case MoeStep::kernel:
       case MoeStep::slot_slice: {
-        double one = kernels_seconds(op, s, d, gpu, ab.calibration);
+        double one = ab.calibration ? calibrated(op, backward) : kernels_seconds(op, backward, s, d, rates);
         if (op.kind == MoeStep::experts) {
-          const double reps = static_cast<double>(expert_repeats(s, d));
           one *= reps;
           if (op.allreduce_each) one += reps * c.ar(static_cast<double>(expert_elems(op, s, d)) * bytes);
         }
-        t += one;
-        break;
-      }
-      case MoeStep::a2a:
-        t += c.a2a(n);
-        break;
-      case MoeStep::ag:
-        t += c.ag(n);
-        break;
-      case MoeStep::rs:
-        t += c.rs(n);
-        break;
-      case MoeStep::ar:
-        t += op.group == GroupKind::ep ? c.ar_ep(n) : c.ar(n);
-        break;
-      case MoeStep::saa:
-        t += c.saa(n);
-        break;
-      case MoeStep::rs_then: {
-        const int ch = op.chunks;
-        const double t1 = c.rs(n / ch);
-        const double t2 = op.then == MoeStep::saa ? c.saa(n / ch / d.G) : c.a2a(n / ch / d.G);
-        t += t1 + (ch - 1) * std::max(t1, t2) + t2;
-        break;
+        return one;
       }
       default:
-        break;
+        return coll(op.kind, op.group, op.elems, op.then, op.chunks);
     }
   }
-  return t;
-}
+  double calibrated(const MoeOp& op, bool backward) const {
+    if (op.backward == backward) return kernels_seconds(op, s, d, gpu, ab.calibration);
+    MoeOp copy = op;
+    copy.backward = backward;
+    return kernels_seconds(copy, s, d, gpu, ab.calibration);
+  }
+  // A collective's time (0 for a view or a compute step).
+  __attribute__((always_inline)) double coll(MoeStep kind, GroupKind group, std::int64_t elems, MoeStep then,
+                                             int chunks) const {
+    const double n = static_cast<double>(elems) * bytes;
+    switch (kind) {
+      case MoeStep::a2a:
+        return c.a2a(n);
+      case MoeStep::ag:
+        return c.ag(n);
+      case MoeStep::rs:
+        return c.rs(n);
+      case MoeStep::ar:
+        return group == GroupKind::ep ? c.ar_ep(n) : c.ar(n);
+      case MoeStep::saa:
+        return c.saa(n);
+      case MoeStep::rs_then: {
+        const int ch = chunks;
+        const double t1 = c.rs(n / ch);
+        const double t2 = then == MoeStep::saa ? c.saa(n / ch / d.G) : c.a2a(n / ch / d.G);
+        return t1 + (ch - 1) * std::max(t1, t2) + t2;
+      }
+      default:
+        return 0;
+    }
+  }
+  double sum(std::span<const MoeOp> ops) const {
+    double t = 0;
+    for (const MoeOp& o : ops) t += op(o, o.backward);
+    return t;
+  }
+  // A backward list as backward_plan gives it: the same sum as over the
+  // MoeOps backward_ops writes out.
+  double sum(std::span<const BackwardOp> ops) const {
+    double t = 0;
+    for (const BackwardOp& b : ops) t += b.src ? op(*b.src, true) : coll(b.kind, b.group, b.elems, b.then, b.chunks);
+    return t;
+  }
+};
 
 }  // namespace
 
 double model_time(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
                   const AlphaBeta& ab, const GpuProfile& gpu) {
-  return model_time_of(ops, s, d, make_costs(s, d, o, ab), ab, gpu);
+  const ComputeRates rates(gpu);
+  const Costs c = make_costs(s, d, o, ab);
+  return Clock{s, d, c, ab, gpu, rates}.sum(ops);
 }
 
 ModelTime model_layer(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab,
                       const GpuProfile& gpu) {
-  OpList fwd, bwd;
+  OpList fwd;
   forward_ops(s, d, o, &fwd);
   const std::span<const MoeOp> f(fwd.data(), fwd.size());
-  backward_ops(f, s, d, o, &bwd);
+  BackwardPlan bwd;
+  backward_plan(f, s, d, o, &bwd);
+  const ComputeRates rates(gpu);
   const Costs c = make_costs(s, d, o, ab);
-  return {model_time_of(f, s, d, c, ab, gpu), model_time_of({bwd.data(), bwd.size()}, s, d, c, ab, gpu)};
+  const Clock clock{s, d, c, ab, gpu, rates};
+  return {clock.sum(f), clock.sum(bwd.ops())};
 }
 
 }  // namespace parmsim::moe

@@ -1,5 +1,6 @@
 #include "sim/moe/layer_kernels.hpp"
 
+#include "sim/compute/gemm_model.hpp"
 #include "sim/compute/gpu_profile.hpp"
 
 #include <string>
@@ -54,6 +55,17 @@ Kernel mem(const char* name, OpKind op, u64 bytes, int launches = 1) {
   return k;
 }
 
+// with_launches(gpu, cost, launches, host_wait), its checked Time
+// arithmetic inline; on an overflow, with_launches itself (which throws).
+inline __attribute__((always_inline)) Time launched(const GpuProfile& gpu, Time cost, int launches, Time host_wait) {
+  std::int64_t a = 0, b = 0, c = 0;
+  if (__builtin_add_overflow(host_wait.count_ps(), cost.count_ps(), &a) ||
+      __builtin_mul_overflow(gpu.launch.count_ps(), static_cast<std::int64_t>(launches - 1), &b) ||
+      __builtin_add_overflow(a, b, &c))
+    return with_launches(gpu, cost, launches, host_wait);
+  return Time::ps(c);
+}
+
 // The capacity a gate over t tokens works with.
 u64 gate_capacity(u64 t, const Dims& d) {
   return t == static_cast<u64>(d.S) ? static_cast<u64>(d.T_base) : static_cast<u64>(d.T_parm);
@@ -80,15 +92,16 @@ std::int64_t expert_elems(const MoeOp& o, const LayerSpec& s, const Dims& d) {
 
 namespace {
 template <class Out, class... K>
-void emit(Out& out, const K&... k) {
+inline __attribute__((always_inline)) void emit(Out& out, const K&... k) {
   (out(k), ...);
 }
 }  // namespace
 
-// Calls out(kernel) for each kernel of the op, in order: one body for
-// kernels(), kernel_list() and kernels_seconds().
+// Calls out(kernel) for each kernel of the op, in order, `backward` standing
+// for o.backward: one body for kernels(), kernel_list() and kernels_seconds().
 template <class Out>
-void each_kernel(const MoeOp& o, const LayerSpec& s, const Dims& d, Out&& out) {
+inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool backward, const LayerSpec& s, const Dims& d,
+                                                       Out&& out) {
   const u64 b = static_cast<u64>(d.dtype_bytes);
   const u64 M = s.M, E = s.E, t = o.tokens, h = s.H / d.G, k = s.k;
   const bool lean = s.ds_moe == DsMoe::lean;
@@ -96,7 +109,7 @@ void each_kernel(const MoeOp& o, const LayerSpec& s, const Dims& d, Out&& out) {
   switch (o.kind) {
     case MoeStep::gate: {
       if (lean) {  // parmsim's earlier gate: one GEMM in the layer's dtype, one softmax/top-k
-        const u64 w = o.backward ? 2 : 1;
+        const u64 w = backward ? 2 : 1;
         Kernel g = gemm("gate_gemm", t, E, M, 1, b);
         g.flops *= w;
         g.bytes *= w;
@@ -105,7 +118,7 @@ void each_kernel(const MoeOp& o, const LayerSpec& s, const Dims& d, Out&& out) {
       // DeepSpeed-MoE: "Everything is in fp32 in this function": the input is
       // cast to fp32 (L433) and the logits are an fp32 GEMM (L437).
       const u64 C = gate_capacity(t, d);
-      if (!o.backward) {
+      if (!backward) {
         Kernel cast = mem("gate_cast", OpKind::elementwise, t * M * (b + 4));
         Kernel g = gemm("gate_gemm", t, E, M, 1, 4);
         g.dtype = DType::fp32;
@@ -132,7 +145,7 @@ void each_kernel(const MoeOp& o, const LayerSpec& s, const Dims& d, Out&& out) {
       if (!einsum) return emit(out, mem("order", OpKind::order, (t * M + static_cast<u64>(o.elems)) * b));
       // einsum("sec,sm->ecm") (L531) over the dispatch mask cast to the input
       // dtype: [E*C, S] x [S, M]. Backward: the tokens' gradient [S, E*C] x [E*C, M].
-      if (o.backward) return emit(out, gemm("dispatch_einsum_bwd", t, M, E * C, 1, b));
+      if (backward) return emit(out, gemm("dispatch_einsum_bwd", t, M, E * C, 1, b));
       return emit(out, mem("dispatch_mask_cast", OpKind::elementwise, t * E * C * (1 + b)),
               gemm("dispatch_einsum", E * C, M, t, 1, b));
     }
@@ -143,7 +156,7 @@ void each_kernel(const MoeOp& o, const LayerSpec& s, const Dims& d, Out&& out) {
       // einsum("sec,ecm->sm") (L577) with the fp32 combine weights cast to the
       // input dtype: [S, E*C] x [E*C, M], per block. Backward: the expert
       // output's gradient [E*C, S] x [S, M] and the combine weights' [S, M] x [M, E*C].
-      if (o.backward)
+      if (backward)
         return emit(out, gemm("combine_einsum_bwd_data", E * C, M, tb, blocks, b),
                 gemm("combine_einsum_bwd_weights", tb, E * C, M, blocks, b));
       return emit(out, mem("combine_weights_cast", OpKind::elementwise, t * E * C * (4 + b)),
@@ -154,8 +167,9 @@ void each_kernel(const MoeOp& o, const LayerSpec& s, const Dims& d, Out&& out) {
       const u64 reps = static_cast<u64>(expert_repeats(s, d));
       const u64 batch = lean ? static_cast<u64>(d.E_local) : 1;
       const u64 rows = static_cast<u64>(o.elems) / M / reps / batch;
-      Kernel act = mem("expert_act", OpKind::activation, (o.backward ? 3 : 2) * rows * h * b * batch);
-      if (!o.backward) return emit(out, gemm("expert_fc1", rows, h, M, batch, b), act, gemm("expert_fc2", rows, M, h, batch, b));
+      Kernel act = mem("expert_act", OpKind::activation, (backward ? 3 : 2) * rows * h * b * batch);
+      if (!backward)
+        return emit(out, gemm("expert_fc1", rows, h, M, batch, b), act, gemm("expert_fc2", rows, M, h, batch, b));
       if (lean) {  // parmsim's earlier backward: data and weight gradients as one kernel of twice the work
         Kernel fc2 = gemm("expert_fc2", rows, M, h, batch, b), fc1 = gemm("expert_fc1", rows, h, M, batch, b);
         for (Kernel* x : {&fc2, &fc1}) {
@@ -186,28 +200,46 @@ void each_kernel(const MoeOp& o, const LayerSpec& s, const Dims& d, Out&& out) {
 
 std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
   std::vector<Kernel> v;
-  each_kernel(o, s, d, [&v](const Kernel& k) { v.push_back(k); });
+  each_kernel(o, o.backward, s, d, [&v](const Kernel& k) { v.push_back(k); });
   return v;
 }
 
 KernelList kernel_list(const MoeOp& o, const LayerSpec& s, const Dims& d) {
   KernelList v;
-  each_kernel(o, s, d, [&v](const Kernel& k) { v.push_back(k); });
+  each_kernel(o, o.backward, s, d, [&v](const Kernel& k) { v.push_back(k); });
   return v;
+}
+
+double kernels_seconds(const MoeOp& o, bool backward, const LayerSpec& s, const Dims& d, const ComputeRates& r) {
+  double t = 0;
+  const double layer_sm = r.sm_for(s.dtype), fp32_sm = r.sm_for(DType::fp32);
+  each_kernel(o, backward, s, d, [&](const Kernel& k) __attribute__((always_inline)) {
+    // model_compute_time's cases (an empty shape is a GEMM only with FLOPs:
+    // the cube, out of line), then with_launches, each inline.
+    const DType dt = k.dtype.value_or(s.dtype);
+    const double per_sm = !k.dtype ? layer_sm : *k.dtype == DType::fp32 ? fp32_sm : r.sm_for(*k.dtype);
+    const Time cost = k.op != OpKind::gemm ? fast_memory_time(r, k.bytes)
+                      : k.shape[0] > 0 ? fast_gemm_time(r, per_sm, k.flops, k.bytes, dt, k.shape[0], k.shape[1],
+                                                        k.shape[2], k.shape[3])
+                      : k.flops > 0 ? gemm_detail::gemm_time_general(r.gpu, k.flops, k.bytes, dt, 0, 0, 0, 0)
+                                    : fast_memory_time(r, k.bytes);
+    t += launched(r.gpu, cost, k.launches, k.host_wait).to_seconds();
+  });
+  return t;
 }
 
 double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const GpuProfile& gpu,
                        const Calibration* cal) {
   double t = 0;
   if (!cal) {  // kernel_time without a calibration: no kind to name, no table to look up
-    each_kernel(o, s, d, [&](const Kernel& k) {
+    each_kernel(o, o.backward, s, d, [&](const Kernel& k) {
       t += with_launches(gpu, model_compute_time(gpu, k.op, k.flops, k.bytes, k.dtype.value_or(s.dtype), k.dims()),
                          k.launches, k.host_wait)
                .to_seconds();
     });
     return t;
   }
-  each_kernel(o, s, d, [&](const Kernel& k) {
+  each_kernel(o, o.backward, s, d, [&](const Kernel& k) {
     std::string kind;  // only needed to look up a calibration table
     if (cal) kind = o.backward ? std::string("bwd_") + k.name : std::string(k.name);
     t += kernel_time(k, s.dtype, gpu, cal, kind).to_seconds();

@@ -5,6 +5,7 @@
 // models, with the DeepSpeed-MoE source lines: docs/moe-costs.md.
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -16,6 +17,10 @@
 #include "sim/core/time.hpp"
 #include "sim/moe/layer.hpp"
 
+namespace parmsim {
+struct ComputeRates;
+}  // namespace parmsim
+
 namespace parmsim::moe {
 
 // An op list that holds a schedule's list (about a dozen ops) without a heap
@@ -26,6 +31,58 @@ using OpList = boost::container::small_vector<MoeOp, 16>;
 void forward_ops(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, OpList* out);
 void backward_ops(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
                   OpList* out);
+
+// One op of a backward list as backward_ops derives it, before it is
+// written out as a MoeOp: a forward op taken over (its copy, marked
+// backward, is the op) or a collective by kind, group, size and label
+// (rs_then: with the step it feeds and its chunks; the MoeOp's defaults,
+// a2a and 1, otherwise). For an op taken over, kind, group and elems are
+// the forward op's. The closed form times these without writing the
+// MoeOps. Trivial, so that a list of them costs nothing to declare:
+// backward_plan sets every field.
+struct BackwardOp {
+  const MoeOp* src;  // the forward op, or null: the fields below
+  MoeStep kind;
+  GroupKind group;
+  MoeStep then;
+  int chunks;
+  std::int64_t elems;
+  const char* label;
+  bool fused;  // from a fused forward op (while the list is derived)
+};
+// The BackwardOps of one backward list: inline up to 32 (forward lists of
+// up to 16 ops), on the heap above that. Neither copied nor moved (its
+// span points into itself).
+class BackwardPlan {
+ public:
+  BackwardPlan() = default;
+  BackwardPlan(const BackwardPlan&) = delete;
+  BackwardPlan& operator=(const BackwardPlan&) = delete;
+  std::span<const BackwardOp> ops() const { return {data_, size_}; }
+  // Room for n ops, the list emptied; the ops are set by the caller, then size(n).
+  BackwardOp* reset(std::size_t n) {
+    size_ = 0;
+    if (n > kInline && n > heap_size_) {
+      heap_ = std::make_unique<BackwardOp[]>(n);
+      heap_size_ = n;
+    }
+    data_ = n > kInline ? heap_.get() : local_;
+    return data_;
+  }
+  void resize(std::size_t n) { size_ = n; }
+
+ private:
+  static constexpr std::size_t kInline = 2 * OpList::static_capacity;
+  BackwardOp local_[kInline];
+  std::unique_ptr<BackwardOp[]> heap_;
+  std::size_t heap_size_ = 0;
+  BackwardOp* data_ = local_;
+  std::size_t size_ = 0;
+};
+// backward_ops(fwd, s, d, o) as BackwardOps into *out (emptied first); they
+// point into `fwd`, which must outlive them.
+void backward_plan(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                   BackwardPlan* out);
 
 struct Kernel {
   const char* name = "";
@@ -66,6 +123,12 @@ KernelList kernel_list(const MoeOp& o, const LayerSpec& s, const Dims& d);
 // backward op) when `cal` is given.
 double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const GpuProfile& gpu,
                        const Calibration* cal);
+// The same without a calibration, with the GPU's rates worked out once
+// (gemm_model.hpp: fast_compute_time), for o's copy with o.backward =
+// `backward`: kernels_seconds(o', s, d, r.gpu, nullptr), bit for bit. For
+// the closed form, which sums about 25 kernels and times a backward op
+// taken over from the forward list without copying it.
+double kernels_seconds(const MoeOp& o, bool backward, const LayerSpec& s, const Dims& d, const ComputeRates& r);
 // How many times the expert kernels run, one after another: DeepSpeed-MoE's
 // Experts.forward loops over its local experts (deepspeed/moe/experts.py
 // L28-38, v0.14.4); `lean` runs them as one batched GEMM (1).

@@ -18,20 +18,18 @@ namespace parmsim::moe {
 
 namespace {
 
-MoeOp coll_op(MoeStep k, GroupKind g, std::int64_t elems, const char* label) {
-  MoeOp o{k};
-  o.group = g;
-  o.elems = elems;
-  o.label = label;
-  return o;
-}
+// A value-initialized op, to copy from: GCC clears a value-initialized
+// 104-byte MoeOp with `rep stos`, whose start-up costs more than copying
+// this in a few vector moves.
+const MoeOp kBlankOp{};
 
 // An op constructed in place at the end of `v` (no temporary to copy: the
 // closed form builds two op lists per evaluation). MoeOp is an aggregate and
-// clang before 16 has no MoeOp(k), so it is value-initialized, then set.
+// clang before 16 has no MoeOp(k), so it is copied from a value-initialized
+// one, then set.
 template <class Ops>
 __attribute__((always_inline)) inline MoeOp& add_op(Ops& v, MoeStep k, std::int64_t elems, const char* label) {
-  MoeOp& o = v.emplace_back();
+  MoeOp& o = v.emplace_back(kBlankOp);
   o.kind = k;
   o.elems = elems;
   o.label = label;
@@ -117,20 +115,22 @@ void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, 
     add_coll(v, MoeStep::ag, GroupKind::esp, Dfull, "esp_allgather");
   }
   add_compute(v, MoeStep::experts, 0, Dfull, "experts");
-  MoeOp rs = coll_op(MoeStep::rs_then, GroupKind::esp, Dfull, "esp_rs_combine");
-  rs.chunks = o.chunks;
+  // The combine's ReduceScatter, pipelined into the AlltoAll or the SAA.
+  auto combine = [&](MoeStep then) {
+    MoeOp& rs = add_coll(v, MoeStep::rs_then, GroupKind::esp, Dfull, "esp_rs_combine");
+    rs.then = then;
+    rs.chunks = o.chunks;
+  };
   if (o.gather == Gather::after_iorder) {
-    rs.then = MoeStep::a2a;
-    v.push_back(rs);
+    combine(MoeStep::a2a);
     add_compute(v, MoeStep::iorder, d.S / G, Dl, "iorder");
     add_coll(v, MoeStep::ag, GroupKind::mp, d.S * M, "mp_allgather");
   } else {
-    rs.then = o.fuse_combine ? MoeStep::saa : MoeStep::a2a;
     // I-Order on all S tokens needs every MP member's routing (expert, slot,
     // weight per token choice): a small AllGather over MP.
     if (o.split == Split::before_gate)
       add_coll(v, MoeStep::ag, GroupKind::mp, d.S * s.k * 3, "route_allgather");
-    v.push_back(rs);
+    combine(o.fuse_combine ? MoeStep::saa : MoeStep::a2a);
     if (!o.fuse_combine) add_coll(v, MoeStep::ag, GroupKind::mp, Dfull, "mp_allgather");
     MoeOp& io = add_compute(v, MoeStep::iorder, d.S, Dfull, "iorder");
     // Split before the gate: member g's S/G tokens were routed to its own
@@ -139,9 +139,9 @@ void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, 
   }
 }
 
-template <class Ops>
-void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims& d, const ScheduleOptions& o,
-                    Ops& out) {
+// The backward list as BackwardOps (layer_kernels.hpp) into `out`.
+void plan_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims& d, const ScheduleOptions& o,
+                   BackwardPlan& out) {
   // 1. Reverse and take adjoints, expanding fused ops into primitives.
   //    - MP-Split (a view of replicated tokens): AllGather over MP.
   //    - MP-AllGather (its result is consumed redundantly by every MP rank,
@@ -153,29 +153,17 @@ void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dim
   //    below fuses them again.
   // A primitive is either a forward op taken over (its copy, marked
   // backward, goes out) or a collective given by its kind, group, size and
-  // label: small records instead of whole MoeOps, so each op is built or
-  // copied once, into `out`.
-  struct Prim {
-    const MoeOp* src = nullptr;  // the forward op to copy, or null: the collective below
-    MoeStep kind = MoeStep::ag;
-    GroupKind group = GroupKind::ep;
-    std::int64_t elems = 0;
-    const char* label = "";
-    bool fused = false;
+  // label: small records (BackwardOp) instead of whole MoeOps, and so is the
+  // list that comes out, written over them (the closed form times it without
+  // writing MoeOps). At most two per forward op.
+  BackwardOp* prim = out.reset(2 * fwd.size());
+  std::size_t np = 0;
+  auto coll = [&](MoeStep k, GroupKind g, std::int64_t n, const char* l, bool fused = false) {
+    prim[np++] = BackwardOp{nullptr, k, g, MoeStep::a2a, 1, n, l, fused};
   };
-  auto step = [](const Prim& p) { return p.src ? p.src->kind : p.kind; };
-  auto size = [](const Prim& p) { return p.src ? p.src->elems : p.elems; };
-  auto group = [](const Prim& p) { return p.src ? p.src->group : p.group; };
-  boost::container::small_vector<Prim, 2 * OpList::static_capacity> prim;
-  auto coll = [&prim](MoeStep k, GroupKind g, std::int64_t n, const char* l, bool fused = false) {
-    Prim& p = prim.emplace_back();
-    p.kind = k;
-    p.group = g;
-    p.elems = n;
-    p.label = l;
-    p.fused = fused;
+  auto take = [&](const MoeOp& f) {
+    prim[np++] = BackwardOp{&f, f.kind, f.group, MoeStep::a2a, 1, f.elems, "", false};
   };
-  auto take = [&prim](const MoeOp& f) { prim.emplace_back().src = &f; };
   const std::int64_t G = d.G;
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
     const MoeOp& f = *it;
@@ -220,35 +208,51 @@ void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dim
   }
   // The baseline's AllReduce sums fc2's partial outputs; its adjoint is the
   // identity, and fc1's input gradient needs an AllReduce after the experts.
-  for (std::size_t i = 0; i + 1 < prim.size(); ++i)
-    if (step(prim[i]) == MoeStep::ar && step(prim[i + 1]) == MoeStep::experts) std::swap(prim[i], prim[i + 1]);
+  for (std::size_t i = 0; i + 1 < np; ++i)
+    if (prim[i].kind == MoeStep::ar && prim[i + 1].kind == MoeStep::experts) std::swap(prim[i], prim[i + 1]);
   // 2. Fuse as the forward pass did: an AlltoAll followed by an ESP-AllGather
   //    of G times its size becomes an SAA when the pair came from a fused op;
   //    an ESP-ReduceScatter followed by an AlltoAll of 1/G its size becomes a
   //    chunked pipeline when the schedule pipelines or the pair was fused.
-  for (std::size_t i = 0; i < prim.size(); ++i) {
-    const Prim& a = prim[i];
-    const MoeStep k = step(a);
-    const bool has_next = i + 1 < prim.size();
-    if (has_next && k == MoeStep::a2a && a.fused && prim[i + 1].fused && step(prim[i + 1]) == MoeStep::ag &&
-        size(prim[i + 1]) == G * size(a)) {
-      add_coll(out, MoeStep::saa, GroupKind::world, size(a), "bwd_combine_saa").backward = true;
+  //    The ops go out over the primitives (never ahead of the one read).
+  std::size_t w = 0;
+  for (std::size_t i = 0; i < np; ++i) {
+    const BackwardOp a = prim[i];
+    const bool has_next = i + 1 < np;
+    if (has_next && a.kind == MoeStep::a2a && a.fused && prim[i + 1].fused && prim[i + 1].kind == MoeStep::ag &&
+        prim[i + 1].elems == G * a.elems) {
+      prim[w++] =
+          BackwardOp{nullptr, MoeStep::saa, GroupKind::world, MoeStep::a2a, 1, a.elems, "bwd_combine_saa", false};
       ++i;
       continue;
     }
-    if (has_next && k == MoeStep::rs && step(prim[i + 1]) == MoeStep::a2a && size(prim[i + 1]) * G == size(a) &&
+    if (has_next && a.kind == MoeStep::rs && prim[i + 1].kind == MoeStep::a2a && prim[i + 1].elems * G == a.elems &&
         (o.chunks > 1 || a.fused)) {
-      MoeOp& p = add_coll(out, MoeStep::rs_then, group(a), size(a), "bwd_dispatch_rs_a2a");
-      p.then = MoeStep::a2a;
-      p.chunks = o.chunks;
-      p.backward = true;
+      prim[w++] =
+          BackwardOp{nullptr, MoeStep::rs_then, a.group, MoeStep::a2a, o.chunks, a.elems, "bwd_dispatch_rs_a2a", false};
       ++i;
       continue;
     }
-    if (a.src)
-      out.emplace_back(*a.src).backward = true;
-    else
-      add_coll(out, a.kind, a.group, a.elems, a.label).backward = true;
+    prim[w++] = a;  // taken over, or the collective as it is
+  }
+  out.resize(w);
+}
+
+// The backward list written out as MoeOps, each constructed or copied once.
+template <class Ops>
+void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims& d, const ScheduleOptions& o,
+                    Ops& out) {
+  BackwardPlan plan;
+  plan_backward(fwd, spec, d, o, plan);
+  for (const BackwardOp& b : plan.ops()) {
+    if (b.src) {
+      out.emplace_back(*b.src).backward = true;
+      continue;
+    }
+    MoeOp& p = add_coll(out, b.kind, b.group, b.elems, b.label);
+    p.then = b.then;
+    p.chunks = b.chunks;
+    p.backward = true;
   }
 }
 
@@ -276,6 +280,11 @@ void backward_ops(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d,
                   OpList* out) {
   out->clear();
   build_backward(fwd, s, d, o, *out);
+}
+
+void backward_plan(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d, const ScheduleOptions& o,
+                   BackwardPlan* out) {
+  plan_backward(fwd, s, d, o, *out);
 }
 
 
