@@ -81,19 +81,14 @@ inline __attribute__((always_inline)) TileCount tile_count(const GemmShape& s, s
   return {tiles, waves, static_cast<double>(waves) * 2.0 * tm * tn * static_cast<double>(s.k)};
 }
 // duration_for_rate(amount, rate) for a rate it accepts (> 0 and finite),
-// with the ceiling taken by truncation (std::ceil is a library call on a
-// baseline x86-64 build). For 0 <= x < 9.2e18: ceil(x) is below 9.2e18 as
-// well (above 2^53 every double is an integer), so duration_for_rate keeps
-// it, and ceil(x) = trunc(x) + (trunc(x) < x), trunc(x) being exact in 64
-// bits. Anything else (an amount <= 0, an overflow) goes to
-// duration_for_rate, which returns or throws as it always did.
+// without testing the rate again. For 0 <= x < 9.2e18 the ceiling stays
+// below 9.2e18 (above 2^53 every double is an integer), so
+// duration_for_rate would keep it. Anything else (an amount <= 0, an
+// overflow) goes to duration_for_rate, which returns or throws as it always did.
 inline __attribute__((always_inline)) Time rate_duration(double amount, double rate) {
   if (amount > 0) {
     const double x = amount / rate * 1e12;  // duration_for_rate's expression
-    if (x < 9.2e18) {
-      const auto i = static_cast<std::int64_t>(x);
-      return Time::ps(i + (static_cast<double>(i) < x ? 1 : 0));
-    }
+    if (x < 9.2e18) return Time::ps(ceil_below_2p63(x));
   }
   return duration_for_rate(amount, rate);
 }
@@ -101,10 +96,7 @@ inline __attribute__((always_inline)) Time rate_duration(double amount, double r
 // whole numbers of at least 1), without testing it again.
 inline __attribute__((always_inline)) Time positive_rate_duration(double amount, double rate) {
   const double x = amount / rate * 1e12;
-  if (x < 9.2e18) {
-    const auto i = static_cast<std::int64_t>(x);
-    return Time::ps(i + (static_cast<double>(i) < x ? 1 : 0));
-  }
+  if (x < 9.2e18) return Time::ps(ceil_below_2p63(x));
   return duration_for_rate(amount, rate);
 }
 inline bool usable_rate(double r) { return r > 0 && r <= std::numeric_limits<double>::max(); }

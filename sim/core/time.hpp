@@ -65,18 +65,18 @@ Time duration_for(std::uint64_t amount, std::uint64_t per_second);
 // below 2^63 ps) is the same expression as the checked path in time.cpp,
 // which handles everything else (zero, errors) and throws as before.
 Time duration_for_rate_checked(double amount, double per_second);
-// The ceiling by truncation (std::ceil is a library call without SSE4.1):
-// for 0 < x < 9.2e18, int64(x) is floor(x) and exact as a double, so one
-// more when it falls short of x is ceil(x); past 2^53 every double is an
-// integer and nothing is added.
+// ceil(x) for 0 <= x < 9.2e18, by truncation (std::ceil is a library call
+// without SSE4.1): int64(x) is floor(x) and exact as a double, so one more
+// when it falls short of x is ceil(x); past 2^53 every double is an integer
+// and nothing is added.
+inline std::int64_t ceil_below_2p63(double x) {
+  const auto i = static_cast<std::int64_t>(x);
+  return i + (static_cast<double>(i) < x ? 1 : 0);
+}
 inline Time duration_for_rate(double amount, double per_second) {
   if (amount > 0 && per_second > 0 && per_second <= std::numeric_limits<double>::max()) {
     const double x = amount / per_second * 1e12;
-    if (x < 9.2e18) {
-      auto ps = static_cast<std::int64_t>(x);
-      if (static_cast<double>(ps) < x) ++ps;
-      return Time::ps(ps);
-    }
+    if (x < 9.2e18) return Time::ps(ceil_below_2p63(x));
   }
   return duration_for_rate_checked(amount, per_second);
 }
