@@ -158,3 +158,20 @@ TEST_CASE("bad validation files are rejected with file and line", "[gemm][valida
   CHECK(r[0].shape.batch == 1);
   CHECK(r[0].measured_us == Approx(21.474836).epsilon(1e-6));
 }
+
+TEST_CASE("a GEMM of 2^62 or more 64 x 64 tiles is refused, not counted past 64 bits", "[gemm]") {
+  // m = 2^37 and n = 2^36 rows and columns are 2^31 and 2^30 tiles of 64: 2^61
+  // tiles, one batch, are counted, and the GEMM fails later, on its time (2^61
+  // tiles / 132 SMs x 2 x 64^3 FLOPs at under 10^13 FLOP/s per SM is past 2^63
+  // ps); two batches, or n = 2^37, make 2^62, which the tile model refuses
+  // with the shape in the message (the counts would overflow).
+  const GpuProfile& h100 = gpu_profile("h100");
+  const std::int64_t m = 1LL << 37, n = 1LL << 36;
+  CHECK_THROWS_WITH(plan_gemm(h100, DType::bf16, {m, n, 64, 1}), Catch::Contains("time overflow"));
+  CHECK_THROWS_WITH(plan_gemm(h100, DType::bf16, {m, n, 64, 2}),
+                    Catch::Contains("GEMM shape m=137438953472 n=68719476736 k=64 batch=2: 2^62 or more tiles"));
+  CHECK_THROWS_WITH(plan_gemm(h100, DType::bf16, {m, 2 * n, 64, 1}), Catch::Contains("2^62 or more tiles"));
+  const std::int64_t shape[4] = {m, 2 * n, 64, 1};
+  CHECK_THROWS_WITH(model_compute_time(h100, OpKind::gemm, 1, 1, DType::bf16, shape),
+                    Catch::Contains("2^62 or more tiles"));
+}
