@@ -22,37 +22,41 @@ std::string default_algorithm(CollOp op) {
   return op == CollOp::saa ? "released" : "auto";
 }
 
-const Route& xfer_route(const CollPlan& plan, const CollXfer& x, const std::vector<int>& group, const Topology& topo,
-                        Route& scratch) {
-  const Route* r = nullptr;
+RouteView xfer_route_view(const CollPlan& plan, const CollXfer& x, const std::vector<int>& group, const Topology& topo,
+                          Route& scratch) {
+  RouteView v;
   if (x.route >= 0) {
-    scratch.links = plan.routes[x.route];
-    scratch.latency = Time{};
-    scratch.bottleneck = UINT64_MAX;
-    for (int l : scratch.links) {
-      scratch.latency += topo.link(l).latency;
-      scratch.bottleneck = std::min(scratch.bottleneck, topo.link(l).bandwidth);
+    const std::vector<int>& links = plan.routes[x.route];
+    v.links = links;
+    v.bottleneck = UINT64_MAX;
+    for (int l : links) {
+      v.latency += topo.link(l).latency;
+      v.bottleneck = std::min(v.bottleneck, topo.link(l).bandwidth);
     }
-    r = &scratch;
   } else if (x.via >= 0) {
+    // Copied before the second lookup: on a large topology the routes come
+    // from a small per-thread cache, where one lookup may evict the other.
     const Route& a = topo.route(group[x.src], x.via);
     scratch.links = a.links;
-    scratch.latency = a.latency;
-    scratch.bottleneck = a.bottleneck;
+    const Time latency = a.latency;
+    const std::uint64_t bottleneck = a.bottleneck;
     const Route& b = topo.route(x.via, group[x.dst]);
     scratch.links.insert(scratch.links.end(), b.links.begin(), b.links.end());
-    scratch.latency += b.latency;
-    scratch.bottleneck = std::min(scratch.bottleneck, b.bottleneck);
-    r = &scratch;
+    v = RouteView(scratch.links, latency + b.latency, std::min(bottleneck, b.bottleneck));
   } else {
-    r = &topo.route(group[x.src], group[x.dst]);
+    v = topo.route(group[x.src], group[x.dst]);
   }
-  if (x.lat < 0) return *r;
-  if (r != &scratch) {
-    scratch.links = r->links;
-    scratch.bottleneck = r->bottleneck;
-  }
-  scratch.latency = plan.latencies[x.lat];
+  if (x.lat >= 0) v.latency = plan.latencies[x.lat];
+  return v;
+}
+
+const Route& xfer_route(const CollPlan& plan, const CollXfer& x, const std::vector<int>& group, const Topology& topo,
+                        Route& scratch) {
+  const RouteView v = xfer_route_view(plan, x, group, topo, scratch);
+  if (x.route < 0 && x.via < 0 && x.lat < 0) return topo.route(group[x.src], group[x.dst]);
+  if (v.links.data() != scratch.links.data()) scratch.links.assign(v.links.begin(), v.links.end());
+  scratch.latency = v.latency;
+  scratch.bottleneck = v.bottleneck;
   return scratch;
 }
 

@@ -114,6 +114,11 @@ struct CollPlan {
 // `scratch` receives the links when they are not the topology's own route.
 const Route& xfer_route(const CollPlan& plan, const CollXfer& x, const std::vector<int>& group, const Topology& topo,
                         Route& scratch);
+// The same as a view, without copying links that are the topology's or the
+// plan's (a PXN route, two routes joined, is built in `scratch`). Valid until
+// the next Topology::route call or use of `scratch`.
+RouteView xfer_route_view(const CollPlan& plan, const CollXfer& x, const std::vector<int>& group, const Topology& topo,
+                          Route& scratch);
 double xfer_cap(const CollPlan& plan, const CollXfer& x);
 
 const std::vector<std::string>& algorithm_names();

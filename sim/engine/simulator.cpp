@@ -320,7 +320,7 @@ class Engine {
       ++res_.transfers;
       const std::uint64_t fid = flow_ids_.size();
       flow_ids_.emplace_back(c, x);
-      net_->start(fid, xfer_route(*s.plan, xf, col.group, topo_, route_), xf.bytes, now_, xfer_cap(*s.plan, xf));
+      net_->start(fid, xfer_route_view(*s.plan, xf, col.group, topo_, route_), xf.bytes, now_, xfer_cap(*s.plan, xf));
     }
   }
 

@@ -30,7 +30,7 @@ class Analytical final : public NetworkModel {
     for (int l = 0; l < topo.num_links(); ++l) capacity_.push_back(topo.link(l).bandwidth);
   }
   std::string name() const override { return "analytical"; }
-  void start(std::uint64_t id, const Route& r, std::uint64_t bytes, Time now, double cap) override {
+  void start(std::uint64_t id, const RouteView& r, std::uint64_t bytes, Time now, double cap) override {
     if (bytes == 0 || r.links.empty()) {
       done_.push(now + r.latency, id);
       return;
@@ -38,7 +38,7 @@ class Analytical final : public NetworkModel {
     std::uint64_t rate = r.bottleneck;
     if (cap > 0 && cap < static_cast<double>(rate)) rate = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(cap));
     const auto w = static_cast<std::uint32_t>(xfers_.size());
-    xfers_.push_back(Xfer{id, r.links, r.latency, duration_for(bytes, rate), rate});
+    xfers_.push_back(Xfer{id, {r.links.begin(), r.links.end()}, r.latency, duration_for(bytes, rate), rate});
     const int port = r.links.front();
     if (port_[port].empty()) busy_ports_.insert(port);
     port_[port].push_back(w);
@@ -212,7 +212,7 @@ class FlowModel final : public NetworkModel {
   }
   std::string name() const override { return "flow"; }
 
-  void start(std::uint64_t id, const Route& r, std::uint64_t bytes, Time now, double cap) override {
+  void start(std::uint64_t id, const RouteView& r, std::uint64_t bytes, Time now, double cap) override {
     // The data phase begins once the route's latency has passed.
     std::uint32_t slot;
     if (!free_.empty()) {

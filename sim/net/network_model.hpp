@@ -29,7 +29,7 @@ class NetworkModel {
   virtual std::string name() const = 0;
   // Starts transfer `id` of `bytes` along `route` at time `now`; it never
   // runs faster than `cap` bytes/s (0 = no cap).
-  virtual void start(std::uint64_t id, const Route& route, std::uint64_t bytes, Time now, double cap = 0) = 0;
+  virtual void start(std::uint64_t id, const RouteView& route, std::uint64_t bytes, Time now, double cap = 0) = 0;
   // Earliest time at which a transfer completes; nullopt when none is in flight.
   virtual std::optional<Time> next_completion() = 0;
   // Advances to `t` (= next_completion()) and appends the ids completing at

@@ -11,6 +11,7 @@
 // fat-trees spreads an all-to-all evenly over the uplinks (d-mod-k style).
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,17 @@ struct Route {
   std::vector<int> links;        // link ids from source to destination
   Time latency;                  // sum of link latencies
   std::uint64_t bottleneck = 0;  // min bandwidth along the route, bytes/s
+};
+
+// What a network model reads of a route: its links (a view of a Route's, or
+// of a plan's), latency and bottleneck. A Route converts to it.
+struct RouteView {
+  std::span<const int> links;
+  Time latency;
+  std::uint64_t bottleneck = 0;
+  RouteView() = default;
+  RouteView(std::span<const int> l, Time t, std::uint64_t b) : links(l), latency(t), bottleneck(b) {}
+  RouteView(const Route& r) : links(r.links), latency(r.latency), bottleneck(r.bottleneck) {}  // NOLINT: implicit
 };
 
 class Topology {
