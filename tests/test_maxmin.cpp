@@ -15,6 +15,22 @@ std::vector<double> solve(const std::vector<double>& cap, const std::vector<std:
   for (const auto& x : paths) p.emplace_back(x);
   return max_min_rates(cap, p);
 }
+// Capacities from a small set (many links tie, as an AlltoAll's NICs do).
+std::vector<double> tie_capacities(std::mt19937& rng, int L) {
+  std::vector<double> cap(L);
+  for (double& c : cap) c = std::array<double, 3>{25e9, 50e9, 12.5e9}[rng() % 3];
+  return cap;
+}
+// A path of 1-4 distinct links among L.
+std::vector<int> random_path(std::mt19937& rng, int L) {
+  std::vector<int> p;
+  const int len = 1 + static_cast<int>(rng() % 4);
+  while (static_cast<int>(p.size()) < std::min(len, L)) {
+    const int l = static_cast<int>(rng() % L);
+    if (std::find(p.begin(), p.end(), l) == p.end()) p.push_back(l);
+  }
+  return p;
+}
 }  // namespace
 
 TEST_CASE("two flows on one link each get half", "[maxmin]") {
@@ -130,16 +146,9 @@ TEST_CASE("ties: the solver fixes the same links as a plain full scan, bit for b
     const int L = way == 2 ? 300 + static_cast<int>(rng() % 200) : 2 + static_cast<int>(rng() % 60);
     // Way 0 takes 1 to 16 words of bit set per link.
     const int F = way == 0 ? 1 + static_cast<int>(rng() % 1024) : 1100 + static_cast<int>(rng() % 200);
-    std::vector<double> cap(L);
-    for (double& c : cap) c = std::array<double, 3>{25e9, 50e9, 12.5e9}[rng() % 3];
+    const std::vector<double> cap = tie_capacities(rng, L);
     std::vector<std::vector<int>> paths(F);
-    for (auto& p : paths) {
-      const int len = 1 + static_cast<int>(rng() % 4);
-      while (static_cast<int>(p.size()) < std::min(len, L)) {
-        const int l = static_cast<int>(rng() % L);
-        if (std::find(p.begin(), p.end(), l) == p.end()) p.push_back(l);
-      }
-    }
+    for (auto& p : paths) p = random_path(rng, L);
     const auto got = solve(cap, paths), want = reference(cap, paths);
     REQUIRE(got.size() == want.size());
     for (std::size_t f = 0; f < got.size(); ++f) REQUIRE(got[f] == want[f]);
@@ -157,17 +166,11 @@ TEST_CASE("rates depend on the multiset of (path, cap) alone, not the flows' ord
     const int way = trial % 3;
     const int L = way == 2 ? 300 + static_cast<int>(rng() % 200) : 2 + static_cast<int>(rng() % 60);
     const int F = way == 0 ? 1 + static_cast<int>(rng() % 1024) : 1100 + static_cast<int>(rng() % 200);
-    std::vector<double> cap(L);
-    for (double& c : cap) c = std::array<double, 3>{25e9, 50e9, 12.5e9}[rng() % 3];
+    const std::vector<double> cap = tie_capacities(rng, L);
     std::vector<std::vector<int>> paths;
     std::vector<double> caps;
     while (static_cast<int>(paths.size()) < F) {
-      std::vector<int> p;
-      const int len = 1 + static_cast<int>(rng() % 4);
-      while (static_cast<int>(p.size()) < std::min(len, L)) {
-        const int l = static_cast<int>(rng() % L);
-        if (std::find(p.begin(), p.end(), l) == p.end()) p.push_back(l);
-      }
+      const std::vector<int> p = random_path(rng, L);
       const double c = rng() % 4 == 0 ? std::array<double, 2>{3e9, 7e9}[rng() % 2] : 0.0;
       for (int copies = 1 + static_cast<int>(rng() % 3); copies > 0 && static_cast<int>(paths.size()) < F; --copies)
         paths.push_back(p), caps.push_back(c);

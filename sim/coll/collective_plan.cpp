@@ -52,8 +52,8 @@ RouteView xfer_route_view(const CollPlan& plan, const CollXfer& x, const std::ve
 
 const Route& xfer_route(const CollPlan& plan, const CollXfer& x, const std::vector<int>& group, const Topology& topo,
                         Route& scratch) {
+  if (x.route < 0 && x.via < 0 && x.lat < 0) return topo.route(group[x.src], group[x.dst]);  // the topology's own
   const RouteView v = xfer_route_view(plan, x, group, topo, scratch);
-  if (x.route < 0 && x.via < 0 && x.lat < 0) return topo.route(group[x.src], group[x.dst]);
   if (v.links.data() != scratch.links.data()) scratch.links.assign(v.links.begin(), v.links.end());
   scratch.latency = v.latency;
   scratch.bottleneck = v.bottleneck;

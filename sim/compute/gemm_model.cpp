@@ -42,6 +42,16 @@ using gemm_detail::TileCount;
 // and an 8 x 128^3 fp16 bmm takes 3.2 us of device time on an H200
 // (https://github.com/tile-ai/TileOPs/pull/2148), almost all of it fixed.
 namespace {
+// Whether a shape (every dimension >= 1) has fewer than 2^62 tiles of 64 x
+// 64, the most of any tile of kCublasTiles (every other is made of such
+// blocks): then no tile count, product or wave count overflows 64 bits.
+// (The product of the two sides' counts is below 2^114, and below 2^62 times
+// a batch below 2^63 it stays below 2^125.)
+inline bool tiles64_below_2p62(const GemmShape& s) {
+  using u128 = unsigned __int128;
+  const u128 mn = static_cast<u128>(ceil_div_pos(s.m, 64)) * static_cast<std::uint64_t>(ceil_div_pos(s.n, 64));
+  return mn < (u128{1} << 62) && mn * static_cast<std::uint64_t>(s.batch) < (u128{1} << 62);
+}
 // The memory roofline: A, B and C once through HBM, or `bytes_override` when > 0.
 inline __attribute__((always_inline)) Time memory_time(const GpuProfile& gpu, DType dtype, const GemmShape& s,
                                                        double bytes_override) {
@@ -61,18 +71,11 @@ inline __attribute__((always_inline)) GemmPlan plan(const GpuProfile& gpu, DType
                                 s.batch));
   if (gpu.sm_count < 1)
     throw ParmError(fmt::format("GPU profile '{}' has no SM count; the tile model needs one", gpu.name));
-  // The 64 x 64 tile has the most tiles of kCublasTiles (every other is made
-  // of such blocks): below 2^62 of them no tile count, product or wave count
-  // overflows 64 bits. (The product of the two sides' counts is below 2^114,
-  // and below 2^62 times a batch below 2^63 it stays below 2^125.)
-  {
-    using u128 = unsigned __int128;
-    const u128 mn = static_cast<u128>(ceil_div_pos(s.m, 64)) * static_cast<std::uint64_t>(ceil_div_pos(s.n, 64));
-    if (mn >= (u128{1} << 62) || mn * static_cast<std::uint64_t>(s.batch) >= (u128{1} << 62))
-      throw ParmError(fmt::format("GEMM shape m={} n={} k={} batch={}: 2^62 or more tiles of 64 x 64, more than the "
-                                  "tile model counts",
-                                  s.m, s.n, s.k, s.batch));
-  }
+  if (!tiles64_below_2p62(s))
+    throw ParmError(
+        fmt::format("GEMM shape m={} n={} k={} batch={}: 2^62 or more tiles of 64 x 64, more than the "
+                    "tile model counts",
+                    s.m, s.n, s.k, s.batch));
   const double per_sm = gpu.sustained(dtype) / gpu.sm_count;
   GemmPlan best;
   double best_flops = 0;  // per-SM FLOPs of the best plan: waves * tile FLOPs
@@ -128,10 +131,7 @@ inline __attribute__((always_inline)) Time plan_total(const GpuProfile& gpu, DTy
   }(), "plan_total needs the 64 x 64 tile and every other tile made of 64 x 64 blocks");
   constexpr std::int64_t kSafe = 1LL << 40;
   if (s.m < 1 || s.n < 1 || s.k < 1 || s.batch < 1 || gpu.sm_count < 1 || s.batch >= kSafe ||
-      ceil_div_pos(s.m, 64) >= kSafe || ceil_div_pos(s.n, 64) >= kSafe ||
-      static_cast<unsigned __int128>(ceil_div_pos(s.m, 64)) * static_cast<std::uint64_t>(ceil_div_pos(s.n, 64)) *
-              static_cast<std::uint64_t>(s.batch) >=
-          (static_cast<unsigned __int128>(1) << 62))
+      ceil_div_pos(s.m, 64) >= kSafe || ceil_div_pos(s.n, 64) >= kSafe || !tiles64_below_2p62(s))
     return plan(gpu, dtype, s, bytes_override).total;  // its errors, or the full search
   const double per_sm = gpu.sustained(dtype) / gpu.sm_count;
   // The 64 x 64 tile exactly as plan() costs it.
