@@ -56,7 +56,7 @@ Samples calibrate_grid(const Cluster& c, bool quick, Executor* executor,
         for (std::int64_t B : Bs) {
           moe::LayerSpec l;
           l.B = B, l.L = 8, l.M = M, l.H = H, l.E = c.gpus, l.k = 2, l.f = 1.5, l.mp = mp;
-          for (const char* n : {"baseline", "s1", "s2"}) {
+          for (const std::string& n : moe::preset_names()) {
             Execution ex = execute_schedule(l, c, moe::preset(n), seed++, executor);
             if (collect) collect(ex);
             add_trace(ex.graph, ex.trace, c.gpus_per_node, &s);

@@ -17,7 +17,7 @@ namespace parmsim::exec {
 class Memory {
  public:
   explicit Memory(const TaskGraph& g);
-  std::vector<float>& at(int rank, const std::string& name);  // throws ParmError naming rank and buffer
+  std::vector<float>& at(int rank, const std::string& name);  // throws UserError naming rank and buffer
   bool has(int rank, const std::string& name) const;
   int ranks() const { return static_cast<int>(buf_.size()); }
 

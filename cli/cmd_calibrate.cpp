@@ -40,7 +40,7 @@ struct Args {
 // imported tables; their error before and after, on those and on --evaluate's.
 void fit_machine_cmd(const Args& a) {
   if (a.topology.empty() || !std::filesystem::is_regular_file(a.topology))
-    throw ParmError("calibrate --fit-machine: give the measured machine's topology file with -t FILE");
+    throw UserError("calibrate --fit-machine: give the measured machine's topology file with -t FILE");
   const std::vector<std::string> sets = split_assignments(a.topo_set), base_overlay = load_overlay_arg(a.overlay);
   auto load = [&](const std::vector<std::string>& extra) {
     std::vector<std::string> ov = base_overlay;
@@ -102,7 +102,7 @@ std::string yaml_quoted(const std::string& s) { return nlohmann::json(s).dump();
 // ranks, and 3 or more distinct non-zero sizes (2 besides a held-out one).
 void check_importable(const calib::NcclTable& t, bool held) {
   if (t.ranks == 0)
-    throw ParmError(fmt::format(
+    throw UserError(fmt::format(
         "{}: the ranks are not listed (no '#  Rank N ... on HOST' lines; in -J output, no config.devices){}: the group "
         "size and whether it spans hosts are unknown; import nccl-tests' whole output",
         t.file,
@@ -110,12 +110,12 @@ void check_importable(const calib::NcclTable& t, bool held) {
                                         t.per_process)
                           : ""));
   if (t.ranks < 2)
-    throw ParmError(fmt::format("{}: {} rank: a collective calibration needs 2 or more ranks", t.file, t.ranks));
+    throw UserError(fmt::format("{}: {} rank: a collective calibration needs 2 or more ranks", t.file, t.ranks));
   std::set<double> sizes;
   for (const calib::Point& p : t.points)
     if (p.x > 0) sizes.insert(p.x);
   if (sizes.size() < 3)
-    throw ParmError(fmt::format("{}: {} distinct non-zero size(s); calibrate fits a curve to 3 or more{} (nccl-tests "
+    throw UserError(fmt::format("{}: {} distinct non-zero size(s); calibrate fits a curve to 3 or more{} (nccl-tests "
                                 "-b 8 -e 1G -f 2 measures 28)",
                                 t.file, sizes.size(), held ? ", one of them held out" : ""));
 }
@@ -126,12 +126,12 @@ void check_line(const std::string& file, const calib::Curve& c) {
   const double alpha_us = c.line.alpha * 1e6, bw = 1e-9 / c.line.beta;
   const auto written = [](double v) { return std::stod(fmt::format("{:.6f}", v)); };
   if (!std::isfinite(bw) || !(c.line.beta > 0) || !(written(bw) > 0))
-    throw ParmError(fmt::format("{}: the alpha-beta line fitted to its {} sizes has bandwidth {:.6g} GB/s: time does "
+    throw UserError(fmt::format("{}: the alpha-beta line fitted to its {} sizes has bandwidth {:.6g} GB/s: time does "
                                 "not grow with size over these rows, so nothing beyond them can be predicted; import "
                                 "a table over more sizes (nothing written)",
                                 file, c.points.size(), bw));
   if (!std::isfinite(alpha_us) || !(written(alpha_us) > 0))
-    throw ParmError(fmt::format("{}: the alpha-beta line fitted to its {} sizes has latency {:.6g} us (alpha must be "
+    throw UserError(fmt::format("{}: the alpha-beta line fitted to its {} sizes has latency {:.6g} us (alpha must be "
                                 "positive): the small sizes do not show a fixed cost; import a table that starts at "
                                 "a few bytes (nothing written)",
                                 file, c.points.size(), alpha_us));
@@ -141,8 +141,8 @@ void check_line(const std::string& file, const calib::Curve& c) {
 void check_loads(const std::string& yaml, const std::string& out) {
   try {
     (void)parse_calibration_text(yaml, out.empty() ? std::string("(calibration)") : out);
-  } catch (const ParmError& e) {
-    throw ParmError(fmt::format("calibrate: the calibration would not load (nothing written): {}", e.what()));
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("calibrate: the calibration would not load (nothing written): {}", e.what()));
   }
 }
 
@@ -201,11 +201,11 @@ void add_calibrate(CLI::App& app) {
     if (a->fit_machine && !a->topology.empty()) inputs.push_back({"the --topology input", a->topology});
     check_outputs({{"--output", a->out}}, inputs);
     if (a->files.empty()) {
-      if (a->fit_machine) throw ParmError("calibrate --fit-machine: give the measurements with --import-nccl-tests");
+      if (a->fit_machine) throw UserError("calibrate --fit-machine: give the measurements with --import-nccl-tests");
       if (a->backend != "cpu" && a->backend != "cuda")
-        throw ParmError(fmt::format("calibrate: unknown backend '{}': cpu or cuda", a->backend));
+        throw UserError(fmt::format("calibrate: unknown backend '{}': cpu or cuda", a->backend));
       if (a->node_gpus > 0 && a->gpus % a->node_gpus != 0)
-        throw ParmError(fmt::format("--node-gpus: {} GPUs per node must divide --gpus {} (whole nodes)", a->node_gpus,
+        throw UserError(fmt::format("--node-gpus: {} GPUs per node must divide --gpus {} (whole nodes)", a->node_gpus,
                                     a->gpus));
       const exec::Cluster cl{a->gpus, a->node_gpus > 0 ? a->node_gpus : a->gpus};
       std::unique_ptr<exec::GpuExecutor> gpu;
@@ -213,7 +213,7 @@ void add_calibrate(CLI::App& app) {
       if (a->backend == "cuda") {
         // One line and nothing measured when this process cannot use a GPU.
         if (const std::string why = exec::cuda_backend_unavailable(); !why.empty())
-          throw ParmError(fmt::format("calibrate --backend cuda: {}", why));
+          throw UserError(fmt::format("calibrate --backend cuda: {}", why));
         a->cuda.loopback = !sweep::mpi::launched_by_mpirun();
         gpu = exec::make_cuda_executor(a->cuda);
         where = fmt::format("CUDA executor on {}, {} ranks, {} per node, {}", gpu->device_name(), cl.gpus,
@@ -244,7 +244,7 @@ void add_calibrate(CLI::App& app) {
       return;
     }
     if (a->fit_machine) return fit_machine_cmd(*a);
-    if (!a->evaluate.empty()) throw ParmError("calibrate: --evaluate goes with --fit-machine");
+    if (!a->evaluate.empty()) throw UserError("calibrate: --evaluate goes with --fit-machine");
     std::optional<double> held;
     if (!a->hold_out.empty()) held = static_cast<double>(parse_sizes(a->hold_out).at(0));
     std::string yaml =
@@ -271,7 +271,7 @@ void add_calibrate(CLI::App& app) {
         if (p.x > 0 && (!held || p.x != *held)) pts.push_back(p);
       const std::string link = t.hosts > 1 ? "inter" : "intra";
       if (const auto [it, fresh] = imported.emplace(std::make_tuple(t.op, t.ranks, t.hosts > 1), f); !fresh)
-        throw ParmError(fmt::format("{}: {} over {} ranks ({}) is already imported from {}; a calibration holds one "
+        throw UserError(fmt::format("{}: {} over {} ranks ({}) is already imported from {}; a calibration holds one "
                                     "entry per (op, ranks, link)",
                                     f, t.op, t.ranks, link, it->second));
       const calib::Curve curve = calib::fit_curve(pts);
@@ -283,7 +283,7 @@ void add_calibrate(CLI::App& app) {
       std::string held_cols;
       if (held) {
         const auto h = calib::hold_out(t.points, *held);
-        if (h.empty()) throw ParmError(fmt::format("{}: --hold-out: no measurement of {} B", f, *held));
+        if (h.empty()) throw UserError(fmt::format("{}: --hold-out: no measurement of {} B", f, *held));
         curve_mape = curve_worst = std::abs(h[0].curve), line_mape = line_worst = std::abs(h[0].line);
         report += fmt::format("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10.3f} {:>8.2f} {:>13.0f} {:>12.2f} {:>8.2f}({:+.1f}%) {:>8.2f}({:+.1f}%)\n",
                    t.op, t.ranks, t.hosts, link, curve.points.size(), curve.line.alpha * 1e6, 1e-9 / curve.line.beta,

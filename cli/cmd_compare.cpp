@@ -11,6 +11,7 @@
 #include "backend/verify.hpp"
 #include "sim/calib/calibration.hpp"
 #include "cli/common.hpp"
+#include "sim/net/network_model.hpp"
 #include "cli/measured_trace.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
@@ -38,7 +39,7 @@ void add_compare(CLI::App& app) {
   c->add_option("--topo-set", a->topo_set, "topology overrides");
   add_overlay_option(c, a->overlay);
   add_calibration_option(c, a->calibration);
-  c->add_option("-n,--network", a->network, "analytical | flow")->capture_default_str();
+  c->add_option("-n,--network", a->network, network_model_names(" | ", " | "))->capture_default_str();
   c->add_option("-o,--output", a->out, "CSV: name, measured_us, predicted_us (for plots/make_figures.py)");
   c->callback([a] {
     check_network_option(a->network);
@@ -49,7 +50,7 @@ void add_compare(CLI::App& app) {
                                           {"the --overlay file", a->overlay}});
     const auto slurp = [](const std::string& file, const std::string& missing) {
       std::ifstream in(file, std::ios::binary);
-      if (!in) throw ParmError(missing);
+      if (!in) throw UserError(missing);
       std::stringstream ss;
       ss << in.rdbuf();
       return ss.str();

@@ -9,6 +9,7 @@
 #include "cli/gpu_trace.hpp"
 #include "backend/verify.hpp"
 #include "cli/common.hpp"
+#include "sim/moe/layer_keys.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
 #include "sim/io/output.hpp"
@@ -29,7 +30,7 @@ struct LayerArgs {
     c->add_option("--set,-s", set,
                   "layer keys (B,L,M,H,E,k,f,mp, and schedule options); small defaults: "
                   "B=2,L=8,M=16,H=32,E=8,k=2,f=2,mp=2");
-    c->add_option("--schedule", schedule, "baseline | s1 | s2 | all | search (every builder option)")
+    c->add_option("--schedule", schedule, moe::schedule_choices({"all", "search"}, " | ", " | ") + " (search: every builder option)")
         ->capture_default_str();
     c->add_option("--gpus", gpus, "ranks (cpu: a thread per rank and stream; cuda: ranks on one GPU, or mpirun -np)")
         ->capture_default_str()
@@ -53,44 +54,36 @@ struct LayerArgs {
       return b >= 0x1p30 ? fmt::format("{:.2f}GiB", b / 0x1p30)
                          : b >= 0x1p20 ? fmt::format("{:.1f}MiB", b / 0x1p20) : fmt::format("{:.1f}KiB", b / 0x1p10);
     };
-    throw ParmError(fmt::format(
+    throw UserError(fmt::format(
         "{}: {} on {} ranks needs about {} of host memory (rank buffers {}, inputs and weights {}, collective copies "
         "{}{}); the limit is {} ({}); nothing run or written",
         cmd, moe::spec_string(s), gpus, gib(worst.total()), gib(worst.buffers), gib(worst.data), gib(worst.scratch),
         worst.reference > 0 ? ", reference layer " + gib(worst.reference) : std::string(),
         units::format_bytes(lim.bytes), lim.why));
   }
-  moe::LayerSpec spec(moe::ScheduleOptions* custom, bool* has_custom) const {
+  moe::LayerSpec spec(moe::ScheduleKeys* keys) const {
     moe::LayerSpec s = exec::small_layer();
-    const auto kv = split_assignments(set);
-    moe::apply_assignments(&s, custom, kv, "--set");
+    moe::apply_keys(&s, keys, split_assignments(set), "--set");
     // 0.14.5's dropped duplicates are modelled for timing only: its AlltoAlls
     // move D/G while the executors' data bindings follow the 0.14.4 layout.
     if (s.ds_moe == moe::DsMoe::v0_14_5)
-      throw ParmError("--set ds_moe=0.14.5: the executors run the 0.14.4 and lean baselines only (0.14.5 is timed by "
+      throw UserError("--set ds_moe=0.14.5: the executors run the 0.14.4 and lean baselines only (0.14.5 is timed by "
                       "the simulator: parmsim layer)");
-    *has_custom = false;
-    for (const auto& x : kv) {
-      const std::string k = x.substr(0, x.find('='));
-      *has_custom =
-          *has_custom || k == "split" || k == "gather" || k == "fuse_dispatch" || k == "fuse_combine" || k == "chunks";
-    }
-    if (*has_custom && (schedule == "baseline" || schedule == "search"))
-      throw ParmError(fmt::format("--set: split, gather, fuse_dispatch, fuse_combine and chunks shape the Parm "
-                                  "schedules; --schedule {} would ignore them",
-                                  schedule));
+    if (keys->shaped && (schedule == "baseline" || schedule == "search"))
+      throw UserError(fmt::format("--set: {} shape the Parm schedules; --schedule {} would ignore them",
+                                  moe::parm_shaping_key_names(), schedule));
     return s;
   }
   exec::Cluster cluster() const {
     if (node_gpus > 0 && gpus % node_gpus != 0)
-      throw ParmError(fmt::format("--node-gpus: {} GPUs per node must divide --gpus {} (whole nodes)", node_gpus, gpus));
+      throw UserError(fmt::format("--node-gpus: {} GPUs per node must divide --gpus {} (whole nodes)", node_gpus, gpus));
     return {gpus, node_gpus > 0 ? node_gpus : gpus};
   }
-  std::vector<moe::ScheduleOptions> schedules(const moe::ScheduleOptions& custom, bool has_custom) const {
+  std::vector<moe::ScheduleOptions> schedules(const moe::ScheduleKeys& keys) const {
     std::vector<moe::ScheduleOptions> v;
-    if (schedule != "search" && schedule != "all" && schedule != "baseline" && schedule != "s1" && schedule != "s2")
-      throw ParmError(
-          fmt::format("--schedule: unknown schedule '{}': expected baseline, s1, s2, all or search", schedule));
+    if (schedule != "search" && schedule != "all" && !moe::is_preset(schedule))
+      throw UserError(fmt::format("--schedule: unknown schedule '{}': expected {}", schedule,
+                                  moe::schedule_choices({"all", "search"}, ", ", " or ")));
     if (schedule == "search") {
       v.push_back(moe::preset("baseline"));
       for (auto o : moe::search_space()) {
@@ -99,13 +92,8 @@ struct LayerArgs {
       }
       return v;
     }
-    std::vector<std::string> names =
-        schedule == "all" ? std::vector<std::string>{"baseline", "s1", "s2"} : std::vector<std::string>{schedule};
-    for (const auto& n : names) {
-      moe::ScheduleOptions o = moe::preset(n);
-      if (n != "baseline" && has_custom) o = custom, o.name = n + "*";
-      v.push_back(o);
-    }
+    const std::vector<std::string> names = schedule == "all" ? moe::preset_names() : std::vector<std::string>{schedule};
+    for (const auto& n : names) v.push_back(moe::schedule_options(n, keys));
     return v;
   }
 };
@@ -140,12 +128,12 @@ struct BackendArgs {
       // The CUDA executor's options would be ignored.
       for (const char* o : {"--device", "--warmup", "--reps"})
         if (app && app->get_option_no_throw(o) && app->count(o) > 0)
-          throw ParmError(fmt::format("{}: applies to --backend cuda, not cpu", o));
+          throw UserError(fmt::format("{}: applies to --backend cuda, not cpu", o));
       return nullptr;
     }
-    if (backend != "cuda") throw ParmError(fmt::format("{}: unknown backend '{}': cpu or cuda", cmd, backend));
+    if (backend != "cuda") throw UserError(fmt::format("{}: unknown backend '{}': cpu or cuda", cmd, backend));
     if (const std::string why = exec::cuda_backend_unavailable(); !why.empty())
-      throw ParmError(fmt::format("{} --backend cuda: {}", cmd, why));
+      throw UserError(fmt::format("{} --backend cuda: {}", cmd, why));
     cuda.loopback = !sweep::mpi::launched_by_mpirun();
     return exec::make_cuda_executor(cuda);
   }
@@ -166,12 +154,11 @@ void add_exec(CLI::App& app) {
   v->add_option("--tolerance", *tol, "largest max-relative error accepted (default: 1e-5; 2e-2 for fp16/bf16)")
       ->check(finite_at_least(0));
   v->callback([va, vb, tol] {
-    moe::ScheduleOptions custom = moe::preset("s1");
-    bool has_custom = false;
+    moe::ScheduleKeys keys;
     const auto cl = va->cluster();
-    const moe::LayerSpec s = va->spec(&custom, &has_custom);
+    const moe::LayerSpec s = va->spec(&keys);
     const double limit = *tol >= 0 ? *tol : s.dtype == DType::fp32 ? 1e-5 : 2e-2;
-    const auto schedules = va->schedules(custom, has_custom);  // rejects an unknown --schedule before any output
+    const auto schedules = va->schedules(keys);  // rejects an unknown --schedule before any output
     va->check_memory("verify", s, schedules);
     auto gpu = vb->make("verify");
     const bool lead = !gpu || gpu->world_rank() == 0;
@@ -202,7 +189,7 @@ void add_exec(CLI::App& app) {
     }
     gpu.reset();
     sweep::mpi::finalize();
-    if (!ok) throw ParmError(fmt::format("verify: an error exceeds the tolerance {:g}", limit));
+    if (!ok) throw UserError(fmt::format("verify: an error exceeds the tolerance {:g}", limit));
   });
 
   auto* e = app.add_subcommand("execute",
@@ -221,12 +208,11 @@ void add_exec(CLI::App& app) {
   e->callback([ea] {
     // Before running anything: the trace and its sidecar can be written.
     check_outputs({{"--trace", ea->trace}, {"--trace (its .json sidecar)", ea->trace + ".json"}}, {});
-    moe::ScheduleOptions custom = moe::preset("s1");
-    bool has_custom = false;
+    moe::ScheduleKeys keys;
     ea->layer.cluster();  // --node-gpus divides --gpus
-    const moe::LayerSpec s = ea->layer.spec(&custom, &has_custom);
-    const auto scheds = ea->layer.schedules(custom, has_custom);
-    if (scheds.size() != 1) throw ParmError("execute: give one --schedule (baseline, s1 or s2)");
+    const moe::LayerSpec s = ea->layer.spec(&keys);
+    const auto scheds = ea->layer.schedules(keys);
+    if (scheds.size() != 1) throw UserError("execute: give one --schedule (baseline, s1 or s2)");
     ea->layer.check_memory("execute", s, scheds);
     auto gpu = ea->be.make("execute");
     exec::Execution ex = exec::execute_schedule(s, ea->layer.cluster(), scheds[0], ea->layer.seed, gpu.get());

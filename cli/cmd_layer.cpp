@@ -12,6 +12,7 @@
 #include "sim/core/units.hpp"
 #include "sim/io/output.hpp"
 #include "sim/io/yaml_reader.hpp"
+#include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
 #include "sim/net/network_model.hpp"
 #include "sim/topo/topology_io.hpp"
@@ -20,24 +21,7 @@ namespace parmsim::cli {
 
 namespace {
 
-const Section kLayerFile{"layer",
-                         "A layer file for `parmsim layer --layer FILE` (every key optional; --set overrides).",
-                         {{"B", "int", "4", "samples per GPU"},
-                          {"L", "int", "512", "tokens per sample"},
-                          {"M", "int", "1024", "model (embedding) size"},
-                          {"H", "int", "4096", "expert FFN hidden size"},
-                          {"E", "int", "32", "experts"},
-                          {"k", "int", "2", "top-k"},
-                          {"f", "number", "1.2", "capacity factor"},
-                          {"mp", "int", "4", "N_MP = N_ESP = G"},
-                          {"dtype", "string", "fp32", "fp32 | fp16 | bf16"},
-                          {"split", "string", "before_gate", "Parm MP-Split: before_gate | after_order"},
-                          {"gather", "string", "schedule", "MP-AllGather: after_iorder (O) | before_iorder (D)"},
-                          {"fuse_dispatch", "bool", "schedule", "AlltoAll + ESP-AllGather as one SAA"},
-                          {"fuse_combine", "bool", "schedule", "AlltoAll + MP-AllGather as one SAA"},
-                          {"chunks", "int", "schedule", "ReduceScatter -> AlltoAll pipeline chunks"},
-                          {"a2a_algo", "string", "p2p", "p2p (NCCL send/recv, PXN) | pairwise | direct"}}};
-SectionRegistrar reg(kLayerFile);
+const Section kLayerFile = moe::layer_file_section();
 
 std::string with_suffix(const std::string& path, const std::string& suffix) {
   const auto dot = path.rfind('.');
@@ -61,10 +45,11 @@ void add_layer(CLI::App& app) {
   c->add_option("--layer", a->layer_file, "YAML file of layer keys (see --help-config, section layer)")
       ->check(CLI::ExistingFile);
   c->add_option("--set,-s", a->set,
-                "layer keys: B,L,M,H,E,k,f,mp,dtype and schedule options split,gather,fuse_dispatch,"
-                "fuse_combine,chunks,a2a_algo; e.g. B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4");
-  c->add_option("--schedule", a->schedule, "baseline | s1 | s2 | auto | all")->capture_default_str();
-  c->add_option("--network,-n", a->network, "analytical | flow")->capture_default_str();
+                fmt::format("layer keys {}; schedule options {} (each explained by --help-config, section layer); "
+                            "e.g. B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4",
+                            moe::layer_key_names(moe::KeyScope::layer), moe::layer_key_names(moe::KeyScope::schedule)));
+  c->add_option("--schedule", a->schedule, moe::schedule_choices({"auto", "all"}, " | ", " | "))->capture_default_str();
+  c->add_option("--network,-n", a->network, network_model_names(" | ", " | "))->capture_default_str();
   add_calibration_option(c, a->calibration);
   c->add_option("--trace", a->trace,
                 "write traces (Chrome JSON, or CSV when FILE ends in .csv) to FILE with .<schedule>.forward / "
@@ -73,34 +58,21 @@ void add_layer(CLI::App& app) {
   c->add_flag("--json", a->json, "print JSON instead of tables");
   c->callback([a] {
     check_network_option(a->network);
-    if (a->schedule != "all" && a->schedule != "auto" && a->schedule != "baseline" && a->schedule != "s1" &&
-        a->schedule != "s2")
-      throw ParmError(fmt::format("--schedule: unknown schedule '{}': expected baseline, s1, s2, auto or all", a->schedule));
+    if (a->schedule != "all" && a->schedule != "auto" && !moe::is_preset(a->schedule))
+      throw UserError(fmt::format("--schedule: unknown schedule '{}': expected {}", a->schedule,
+                                  moe::schedule_choices({"auto", "all"}, ", ", " or ")));
     const Topology topo = load_topology(a->topo, split_assignments(a->topo_set), load_overlay_arg(a->overlay));
     moe::LayerSpec spec;
-    moe::ScheduleOptions custom = moe::preset("s1");
-    bool has_custom = false;
-    std::vector<std::string> kv;
+    moe::ScheduleKeys keys;
     if (!a->layer_file.empty()) {
       const YamlReader r = YamlReader::load_file(a->layer_file);
       r.check_keys(kLayerFile);
-      for (const std::string& k : r.keys()) {
-        const std::string v = k + "=" + r.at(k).as_string();
-        moe::apply_assignments(&spec, &custom, {v}, r.at(k).where());
-        kv.push_back(v);
-      }
+      for (const std::string& k : r.keys()) moe::apply_keys(&spec, &keys, {k + "=" + r.at(k).as_string()}, r.at(k).where());
     }
-    const auto cli_kv = split_assignments(a->set);
-    moe::apply_assignments(&spec, &custom, cli_kv, "--set");
-    kv.insert(kv.end(), cli_kv.begin(), cli_kv.end());
-    for (const auto& x : kv) {
-      const std::string key = x.substr(0, x.find('='));
-      has_custom = has_custom || key == "split" || key == "gather" || key == "fuse_dispatch" || key == "fuse_combine" ||
-                   key == "chunks";
-    }
-    if (has_custom && a->schedule == "baseline")
-      throw ParmError("--set: split, gather, fuse_dispatch, fuse_combine and chunks shape the Parm schedules; "
-                      "--schedule baseline would ignore them");
+    moe::apply_keys(&spec, &keys, split_assignments(a->set), "--set");
+    if (keys.shaped && a->schedule == "baseline")
+      throw UserError(fmt::format("--set: {} shape the Parm schedules; --schedule baseline would ignore them",
+                                  moe::parm_shaping_key_names()));
     const moe::Dims dims = moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
     const GpuProfile& gpu = gpu_profile(topo.gpu_model());
     gpu.peak(spec.dtype);  // rejects an unsupported dtype up front
@@ -112,7 +84,7 @@ void add_layer(CLI::App& app) {
 
     std::vector<std::string> names;
     if (a->schedule == "all")
-      names = {"baseline", "s1", "s2"};
+      names = moe::preset_names();
     else if (a->schedule == "auto")
       names = {"baseline", chosen};
     else {
@@ -124,7 +96,7 @@ void add_layer(CLI::App& app) {
       // Before simulating: every trace file can be written and none is an input.
       struct stat st {};
       if (::stat(a->trace.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-        throw ParmError(fmt::format("--trace: '{}' is a directory; give a file name (the schedule and pass are "
+        throw UserError(fmt::format("--trace: '{}' is a directory; give a file name (the schedule and pass are "
                                     "inserted before its extension)",
                                     a->trace));
       std::vector<NamedPath> outs;
@@ -137,10 +109,7 @@ void add_layer(CLI::App& app) {
     const moe::LayerRun run{topo, spec, a->network, cal.get(), &ab};
     std::vector<moe::ScheduleResult> results;
     for (const std::string& n : names) {
-      moe::ScheduleOptions o = moe::preset(n);
-      // Options given with --set refine the Parm presets (a2a_algo applies to all).
-      if (n != "baseline" && has_custom) o = custom, o.name = n + "*";
-      o.a2a_algo = custom.a2a_algo;
+      const moe::ScheduleOptions o = moe::schedule_options(n, keys);
       SimResult fr, br;
       TaskGraph fg, bg;
       results.push_back(moe::run_schedule(run, o, &fr, &fg, &br, &bg));
@@ -173,7 +142,7 @@ void add_layer(CLI::App& app) {
     std::size_t tried = 0;
     if (a->search) {
       for (moe::ScheduleOptions o : moe::search_space()) {
-        o.a2a_algo = custom.a2a_algo;
+        o.a2a_algo = keys.parm.a2a_algo;
         const moe::ScheduleResult r = moe::run_schedule(run, o);
         ++tried;
         if (!best || r.total() < best->total()) best = r;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.hpp"
+#include "sim/net/network_model.hpp"
 #include "sim/moe/model.hpp"
 #include "sim/topo/topology_io.hpp"
 
@@ -24,7 +25,7 @@ void add_model(CLI::App& app) {
   c->add_option("spec", a->spec, "model YAML (experiments/bert-moe.yaml, experiments/gpt2-moe.yaml)")
       ->required()
       ->check(CLI::ExistingFile);
-  c->add_option("-n,--network", a->network, "override the spec's network model (analytical | flow)");
+  c->add_option("-n,--network", a->network, fmt::format("override the spec's network model ({})", network_model_names(" | ", " | ")));
   c->add_flag("--json", a->json, "print JSON");
   add_calibration_option(c, a->calibration);
   add_overlay_option(c, a->overlay);

@@ -11,6 +11,7 @@
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
 #include "sim/engine/simulator.hpp"
+#include "sim/graph/algorithms.hpp"
 #include "sim/graph/graph_io.hpp"
 #include "sim/io/output.hpp"
 #include "sim/net/network_model.hpp"
@@ -22,7 +23,7 @@ namespace {
 
 std::string network_help() {
   std::string s = "network model:";
-  for (const auto& [n, d] : network_models()) s += fmt::format("\n  {}: {}", n, d);
+  for (const NetworkModelInfo& m : network_models()) s += fmt::format("\n  {}: {}", m.name, m.help);
   return s;
 }
 
@@ -57,8 +58,7 @@ void add_collective(CLI::App& app) {
   c->add_option("--bytes,-b", a->bytes, "sizes: 1MiB,64MiB or FROM:TO (doubling); nccl-tests' size convention")
       ->capture_default_str();
   c->add_option("--algo", a->algo,
-                "auto (NCCL's choice per size) | ring | tree | nvls | nvls_tree | p2p (NCCL's algorithms) | "
-                "flat_ring | direct | pairwise | hierarchical (textbook) | released | pipelined (saa)")
+                algorithm_help())
       ->capture_default_str();
   c->add_option("--proto", a->proto, "NCCL protocol for ring/tree/nvls: ll | ll128 | simple (default: NCCL's choice)");
   c->add_option("--channels", a->channels, "NCCL channels (rings or trees) for ring/tree/nvls (default: NCCL's count)")
@@ -75,16 +75,16 @@ void add_collective(CLI::App& app) {
   c->callback([a, c] {
     Collective proto;
     if (!parse_coll_op(a->op, &proto.op) || proto.op == CollOp::alltoallv)
-      throw ParmError(
+      throw UserError(
           fmt::format("--op: expected alltoall, allgather, reducescatter, allreduce, sendrecv or saa, got "
                       "'{}' (alltoallv needs a byte matrix: use `parmsim simulate` with a graph file)",
                       a->op));
     // Options that would be ignored are refused.
     if (c->count("--inner") > 0 && proto.op != CollOp::saa)
-      throw ParmError(fmt::format("--inner: only --op saa takes an inner group size, not --op {}", a->op));
+      throw UserError(fmt::format("--inner: only --op saa takes an inner group size, not --op {}", a->op));
     if (c->count("--window") > 0)
       if (const std::string why = window_unused(proto.op, a->algo); !why.empty())
-        throw ParmError(fmt::format("--window: {} (--algo direct, p2p or hierarchical)", why));
+        throw UserError(fmt::format("--window: {} (--algo direct, p2p or hierarchical)", why));
     check_network_option(a->network);
     const Topology topo = a->topo.load();
     const auto cal = load_calibration_arg(a->topo.calibration);
@@ -95,10 +95,10 @@ void add_collective(CLI::App& app) {
     proto.window = a->window;
     proto.name = a->op;
     if (proto.op == CollOp::sendrecv && proto.group.size() != 2)
-      throw ParmError("--gpus: sendrecv needs exactly two GPUs (sender,receiver)");
+      throw UserError("--gpus: sendrecv needs exactly two GPUs (sender,receiver)");
     if (proto.op == CollOp::saa) proto.inner = a->inner > 0 ? a->inner : topo.gpus_per_node();
     const int p = static_cast<int>(proto.group.size());
-    if (p < 2) throw ParmError("--gpus: a collective needs at least two GPUs");
+    if (p < 2) throw UserError("--gpus: a collective needs at least two GPUs");
     const std::vector<std::uint64_t> sizes = parse_sizes(a->bytes);
     make_network(a->network, topo);  // rejects an unknown model before any output
     {
@@ -204,9 +204,9 @@ void add_topology(CLI::App& app) {
   c->add_option("--route", a->src, "print the route from this GPU ...")->check(int_in(0, 2147483647));
   c->add_option("--to", a->dst, "... to this GPU")->check(int_in(0, 2147483647));
   c->callback([a] {
-    if ((a->src >= 0) != (a->dst >= 0)) throw ParmError("--route/--to: give both, the source and the destination GPU");
+    if ((a->src >= 0) != (a->dst >= 0)) throw UserError("--route/--to: give both, the source and the destination GPU");
     if (a->src >= 0 && a->src == a->dst)
-      throw ParmError(fmt::format("--route/--to: two different GPUs (a GPU has no route to itself), got {} and {}",
+      throw UserError(fmt::format("--route/--to: two different GPUs (a GPU has no route to itself), got {} and {}",
                                   a->src, a->dst));
     const Topology t = a->topo.load();
     std::map<std::string, int> kinds;
@@ -216,7 +216,7 @@ void add_topology(CLI::App& app) {
     for (const auto& [k, n] : kinds) fmt::print("  {:<16} {}\n", k, n);
     if (a->src >= 0 || a->dst >= 0) {
       if (a->src < 0 || a->dst < 0 || a->src >= t.num_gpus() || a->dst >= t.num_gpus())
-        throw ParmError(fmt::format("--route/--to: need two GPU ids below {}", t.num_gpus()));
+        throw UserError(fmt::format("--route/--to: need two GPU ids below {}", t.num_gpus()));
       const Route r = t.route(a->src, a->dst);
       fmt::print("route {} -> {}: {} hops, latency {}, bottleneck {:.2f} GB/s\n", a->src, a->dst, r.links.size(),
                  format_time(r.latency), static_cast<double>(r.bottleneck) / 1e9);

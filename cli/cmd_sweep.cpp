@@ -54,14 +54,14 @@ void add_sweep(CLI::App& app) {
                  spec.count, spec.schedules.size(), spec.variants, spec.skipped);
       return;
     }
-    if (a->out.empty()) throw ParmError("sweep: --output FILE is required");
+    if (a->out.empty()) throw UserError("sweep: --output FILE is required");
     sweep::RunOptions o;
     o.out = a->out;
     o.threads = a->jobs;
     o.resume = a->resume;
     o.progress = !a->quiet;
     if (sweep::mpi::launched_by_mpirun() && !sweep::mpi::available())
-      throw ParmError("started by mpirun, but this parmsim was built without MPI");
+      throw UserError("started by mpirun, but this parmsim was built without MPI");
     sweep::mpi::init(&o.mpi_rank, &o.mpi_size);
     if (o.mpi_size > 1 && o.threads == 0) o.threads = 1;
     sweep::RunSummary s;

@@ -32,15 +32,15 @@ std::vector<std::uint64_t> parse_sizes(const std::string& s) {
   auto one = [](const std::string& x) {
     std::string why;
     auto v = units::parse_size(x, &why);
-    if (!v || *v == 0) throw ParmError(fmt::format("--bytes: expected {}", v ? "a size above zero" : why));
+    if (!v || *v == 0) throw UserError(fmt::format("--bytes: expected {}", v ? "a size above zero" : why));
     return *v;
   };
   std::vector<std::uint64_t> out;
   if (s.find(':') != std::string::npos) {
     const auto parts = split(s, ':');
-    if (parts.size() != 2) throw ParmError(fmt::format("--bytes: expected FROM:TO, got '{}'", s));
+    if (parts.size() != 2) throw UserError(fmt::format("--bytes: expected FROM:TO, got '{}'", s));
     const std::uint64_t lo = one(parts[0]), hi = one(parts[1]);
-    if (lo > hi) throw ParmError(fmt::format("--bytes: '{}' runs backwards", s));
+    if (lo > hi) throw UserError(fmt::format("--bytes: '{}' runs backwards", s));
     for (std::uint64_t v = lo; v <= hi; v *= 2) out.push_back(v);
     return out;
   }
@@ -59,15 +59,15 @@ std::vector<int> parse_ranks(const std::string& s, int limit) {
       std::size_t used = 0;
       const int v = std::stoi(x, &used);
       if (used != x.size() || v < 0) throw std::invalid_argument("x");
-      if (v >= limit) throw ParmError(fmt::format("--gpus: GPU {} does not exist (the topology has {})", v, limit));
+      if (v >= limit) throw UserError(fmt::format("--gpus: GPU {} does not exist (the topology has {})", v, limit));
       return v;
     } catch (const std::logic_error&) {
-      throw ParmError(fmt::format("--gpus: expected 'all' or ids like 0-3,8, got '{}'", s));
+      throw UserError(fmt::format("--gpus: expected 'all' or ids like 0-3,8, got '{}'", s));
     }
   };
   std::vector<bool> seen(static_cast<std::size_t>(limit), false);
   auto add = [&](int v) {
-    if (seen[v]) throw ParmError(fmt::format("--gpus: GPU {} is named twice in '{}'", v, s));
+    if (seen[v]) throw UserError(fmt::format("--gpus: GPU {} is named twice in '{}'", v, s));
     seen[v] = true;
     out.push_back(v);
   };
@@ -77,7 +77,7 @@ std::vector<int> parse_ranks(const std::string& s, int limit) {
       add(num(p));
     } else {
       const int a = num(p.substr(0, d)), b = num(p.substr(d + 1));
-      if (a > b) throw ParmError(fmt::format("--gpus: the range '{}' runs backwards (write {}-{})", p, b, a));
+      if (a > b) throw UserError(fmt::format("--gpus: the range '{}' runs backwards (write {}-{})", p, b, a));
       for (int i = a; i <= b; ++i) add(i);
     }
   }
@@ -115,13 +115,9 @@ std::vector<std::string> split_assignments(const std::string& s) {
 }
 
 void check_network_option(const std::string& name) {
-  std::string names;
-  const auto& models = network_models();
-  for (std::size_t i = 0; i < models.size(); ++i) {
-    if (models[i].first == name) return;
-    names += (i == 0 ? "" : i + 1 == models.size() ? " or " : ", ") + models[i].first;
-  }
-  throw ParmError(fmt::format("--network: unknown network model '{}': expected {}", name, names));
+  if (!is_network_model(name))
+    throw UserError(
+        fmt::format("--network: unknown network model '{}': expected {}", name, network_model_names(", ", " or ")));
 }
 
 CLI::Validator int_in(long long lo, long long hi) {

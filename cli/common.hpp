@@ -49,7 +49,7 @@ struct MemoryLimit {
 // (sysconf), or of the cgroup's limit when that is lower.
 MemoryLimit memory_limit(const std::string& value);
 
-// --network NAME: one of network_models(), else a ParmError naming the option.
+// --network NAME: one of network_models(), else a UserError naming the option.
 void check_network_option(const std::string& name);
 
 // Makes MPI the transport of sim/sweep/mpi_shim (nothing in a build without MPI).

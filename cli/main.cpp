@@ -48,11 +48,16 @@ int main(int argc, char** argv) {
     outputs.commit();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const parmsim::ParmError& e) {
+  } catch (const parmsim::UserError& e) {
     std::fprintf(stderr, "parmsim: error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "parmsim: internal error: %s\n", e.what());
+    // parmsim's own invariant (InternalError) or a library's exception that no
+    // check turned into a UserError: either is a bug to report.
+    std::fprintf(stderr,
+                 "parmsim: internal error: %s\n"
+                 "parmsim: this is a bug in parmsim %s; please report it with the command line and its input files\n",
+                 e.what(), std::string(parmsim::kVersion).c_str());
     return 3;
   }
   return 0;

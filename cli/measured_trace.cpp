@@ -32,22 +32,22 @@ TaskGraph graph_from_sidecar(const std::string& json_text, const std::string& na
   try {
     YamlReader::load_string(json_text, name);  // strict JSON, no repeated key
     side = nlohmann::json::parse(json_text);
-  } catch (const ParmError&) {
+  } catch (const UserError&) {
     throw;
   } catch (const std::exception& e) {
-    throw ParmError(fmt::format("{}: {}", name, e.what()));
+    throw UserError(fmt::format("{}: {}", name, e.what()));
   }
-  if (!side.is_object()) throw ParmError(fmt::format("{}: expected a JSON object (parmsim execute's sidecar)", name));
+  if (!side.is_object()) throw UserError(fmt::format("{}: expected a JSON object (parmsim execute's sidecar)", name));
   auto str = [&](const char* key, const std::string& def) {
     if (!side.contains(key)) return def;
-    if (!side[key].is_string()) throw ParmError(fmt::format("{}: key '{}': expected a string", name, key));
+    if (!side[key].is_string()) throw UserError(fmt::format("{}: key '{}': expected a string", name, key));
     return side[key].get<std::string>();
   };
   auto ranks = [&](const char* key, int def) {
     if (!side.contains(key)) return def;
     const auto& v = side[key];
     if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > kMaxRanks)
-      throw ParmError(fmt::format("{}: key '{}': expected an integer in [1, {}], got {}", name, key, kMaxRanks,
+      throw UserError(fmt::format("{}: key '{}': expected an integer in [1, {}], got {}", name, key, kMaxRanks,
                                   v.dump()));
     return static_cast<int>(v.get<std::int64_t>());
   };
@@ -68,7 +68,7 @@ MeasuredRows read_trace_rows(const std::string& csv_text, const std::string& nam
   // Repeated GPU runs add the duration percentiles as two more columns.
   const std::string head = "task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops";
   const std::size_t columns = line == head ? 11 : line == head + ",duration_p10_us,duration_p90_us" ? 13 : 0;
-  if (columns == 0) throw ParmError(fmt::format("{}:1: not a parmsim trace CSV header", name));
+  if (columns == 0) throw UserError(fmt::format("{}:1: not a parmsim trace CSV header", name));
   const std::size_t n = g.tasks().size();
   MeasuredRows m{std::vector<double>(n, -1), std::vector<double>(n, 0), std::vector<double>(n, 0), 0};
   int lineno = 1;
@@ -80,22 +80,22 @@ MeasuredRows read_trace_rows(const std::string& csv_text, const std::string& nam
       if (fl.size() != columns) throw std::invalid_argument("x");
       id = std::stoul(fl[0]);
       if (id >= n || fl[1] != g.task(static_cast<int>(id)).name) throw std::invalid_argument("x");
-      if (m.duration[id] >= 0) throw ParmError(fmt::format("{}:{}: a second row for task {}", name, lineno, id));
+      if (m.duration[id] >= 0) throw UserError(fmt::format("{}:{}: a second row for task {}", name, lineno, id));
       m.duration[id] = std::stod(fl[8]);
       m.start[id] = std::stod(fl[6]);
       m.end[id] = std::stod(fl[7]);
       m.end_time = std::max(m.end_time, m.end[id]);
     } catch (const std::logic_error&) {
-      throw ParmError(fmt::format("{}:{}: row does not match task {} of the graph in {}.json", name, lineno, id, name));
+      throw UserError(fmt::format("{}:{}: row does not match task {} of the graph in {}.json", name, lineno, id, name));
     }
     if (!(std::isfinite(m.start[id]) && std::isfinite(m.end[id]) && std::isfinite(m.duration[id]) &&
           m.start[id] >= 0 && m.end[id] >= m.start[id] && m.duration[id] >= 0))
-      throw ParmError(fmt::format("{}:{}: start_us, end_us, duration_us: expected finite times with 0 <= start_us <= "
+      throw UserError(fmt::format("{}:{}: start_us, end_us, duration_us: expected finite times with 0 <= start_us <= "
                                   "end_us and duration_us >= 0, got {}, {}, {}",
                                   name, lineno, fl[6], fl[7], fl[8]));
   }
   for (std::size_t i = 0; i < n; ++i)
-    if (m.duration[i] < 0) throw ParmError(fmt::format("{}: task '{}' has no row", name, g.task(i).name));
+    if (m.duration[i] < 0) throw UserError(fmt::format("{}: task '{}' has no row", name, g.task(i).name));
   return m;
 }
 

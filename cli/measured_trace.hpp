@@ -13,14 +13,14 @@ namespace parmsim::cli {
 
 // The graph `parmsim execute` ran: `base` is the executors' default layer
 // (exec::small_layer), overridden by the sidecar's "layer" keys. Throws
-// ParmError naming the file and the key for anything malformed.
+// UserError naming the file and the key for anything malformed.
 TaskGraph graph_from_sidecar(const std::string& json_text, const std::string& name, const moe::LayerSpec& base);
 
 struct MeasuredRows {
   std::vector<double> duration, start, end;  // per task id, microseconds
   double end_time = 0;                       // the latest end
 };
-// Every task of `g` must have exactly one row; throws ParmError naming file:line.
+// Every task of `g` must have exactly one row; throws UserError naming file:line.
 MeasuredRows read_trace_rows(const std::string& csv_text, const std::string& name, const TaskGraph& g);
 
 }  // namespace parmsim::cli

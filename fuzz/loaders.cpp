@@ -8,6 +8,7 @@
 #include "sim/graph/graph_io.hpp"
 #include "sim/io/yaml_reader.hpp"
 #include "sim/moe/layer.hpp"
+#include "sim/moe/layer_keys.hpp"
 #include "sim/moe/model.hpp"
 #include "sim/sweep/sweep_spec.hpp"
 #include "sim/topo/topology_io.hpp"
@@ -40,12 +41,12 @@ void graph_json(const std::string& t) { parse_task_graph_text(t, "fuzz.json"); }
 void layer(const std::string& t) {
   const YamlReader r = YamlReader::load_string(t, "fuzz.yaml");
   moe::LayerSpec spec;
-  moe::ScheduleOptions custom = moe::preset("s1");
-  for (const std::string& k : r.keys())
-    moe::apply_assignments(&spec, &custom, {k + "=" + r.at(k).as_string()}, r.at(k).where());
+  moe::ScheduleKeys keys;
+  for (const std::string& k : r.keys()) moe::apply_keys(&spec, &keys, {k + "=" + r.at(k).as_string()}, r.at(k).where());
   const moe::Dims d = moe::make_dims(spec, 32, 4);
-  const auto f = moe::forward_ops(spec, d, custom);
-  moe::backward_ops(f, spec, d, custom);
+  const moe::ScheduleOptions o = moe::schedule_options("s2", keys);
+  const auto f = moe::forward_ops(spec, d, o);
+  moe::backward_ops(f, spec, d, o);
 }
 
 void sweep(const std::string& t) { sweep::parse_spec_text(t, PARMSIM_SOURCE_DIR "/experiments/fuzz.yaml"); }

@@ -1,6 +1,6 @@
 #pragma once
 // The input loaders as the fuzz targets drive them: each takes a file's bytes
-// and loads them as that format. A ParmError is the loader refusing bad input,
+// and loads them as that format. A UserError is the loader refusing bad input,
 // as it should; anything else escaping (another exception, a crash, a
 // sanitizer report, a timeout, running out of memory) is a finding.
 // fuzz/target.cpp makes one libFuzzer target of each (scripts/fuzz.sh);

@@ -6,7 +6,7 @@
 # Each starts from its committed corpus (fuzz/corpus/TARGET/) and seeds taken
 # from the repository's real files; new inputs go to build-fuzz/corpus/TARGET/,
 # so a run leaves the repository as it was. A finding (crash, exception other
-# than ParmError, sanitizer report, timeout, out of memory) is saved under
+# than UserError, sanitizer report, timeout, out of memory) is saved under
 # build-fuzz/findings/TARGET/ and makes the script exit non-zero after the rest ran.
 # To grow the committed corpus from a run: build-fuzz/fuzz/fuzz_T -merge=1 fuzz/corpus/T build-fuzz/corpus/T
 set -euo pipefail

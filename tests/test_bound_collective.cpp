@@ -83,12 +83,12 @@ TEST_CASE("NcclTuner refuses what nccl_choose refuses, with its message", "[coll
   std::string a, b;
   try {
     NcclTuner(CollOp::allreduce, s, NcclAlgo::nvls);
-  } catch (const ParmError& e) {
+  } catch (const UserError& e) {
     a = e.what();
   }
   try {
     nccl_choose(CollOp::allreduce, s, 1e6, NcclAlgo::nvls);
-  } catch (const ParmError& e) {
+  } catch (const UserError& e) {
     b = e.what();
   }
   CHECK_FALSE(a.empty());
@@ -139,7 +139,7 @@ TEST_CASE("BoundCollective::time_s equals CollectiveCosts::time_s", "[coll][cost
   c.group = ranks(0, 1, 4);
   CHECK(&costs.bound(c, {8, 4}) != &costs.bound(c, {}));
   c.op = CollOp::alltoallv;
-  CHECK_THROWS_AS(costs.bound(c), ParmError);
+  CHECK_THROWS_AS(costs.bound(c), UserError);
 }
 
 TEST_CASE("BoundCollective throws what time_s throws, and only when timed", "[coll][cost][bound]") {
@@ -155,14 +155,14 @@ TEST_CASE("BoundCollective throws what time_s throws, and only when timed", "[co
   std::string a, want;
   try {
     costs.time_s(c, 1e6);
-  } catch (const ParmError& e) {
+  } catch (const UserError& e) {
     want = e.what();
   }
   for (int i = 0; i < 2; ++i) {  // a failed resolution is retried, and fails again
     a.clear();
     try {
       b.time_s(1e6);
-    } catch (const ParmError& e) {
+    } catch (const UserError& e) {
       a = e.what();
     }
     CHECK_FALSE(a.empty());

@@ -34,7 +34,7 @@ TEST_CASE("an exact line is fitted exactly, with or without relative weights", "
 }
 
 TEST_CASE("a fit needs two distinct sizes", "[calib]") {
-  CHECK_THROWS_AS(fit_alpha_beta({{1, 5}}), parmsim::ParmError);
+  CHECK_THROWS_AS(fit_alpha_beta({{1, 5}}), parmsim::UserError);
   CHECK_THROWS_WITH(fit_alpha_beta({{4, 5}, {4, 6}}), Catch::Contains("two points with different sizes"));
 }
 

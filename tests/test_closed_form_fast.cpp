@@ -41,7 +41,7 @@ std::string outcome(F f) {
     else
       std::snprintf(buf, sizeof buf, "%a", static_cast<double>(v));
     return buf;
-  } catch (const ParmError& e) {
+  } catch (const UserError& e) {
     return std::string("error: ") + e.what();
   }
 }
@@ -177,7 +177,7 @@ TEST_CASE("kernels_seconds with ComputeRates: the general sum bit for bit", "[cl
     moe::Dims d;
     try {
       d = moe::make_dims(s, t.num_gpus(), t.gpus_per_node());
-    } catch (const ParmError&) {
+    } catch (const UserError&) {
       continue;
     }
     // Sizes make_dims would not give: GEMMs of zero rows, tiny buffers.
@@ -192,7 +192,7 @@ TEST_CASE("kernels_seconds with ComputeRates: the general sum bit for bit", "[cl
       ops = moe::forward_ops(s, d, o);
       const std::vector<moe::MoeOp> b = moe::backward_ops(ops, s, d, o);
       ops.insert(ops.end(), b.begin(), b.end());
-    } catch (const ParmError&) {
+    } catch (const UserError&) {
       continue;
     }
     moe::MoeOp given{moe::MoeStep::kernel};  // a kernel given directly, with and without a shape
@@ -419,7 +419,7 @@ TEST_CASE("model_layer and model_time: the closed form as it was, bit for bit", 
       moe::Dims d;
       try {
         d = moe::make_dims(s, t.num_gpus(), t.gpus_per_node());
-      } catch (const ParmError&) {
+      } catch (const UserError&) {
         continue;
       }
       const moe::ScheduleOptions& o = opts[rng() % opts.size()];
@@ -437,7 +437,7 @@ TEST_CASE("model_layer and model_time: the closed form as it was, bit for bit", 
         const moe::ModelTime m = moe::model_layer(s, d, o, ab, g);
         got_f = outcome([&] { return m.forward_s; });
         got_b = outcome([&] { return m.backward_s; });
-      } catch (const ParmError& e) {
+      } catch (const UserError& e) {
         got_f = got_b = std::string("error: ") + e.what();
       }
       // model_layer throws the first error: the forward list's, else the backward's.

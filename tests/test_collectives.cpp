@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "sim/coll/collective_cost.hpp"
+#include "sim/graph/algorithms.hpp"
 #include "sim/coll/collective_plan.hpp"
 #include "sim/core/error.hpp"
 #include "sim/engine/simulator.hpp"
@@ -211,7 +212,7 @@ double cf(const Topology& t, const Collective& c) { return make_cost_form(c, t).
 
 TEST_CASE("saa defaults to the released kernel's plan; pipelined stays available", "[coll][saa]") {
   CHECK(default_algorithm(CollOp::saa) == "released");
-  const auto& names = algorithm_names();
+  const auto names = algorithm_names();
   CHECK(std::find(names.begin(), names.end(), "released") != names.end());
   CHECK(std::find(names.begin(), names.end(), "pipelined") != names.end());
   const Topology t = topo("dgx-h100");

@@ -34,7 +34,7 @@ std::optional<std::int64_t> reference_duration(double amount, double per_second)
 std::optional<std::int64_t> fast_duration(double amount, double per_second) {
   try {
     return duration_for_rate(amount, per_second).count_ps();
-  } catch (const ParmError&) {
+  } catch (const UserError&) {
     return std::nullopt;
   }
 }
@@ -128,9 +128,9 @@ TEST_CASE("GEMM cost: compute_time and model_compute_time equal the tile formula
         Time::ms(1000) + Time::us(1));
   // Errors as before: a zero dimension, an unsupported dtype.
   const std::vector<std::int64_t> bad = {0, 4, 4};
-  CHECK_THROWS_AS(model_compute_time(h, OpKind::gemm, 8, 0, DType::fp16, bad), ParmError);
+  CHECK_THROWS_AS(model_compute_time(h, OpKind::gemm, 8, 0, DType::fp16, bad), UserError);
   const std::vector<std::int64_t> ok = {64, 64, 64};
-  CHECK_THROWS_AS(model_compute_time(gpu_profile("rtx2080ti"), OpKind::gemm, 8, 0, DType::bf16, ok), ParmError);
+  CHECK_THROWS_AS(model_compute_time(gpu_profile("rtx2080ti"), OpKind::gemm, 8, 0, DType::bf16, ok), UserError);
 }
 
 // model_compute_time costs only the 64 x 64 tile (the least of all tiles,
@@ -160,7 +160,7 @@ TEST_CASE("GEMM cost: the 64 x 64 tile alone, up to and past its bound, equals t
   auto outcome = [](auto&& f) -> std::optional<std::int64_t> {
     try {
       return f().count_ps();
-    } catch (const ParmError&) {
+    } catch (const UserError&) {
       return std::nullopt;
     }
   };

@@ -62,9 +62,9 @@ TEST_CASE("text entry points load what the file loaders load") {
 
 // Every committed corpus input (fuzz/corpus/TARGET/: seeds, seed-*, which must
 // load; minimised libFuzzer runs; the inputs of past findings, regress-*) loads
-// or is refused with a ParmError: nothing else escapes. The sanitizer build (scripts/test.sh
+// or is refused with a UserError: nothing else escapes. The sanitizer build (scripts/test.sh
 // --sanitize) checks them for memory errors too.
-TEST_CASE("fuzz corpora load or are refused with a ParmError") {
+TEST_CASE("fuzz corpora load or are refused with a UserError") {
   int files = 0;
   for (const auto& [name, load] : fuzz::loaders()) {
     const fs::path dir = fs::path(kRoot) / "fuzz" / "corpus" / name;
@@ -77,7 +77,7 @@ TEST_CASE("fuzz corpora load or are refused with a ParmError") {
       } else {
         try {
           load(bytes);
-        } catch (const ParmError&) {
+        } catch (const UserError&) {
         }
       }
       ++files;

@@ -63,12 +63,12 @@ void spit(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
-// The message of the ParmError `f` throws ("" when it throws none).
+// The message of the UserError `f` throws ("" when it throws none).
 template <class F>
 std::string error_of(F&& f) {
   try {
     f();
-  } catch (const ParmError& e) {
+  } catch (const UserError& e) {
     return e.what();
   }
   return "";
@@ -195,7 +195,7 @@ TEST_CASE("an output batch puts all its files in place, or none", "[hardening][o
     {
       OutputBatch b;
       write_atomically(d / "a.json", write_text("{}\n"));
-      CHECK_THROWS_AS(write_atomically(d / "b.csv", [](std::ostream&) { throw ParmError("failed"); }), ParmError);
+      CHECK_THROWS_AS(write_atomically(d / "b.csv", [](std::ostream&) { throw UserError("failed"); }), UserError);
     }
     CHECK(slurp(d / "a.json") == "old\n");
     CHECK(d.entries() == std::set<std::string>{"a.json"});
@@ -206,7 +206,7 @@ TEST_CASE("an output batch puts all its files in place, or none", "[hardening][o
       write_atomically(d / "a.json", write_text("{}\n"));
       write_atomically(d / "b.csv", write_text("x\n"));
       fs::create_directory(d / "b.csv");
-      CHECK_THROWS_AS(b.commit(), ParmError);
+      CHECK_THROWS_AS(b.commit(), UserError);
     }
     CHECK(d.entries() == std::set<std::string>{"b.csv"});
     CHECK(fs::is_empty(d / "b.csv"));

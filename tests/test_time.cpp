@@ -5,7 +5,7 @@
 
 using parmsim::duration_for;
 using parmsim::duration_for_rate;
-using parmsim::ParmError;
+using parmsim::UserError;
 using parmsim::Time;
 
 TEST_CASE("time units convert to picoseconds", "[time]") {
@@ -34,13 +34,13 @@ TEST_CASE("duration_for computes in 128 bits", "[time]") {
 }
 
 TEST_CASE("time arithmetic overflow is an error, not a wrap", "[time]") {
-  CHECK_THROWS_AS(Time::max() + Time::ps(1), ParmError);
-  CHECK_THROWS_AS(Time::ps(-1) - Time::max() - Time::ps(2), ParmError);
-  CHECK_THROWS_AS(Time::ms(1) * (INT64_MAX / 1000), ParmError);
-  CHECK_THROWS_AS(Time::us(INT64_MAX / 10), ParmError);
+  CHECK_THROWS_AS(Time::max() + Time::ps(1), UserError);
+  CHECK_THROWS_AS(Time::ps(-1) - Time::max() - Time::ps(2), UserError);
+  CHECK_THROWS_AS(Time::ms(1) * (INT64_MAX / 1000), UserError);
+  CHECK_THROWS_AS(Time::us(INT64_MAX / 10), UserError);
   // 2^64-1 bytes at 1 B/s is 1.8e31 ps, beyond 2^63.
-  CHECK_THROWS_AS(duration_for(UINT64_MAX, 1), ParmError);
-  CHECK_THROWS_AS(duration_for(1, 0), ParmError);
+  CHECK_THROWS_AS(duration_for(UINT64_MAX, 1), UserError);
+  CHECK_THROWS_AS(duration_for(1, 0), UserError);
 }
 
 TEST_CASE("duration_for_rate rounds fractional rates up", "[time]") {
@@ -48,5 +48,5 @@ TEST_CASE("duration_for_rate rounds fractional rates up", "[time]") {
   CHECK(duration_for_rate(10, 4).count_ps() == 2'500'000'000'000);
   // 1 byte at 3e12 B/s = 0.33 ps -> 1 ps
   CHECK(duration_for_rate(1, 3e12).count_ps() == 1);
-  CHECK_THROWS_AS(duration_for_rate(1, 0), ParmError);
+  CHECK_THROWS_AS(duration_for_rate(1, 0), UserError);
 }

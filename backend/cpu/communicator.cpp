@@ -25,7 +25,7 @@ struct Bufs {
 
 Bufs views(const Collective& c, Memory& mem) {
   if (c.send_buf.empty() || c.recv_buf.empty())
-    throw ParmError(fmt::format("collective '{}': no send_buf/recv_buf: it cannot be executed", c.name));
+    throw UserError(fmt::format("collective '{}': no send_buf/recv_buf: it cannot be executed", c.name));
   Bufs b;
   for (std::size_t mi = 0; mi < c.group.size(); ++mi) {
     const int r = c.group[mi];
@@ -33,19 +33,19 @@ Bufs views(const Collective& c, Memory& mem) {
     auto& d = mem.at(r, c.recv_buf);
     const std::uint64_t offset = c.member_send_offset.empty() ? c.send_offset : c.member_send_offset.at(mi);
     if (offset > s.size())
-      throw ParmError(fmt::format("collective '{}': send_offset {} beyond buffer '{}' ({} elements) on rank {}", c.name,
+      throw UserError(fmt::format("collective '{}': send_offset {} beyond buffer '{}' ({} elements) on rank {}", c.name,
                                   offset, c.send_buf, s.size(), r));
     const std::size_t row = c.row ? c.row : 1;
     const std::size_t c0 = c.col_count ? c.col_begin : 0, cw = c.col_count ? c.col_count : row;
     if (c0 + cw > row)
-      throw ParmError(fmt::format("collective '{}': columns [{}, {}) outside rows of {}", c.name, c0, c0 + cw, row));
+      throw UserError(fmt::format("collective '{}': columns [{}, {}) outside rows of {}", c.name, c0, c0 + cw, row));
     const std::size_t avail = s.size() - offset;
     if (c.send_count > avail)
-      throw ParmError(fmt::format("collective '{}': send_count {} beyond buffer '{}' on rank {}", c.name, c.send_count,
+      throw UserError(fmt::format("collective '{}': send_count {} beyond buffer '{}' on rank {}", c.name, c.send_count,
                                   c.send_buf, r));
     const std::size_t sn = c.send_count ? c.send_count : avail;
     if (sn % row || d.size() % row)
-      throw ParmError(
+      throw UserError(
           fmt::format("collective '{}': buffers '{}' ({}) and '{}' ({}) on rank {} are not whole rows "
                       "of {} elements",
                       c.name, c.send_buf, sn, c.recv_buf, d.size(), r, row));
@@ -56,7 +56,7 @@ Bufs views(const Collective& c, Memory& mem) {
 }
 
 [[noreturn]] void bad_size(const Collective& c, std::size_t send, std::size_t recv, const std::string& want) {
-  throw ParmError(
+  throw UserError(
       fmt::format("collective '{}' ({} over {} ranks): buffers '{}' ({} elements in use) and '{}' ({}) "
                   "do not fit: {}",
                   c.name, to_string(c.op), c.group.size(), c.send_buf, send, c.recv_buf, recv, want));
@@ -70,7 +70,7 @@ void run_collective(const Collective& c, Memory& mem) {
   const std::size_t sn = b.send[0].size(), rn = b.recv[0].size();
   for (std::size_t m = 1; m < p; ++m)
     if (b.send[m].size() != sn || b.recv[m].size() != rn)
-      throw ParmError(
+      throw UserError(
           fmt::format("collective '{}': buffer sizes differ between ranks {} and {}", c.name, c.group[0], c.group[m]));
   std::vector<float> tmp;
   switch (c.op) {
@@ -145,7 +145,7 @@ void run_collective(const Collective& c, Memory& mem) {
       return;
     }
     case CollOp::alltoallv:
-      throw ParmError(fmt::format("collective '{}': alltoallv is not executable on the CPU backend yet", c.name));
+      throw UserError(fmt::format("collective '{}': alltoallv is not executable on the CPU backend yet", c.name));
   }
 }
 

@@ -9,7 +9,7 @@
 
 namespace parmsim::exec {
 
-// Performs collective `c` for all members at once. Throws ParmError when a
+// Performs collective `c` for all members at once. Throws UserError when a
 // buffer is missing or its size does not fit the collective.
 void run_collective(const Collective& c, Memory& mem);
 

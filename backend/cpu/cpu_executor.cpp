@@ -18,9 +18,9 @@ Memory::Memory(const TaskGraph& g) : buf_(g.num_ranks()) {
 }
 
 std::vector<float>& Memory::at(int rank, const std::string& name) {
-  if (rank < 0 || rank >= ranks()) throw ParmError(fmt::format("no rank {} (memory has {} ranks)", rank, ranks()));
+  if (rank < 0 || rank >= ranks()) throw UserError(fmt::format("no rank {} (memory has {} ranks)", rank, ranks()));
   auto it = buf_[rank].find(name);
-  if (it == buf_[rank].end()) throw ParmError(fmt::format("rank {} has no buffer '{}'", rank, name));
+  if (it == buf_[rank].end()) throw UserError(fmt::format("rank {} has no buffer '{}'", rank, name));
   return it->second;
 }
 
@@ -42,7 +42,7 @@ class Run {
     for (int t = 0; t < N; ++t) res_.trace[t].task = t;
     for (const Task& t : g.tasks())
       if (t.kind == TaskKind::compute && !t.kernel.empty() && !kernels_.count(t.kernel))
-        throw ParmError(fmt::format("task '{}': no CPU kernel named '{}'", t.name, t.kernel));
+        throw UserError(fmt::format("task '{}': no CPU kernel named '{}'", t.name, t.kernel));
   }
 
   SimResult go() {
@@ -108,7 +108,7 @@ class Run {
       else
         msg += " waits for its dependencies";
     }
-    failure_ = std::make_exception_ptr(ParmError(msg));
+    failure_ = std::make_exception_ptr(UserError(msg));
     cv_.notify_all();
   }
 

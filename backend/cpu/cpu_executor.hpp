@@ -3,7 +3,7 @@
 // stream's tasks in order; a task waits for its dependencies on any rank or
 // stream; a collective waits for all its members, and the last to arrive
 // moves the data. If every thread is waiting and none can go on, the run
-// stops with a ParmError naming the blocked tasks (never a hang).
+// stops with a UserError naming the blocked tasks (never a hang).
 #include "backend/executor.hpp"
 
 namespace parmsim::exec {

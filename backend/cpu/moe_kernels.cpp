@@ -22,7 +22,7 @@ std::vector<float>& out(const Task& t, Memory& m, std::size_t i) {
 
 void need(const Task& t, const std::vector<float>& b, std::size_t elems, const std::string& name) {
   if (b.size() < elems)
-    throw ParmError(
+    throw UserError(
         fmt::format("task '{}': buffer '{}' has {} elements, the kernel needs {}", t.name, name, b.size(), elems));
 }
 

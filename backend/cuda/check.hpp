@@ -1,6 +1,6 @@
 #pragma once
 // Status checks for every CUDA, cuBLAS and NCCL call: a failure throws a
-// ParmError naming the call, and the rank and task being enqueued (set by the
+// UserError naming the call, and the rank and task being enqueued (set by the
 // executor through CallContext).
 #include <string>
 

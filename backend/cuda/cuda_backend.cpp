@@ -73,7 +73,7 @@ std::string cuda_backend_unavailable() {
 }
 
 std::unique_ptr<GpuExecutor> make_cuda_executor(const CudaOptions& o) {
-  if (const std::string why = cuda_backend_unavailable(); !why.empty()) throw ParmError(why);
+  if (const std::string why = cuda_backend_unavailable(); !why.empty()) throw UserError(why);
 #ifdef PARMSIM_CUDA_MODULE
   return std::unique_ptr<GpuExecutor>(module().make(&o));
 #else

@@ -31,7 +31,7 @@ class GpuExecutor : public Executor {
 // can. Opens the module the first time.
 std::string cuda_backend_unavailable();
 
-// The CUDA executor, from the module; throws ParmError with the reason above
+// The CUDA executor, from the module; throws UserError with the reason above
 // when there is none.
 std::unique_ptr<GpuExecutor> make_cuda_executor(const CudaOptions& o);
 
@@ -46,6 +46,6 @@ extern "C" {
 int parmsim_cuda_module_interface();
 // Writes why no GPU can be used (empty: one can).
 void parmsim_cuda_unavailable(std::string* why);
-// A new executor (the caller owns it); throws ParmError.
+// A new executor (the caller owns it); throws UserError.
 parmsim::exec::GpuExecutor* parmsim_cuda_make_executor(const parmsim::exec::CudaOptions* o);
 }

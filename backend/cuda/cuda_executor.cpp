@@ -69,7 +69,7 @@ struct DevBuf {
 };
 
 // Device address of n elements at a Ref of a member (rank) of the collective
-// being run; throws ParmError when they do not fit.
+// being run; throws UserError when they do not fit.
 using Resolve = std::function<char*(int rank, const dev::Ref& r, std::uint64_t n)>;
 
 // run_phases on device memory of one process (loopback), on one stream.
@@ -166,14 +166,14 @@ struct CudaExecutor::Impl {
         sweep::mpi::init(&r, &s);
       }
       if (!sweep::mpi::active())
-        throw ParmError("cuda executor: NCCL mode needs mpirun (or use the loopback mode on one GPU)");
+        throw UserError("cuda executor: NCCL mode needs mpirun (or use the loopback mode on one GPU)");
       sweep::mpi::world(&rank, &size);
     }
-    if (const std::string why = cuda_unavailable(); !why.empty()) throw ParmError(why);
+    if (const std::string why = cuda_unavailable(); !why.empty()) throw UserError(why);
     int n = 0;
     PARMSIM_CUDA(cudaGetDeviceCount(&n));
     device = o.device >= 0 ? o.device : (o.loopback ? 0 : local_rank() % n);
-    if (device >= n) throw ParmError(fmt::format("cuda executor: no GPU {} (this process sees {})", device, n));
+    if (device >= n) throw UserError(fmt::format("cuda executor: no GPU {} (this process sees {})", device, n));
     PARMSIM_CUDA(cudaSetDevice(device));
     cudaDeviceProp p{};
     PARMSIM_CUDA(cudaGetDeviceProperties(&p, device));
@@ -235,20 +235,20 @@ struct CudaExecutor::Impl {
     g = &graph;
     const int R = graph.num_ranks();
     if (!o.loopback && R != size)
-      throw ParmError(fmt::format("cuda executor: the graph has {} ranks but mpirun started {} processes", R, size));
+      throw UserError(fmt::format("cuda executor: the graph has {} ranks but mpirun started {} processes", R, size));
     // The activation type: the one non-fp32 type among the buffers, else fp32.
     std::set<Elem> types;
     for (const Buffer& b : graph.buffers())
       if (b.dtype != DType::fp32) types.insert(dev::elem_of(b.dtype));
-    if (types.size() > 1) throw ParmError("cuda executor: buffers of both fp16 and bf16 in one graph");
+    if (types.size() > 1) throw UserError("cuda executor: buffers of both fp16 and bf16 in one graph");
     act = types.empty() ? Elem::f32 : *types.begin();
     for (const Task& t : graph.tasks()) {
       if (t.kind == TaskKind::compute && !t.kernel.empty() && !dev::is_device_kernel(t.kernel))
-        throw ParmError(fmt::format("task '{}': no device kernel named '{}'", t.name, t.kernel));
+        throw UserError(fmt::format("task '{}': no device kernel named '{}'", t.name, t.kernel));
       if (!o.loopback)
         for (int d : t.deps)
           if (graph.task(d).rank != t.rank)
-            throw ParmError(
+            throw UserError(
                 fmt::format("task '{}' depends on '{}' of another rank: NCCL mode orders ranks only "
                             "through collectives",
                             t.name, graph.task(d).name));
@@ -275,7 +275,7 @@ struct CudaExecutor::Impl {
       plans[c.id] = dev::plan_collective(graph, c);
       const Elem e = elem_of_buf.at({c.group[0], c.send_buf});
       if (elem_of_buf.at({c.group[0], c.recv_buf}) != e)
-        throw ParmError(
+        throw UserError(
             fmt::format("collective '{}': '{}' and '{}' have different element types", c.name, c.send_buf, c.recv_buf));
       coll_elem[c.id] = e;
       for (const auto& mp : plans[c.id]) {
@@ -352,7 +352,7 @@ struct CudaExecutor::Impl {
   dev::BufferLookup lookup(int r) {
     return [this, r](const std::string& name) {
       auto it = bufs[r].find(name);
-      if (it == bufs[r].end()) throw ParmError(fmt::format("rank {} has no buffer '{}'", r, name));
+      if (it == bufs[r].end()) throw UserError(fmt::format("rank {} has no buffer '{}'", r, name));
       return dev::BufRef{it->second.p, it->second.elem, it->second.elems};
     };
   }
@@ -377,12 +377,12 @@ struct CudaExecutor::Impl {
       b = &stage.at(rank).at(stream)[r.buf == dev::kStageSend ? 0 : 1];
     } else {
       auto it = bufs.at(rank).find(r.buf);
-      if (it == bufs[rank].end()) throw ParmError(fmt::format("rank {} has no device buffer '{}'", rank, r.buf));
+      if (it == bufs[rank].end()) throw UserError(fmt::format("rank {} has no device buffer '{}'", rank, r.buf));
       b = &it->second;
     }
     const std::uint64_t eb = dev::elem_bytes(e), cap = b->elems * dev::elem_bytes(b->elem) / eb;
     if (r.off + n > cap)
-      throw ParmError(fmt::format("rank {}: {} elements at {} of '{}' ({}) out of bounds", rank, n, r.off, r.buf, cap));
+      throw UserError(fmt::format("rank {}: {} elements at {} of '{}' ({}) out of bounds", rank, n, r.off, r.buf, cap));
     return static_cast<char*>(b->p) + r.off * eb;
   }
 

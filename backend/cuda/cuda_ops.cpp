@@ -16,7 +16,7 @@ std::string& call_context() {
 
 void fail_call(const char* call, const std::string& error) {
   const std::string& where = call_context();
-  throw ParmError(fmt::format("{} failed{}{}: {}", call, where.empty() ? "" : " on ", where, error));
+  throw UserError(fmt::format("{} failed{}{}: {}", call, where.empty() ? "" : " on ", where, error));
 }
 
 void detail_check_cuda(cudaError_t e, const char* call) {

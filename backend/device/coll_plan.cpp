@@ -13,11 +13,11 @@ namespace {
 std::uint64_t size_of(const TaskGraph& g, int rank, const std::string& name, const Collective& c) {
   for (const Buffer& b : g.buffers())
     if (b.rank == rank && b.name == name) return b.elems;
-  throw ParmError(fmt::format("collective '{}': rank {} has no buffer '{}'", c.name, rank, name));
+  throw UserError(fmt::format("collective '{}': rank {} has no buffer '{}'", c.name, rank, name));
 }
 
 [[noreturn]] void bad_size(const Collective& c, std::uint64_t send, std::uint64_t recv, const std::string& want) {
-  throw ParmError(
+  throw UserError(
       fmt::format("collective '{}' ({} over {} ranks): buffers '{}' ({} elements in use) and '{}' ({}) "
                   "do not fit: {}",
                   c.name, to_string(c.op), c.group.size(), c.send_buf, send, c.recv_buf, recv, want));
@@ -72,14 +72,14 @@ int comm_rank(const Collective& c, CommKind k, int m) {
 
 std::vector<MemberPlan> plan_collective(const TaskGraph& g, const Collective& c) {
   if (c.send_buf.empty() || c.recv_buf.empty())
-    throw ParmError(fmt::format("collective '{}': no send_buf/recv_buf: it cannot be executed", c.name));
+    throw UserError(fmt::format("collective '{}': no send_buf/recv_buf: it cannot be executed", c.name));
   if (c.op == CollOp::alltoallv)
-    throw ParmError(fmt::format("collective '{}': alltoallv is not executable on the device backends yet", c.name));
+    throw UserError(fmt::format("collective '{}': alltoallv is not executable on the device backends yet", c.name));
   const std::uint64_t p = c.group.size();
   const std::uint64_t row = c.row ? c.row : 1;
   const std::uint64_t c0 = c.col_count ? c.col_begin : 0, cw = c.col_count ? c.col_count : row;
   if (c0 + cw > row)
-    throw ParmError(fmt::format("collective '{}': columns [{}, {}) outside rows of {}", c.name, c0, c0 + cw, row));
+    throw UserError(fmt::format("collective '{}': columns [{}, {}) outside rows of {}", c.name, c0, c0 + cw, row));
   const bool windowed = cw != row;
 
   // The windowed element counts every member uses: wsn sent, wrn received.
@@ -90,18 +90,18 @@ std::vector<MemberPlan> plan_collective(const TaskGraph& g, const Collective& c)
     const std::uint64_t s = size_of(g, r, c.send_buf, c), d = size_of(g, r, c.recv_buf, c);
     const std::uint64_t offset = c.member_send_offset.empty() ? c.send_offset : c.member_send_offset.at(mi);
     if (offset > s)
-      throw ParmError(fmt::format("collective '{}': send_offset {} beyond buffer '{}' ({} elements) on rank {}", c.name,
+      throw UserError(fmt::format("collective '{}': send_offset {} beyond buffer '{}' ({} elements) on rank {}", c.name,
                                   offset, c.send_buf, s, r));
     if (c.send_count > s - offset)
-      throw ParmError(fmt::format("collective '{}': send_count {} beyond buffer '{}' on rank {}", c.name, c.send_count,
+      throw UserError(fmt::format("collective '{}': send_count {} beyond buffer '{}' on rank {}", c.name, c.send_count,
                                   c.send_buf, r));
     const std::uint64_t sn = c.send_count ? c.send_count : s - offset;
     if (sn % row || d % row)
-      throw ParmError(
+      throw UserError(
           fmt::format("collective '{}': buffers '{}' ({}) and '{}' ({}) on rank {} are not whole rows of {} elements",
                       c.name, c.send_buf, sn, c.recv_buf, d, r, row));
     if (mi > 0 && (sn / row != sn_rows || d / row != rn_rows))
-      throw ParmError(
+      throw UserError(
           fmt::format("collective '{}': buffer sizes differ between ranks {} and {}", c.name, c.group[0], r));
     sn_rows = sn / row, rn_rows = d / row;
     wsn = sn_rows * cw, wrn = rn_rows * cw;
@@ -164,7 +164,7 @@ std::vector<MemberPlan> plan_collective(const TaskGraph& g, const Collective& c)
         break;
       }
       case CollOp::sendrecv: {
-        if (p != 2) throw ParmError(fmt::format("collective '{}': sendrecv needs 2 members, it has {}", c.name, p));
+        if (p != 2) throw UserError(fmt::format("collective '{}': sendrecv needs 2 members, it has {}", c.name, p));
         if (wsn > wrn) bad_size(c, wsn, wrn, "receive at least as large as send");
         Phase ph;
         ph.kind = PhaseKind::p2p;
@@ -181,7 +181,7 @@ std::vector<MemberPlan> plan_collective(const TaskGraph& g, const Collective& c)
         // next round goes on. Result: AllGather_inner(AlltoAll_outer(send)).
         const std::uint64_t G = c.inner > 0 ? static_cast<std::uint64_t>(c.inner) : 0;
         if (G == 0 || p % G)
-          throw ParmError(fmt::format("collective '{}': saa needs an inner size dividing {}", c.name, p));
+          throw UserError(fmt::format("collective '{}': saa needs an inner size dividing {}", c.name, p));
         const std::uint64_t W = p / G;
         if (wsn % W || wrn != wsn * G)
           bad_size(c, wsn, wrn, fmt::format("send divisible by {}, receive = {} x send", W, G));
@@ -232,7 +232,7 @@ std::vector<MemberPlan> plan_collective(const TaskGraph& g, const Collective& c)
 void run_phases(const Collective& c, const std::vector<MemberPlan>& plans, Mover& mv) {
   const std::size_t p = plans.size(), n = plans.empty() ? 0 : plans[0].phases.size();
   for (const auto& mp : plans)
-    if (mp.phases.size() != n) throw ParmError(fmt::format("collective '{}': members have different plans", c.name));
+    if (mp.phases.size() != n) throw UserError(fmt::format("collective '{}': members have different plans", c.name));
   for (std::size_t j = 0; j < n; ++j) {
     const Phase& ph0 = plans[0].phases[j];
     switch (ph0.kind) {
@@ -276,19 +276,19 @@ void run_phases(const Collective& c, const std::vector<MemberPlan>& plans, Mover
         for (const auto& [key, ss] : sends) {
           const auto it = recvs.find(key);
           if (it == recvs.end() || it->second.size() != ss.size())
-            throw ParmError(fmt::format("collective '{}': unmatched send from member {} to member {}", c.name,
+            throw UserError(fmt::format("collective '{}': unmatched send from member {} to member {}", c.name,
                                         key.first, key.second));
           for (std::size_t i = 0; i < ss.size(); ++i) {
             const Step& r = *it->second[i];
             if (r.count != ss[i]->count)
-              throw ParmError(fmt::format("collective '{}': send of {} elements meets a receive of {}", c.name,
+              throw UserError(fmt::format("collective '{}': send of {} elements meets a receive of {}", c.name,
                                           ss[i]->count, r.count));
             mv.copy(plans[key.second].rank, r.dst, plans[key.first].rank, ss[i]->src, r.count);
           }
           recvs.erase(it);
         }
         if (!recvs.empty())
-          throw ParmError(
+          throw UserError(
               fmt::format("collective '{}': a receive at member {} has no send", c.name, recvs.begin()->first.second));
         break;
       }

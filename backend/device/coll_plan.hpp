@@ -61,7 +61,7 @@ struct MemberPlan {
 };
 
 // Plans collective `c` for all its members. Checks the buffers as the host
-// communicator does and throws ParmError naming the collective when they do
+// communicator does and throws UserError naming the collective when they do
 // not fit; alltoallv is refused.
 std::vector<MemberPlan> plan_collective(const TaskGraph& g, const Collective& c);
 

@@ -55,7 +55,7 @@ std::vector<Unit> enqueue_order(const TaskGraph& g) {
       if (--indeg[v] == 0) ready.push({first[v], v});
   }
   if (static_cast<int>(order.size()) != U)
-    throw ParmError("the graph's collectives and streams order each other in a cycle");
+    throw UserError("the graph's collectives and streams order each other in a cycle");
   return order;
 }
 

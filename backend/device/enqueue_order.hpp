@@ -18,7 +18,7 @@ struct Unit {
 };
 
 // Kahn's algorithm over units, the unit with the lowest task id first: the
-// same order on every process. Throws ParmError when collectives and stream
+// same order on every process. Throws UserError when collectives and stream
 // orders form a cycle (a graph no in-order stream executor can run).
 std::vector<Unit> enqueue_order(const TaskGraph& g);
 

@@ -37,7 +37,7 @@ float* MemoryMover::at(int rank, const Ref& r, std::uint64_t n) {
     v = &mem_.at(rank, r.buf);
   }
   if (r.off + n > v->size())
-    throw ParmError(fmt::format("rank {}: {} elements at {} of '{}' ({} elements) out of bounds", rank, n, r.off, r.buf,
+    throw UserError(fmt::format("rank {}: {} elements at {} of '{}' ({} elements) out of bounds", rank, n, r.off, r.buf,
                                 v->size()));
   return v->data() + r.off;
 }

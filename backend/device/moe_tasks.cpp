@@ -54,10 +54,10 @@ struct Ctx {
     BufRef b = lookup(name);
     const Elem want = metadata ? Elem::f32 : ops.act();
     if (b.elem != want)
-      throw ParmError(fmt::format("task '{}': buffer '{}' holds {}-byte elements, the kernel needs {}-byte ones",
+      throw UserError(fmt::format("task '{}': buffer '{}' holds {}-byte elements, the kernel needs {}-byte ones",
                                   t.name, name, elem_bytes(b.elem), elem_bytes(want)));
     if (b.elems < need)
-      throw ParmError(
+      throw UserError(
           fmt::format("task '{}': buffer '{}' has {} elements, the kernel needs {}", t.name, name, b.elems, need));
     return b;
   }
@@ -69,7 +69,7 @@ struct Ctx {
   }
   I arg(std::size_t i) const {
     if (i >= t.iargs.size())
-      throw ParmError(
+      throw UserError(
           fmt::format("task '{}': kernel '{}' needs argument {}, it has {}", t.name, t.kernel, i + 1, t.iargs.size()));
     return t.iargs[i];
   }
@@ -218,7 +218,7 @@ void iorder_bwd(const Ctx& c) {
   const BufRef dout = c.in(0, (begin + count) * M), comb = c.in(1, 0), route = c.in(2, count * k * 3, true);
   const BufRef dcomb = c.out(0, 0), dw = c.out(1, count * k, true);
   if (dcomb.elems < comb.elems)
-    throw ParmError(fmt::format("task '{}': '{}' is smaller than '{}'", c.t.name, c.t.outputs[0], c.t.inputs[1]));
+    throw UserError(fmt::format("task '{}': '{}' is smaller than '{}'", c.t.name, c.t.outputs[0], c.t.inputs[1]));
   const IOrderArgs ia = iorder_args(c, comb, route, dcomb.p);
   const IOrderBwdArgs a{dout.p, comb.p, ia.route,  dcomb.p, static_cast<float*>(dw.p), begin, M, ia.E,
                         k,      ia.C,   ia.layout, ia.per};
@@ -274,13 +274,13 @@ void run_task(const Task& t, DeviceOps& ops, const BufferLookup& buf, void* s0, 
   if (k == "moe_iorder") return iorder(c);
   if (k == "moe_iorder_bwd") return iorder_bwd(c);
   if (k == "moe_gate_bwd") return gate_bwd(c, s0);
-  throw ParmError(fmt::format("task '{}': no device kernel named '{}'", t.name, k));
+  throw UserError(fmt::format("task '{}': no device kernel named '{}'", t.name, k));
 }
 
 // ---------------------------------------------------------------- host emulation
 
 void HostOps::gemm(const Gemm& g) {
-  if (g.ab != Elem::f32 || g.d != Elem::f32) throw ParmError("host device emulation: fp32 only");
+  if (g.ab != Elem::f32 || g.d != Elem::f32) throw UserError("host device emulation: fp32 only");
   for (I b = 0; b < g.batch; ++b) {
     const float* A = static_cast<const float*>(g.A) + b * g.sa;
     const float* B = static_cast<const float*>(g.B) + b * g.sb;

@@ -17,7 +17,7 @@ struct BufRef {
   Elem elem = Elem::f32;
   std::uint64_t elems = 0;
 };
-// A buffer of the task's rank by name; throws ParmError when there is none.
+// A buffer of the task's rank by name; throws UserError when there is none.
 using BufferLookup = std::function<BufRef(const std::string&)>;
 
 // Device element type of a graph buffer: fp32 metadata stays fp32.
@@ -30,7 +30,7 @@ std::array<std::uint64_t, 2> scratch_bytes(const Task& t, Elem act);
 bool is_device_kernel(const std::string& kernel);
 
 // Enqueues task `t` (a compute task with a kernel) on `ops`. The scratch areas
-// hold at least scratch_bytes(t, ops.act()). Throws ParmError naming the task
+// hold at least scratch_bytes(t, ops.act()). Throws UserError naming the task
 // when a buffer is missing or too small.
 void run_task(const Task& t, DeviceOps& ops, const BufferLookup& buf, void* scratch0, void* scratch1);
 

@@ -8,7 +8,7 @@
 namespace parmsim::exec::dev {
 
 Time percentile(std::vector<Time> v, double q) {
-  if (v.empty()) throw ParmError("percentile of no values");
+  if (v.empty()) throw UserError("percentile of no values");
   std::sort(v.begin(), v.end());
   const double rank = std::ceil(q * static_cast<double>(v.size()));
   const std::size_t i = rank < 1 ? 0 : std::min(v.size() - 1, static_cast<std::size_t>(rank) - 1);
@@ -16,7 +16,7 @@ Time percentile(std::vector<Time> v, double q) {
 }
 
 void summarize(const std::vector<std::vector<std::pair<Time, Time>>>& reps, SimResult* out) {
-  if (reps.empty()) throw ParmError("no measured runs to summarize");
+  if (reps.empty()) throw UserError("no measured runs to summarize");
   const std::size_t n = reps[0].size();
   out->trace.resize(n);
   out->spread.assign(n, {});

@@ -136,7 +136,7 @@ Calibration read_calibration(const YamlReader& r, const std::string& file) {
       if (e.has("dtype")) {
         try {
           k.dtype = parse_dtype(e.at("dtype").as_string());
-        } catch (const ParmError&) {
+        } catch (const UserError&) {
           e.at("dtype").fail("fp32, fp16 or bf16");
         }
       }
@@ -157,7 +157,7 @@ Calibration read_calibration(const YamlReader& r, const std::string& file) {
       try {
         const calib::AlphaBeta ab = calib::fit_alpha_beta(fit);
         k.alpha = ab.alpha, k.beta = ab.beta;
-      } catch (const ParmError& err) {
+      } catch (const UserError& err) {
         pts.fail(err.what());
       }
       if (const KernelTable* first = cal.kernel(k.name, k.dtype))

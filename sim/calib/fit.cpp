@@ -22,7 +22,7 @@ AlphaBeta fit_alpha_beta(const std::vector<Point>& pts, bool relative) {
   }
   const double det = sw * sxx - sx * sx;
   if (pts.size() < 2 || !(std::abs(det) > 1e-300 * std::max(1.0, sw * sxx)))
-    throw ParmError(fmt::format("alpha-beta fit: need at least two points with different sizes (got {})", pts.size()));
+    throw UserError(fmt::format("alpha-beta fit: need at least two points with different sizes (got {})", pts.size()));
   AlphaBeta ab;
   ab.beta = (sw * sxt - sx * st) / det;
   ab.alpha = (st - ab.beta * sx) / sw;

@@ -22,7 +22,7 @@ struct AlphaBeta {
 // Ordinary least squares on (x, t). With points spanning decades, the large
 // ones dominate the residual; `relative` weights each point by 1/t^2 so that
 // small messages count as much as large ones (what a percentage error needs).
-// Throws ParmError with fewer than two distinct x.
+// Throws UserError with fewer than two distinct x.
 AlphaBeta fit_alpha_beta(const std::vector<Point>& pts, bool relative = true);
 
 struct HeldOut {
@@ -48,7 +48,7 @@ struct Curve {
   double at(double x) const;
 };
 // Sorts the points, drops x <= 0 (nccl-tests prints 0-byte rows), averages
-// repeated x and fits the line. Throws ParmError with fewer than two distinct x > 0.
+// repeated x and fits the line. Throws UserError with fewer than two distinct x > 0.
 Curve fit_curve(std::vector<Point> pts);
 
 // Held-out errors of a curve and of its line alone: each point in turn is left

@@ -14,9 +14,9 @@ namespace parmsim::calib {
 std::vector<MeasuredCollective> measured_from(const NcclTable& t) {
   CollOp op{};
   if (!parse_coll_op(t.op, &op) || op == CollOp::alltoallv || op == CollOp::saa)
-    throw ParmError(fmt::format("{}: no collective '{}' to fit the machine to", t.file, t.op));
+    throw UserError(fmt::format("{}: no collective '{}' to fit the machine to", t.file, t.op));
   if (t.ranks < 2)
-    throw ParmError(fmt::format("{}: the ranks are not listed (no '#  Rank ... on HOST' lines or config.devices)",
+    throw UserError(fmt::format("{}: the ranks are not listed (no '#  Rank ... on HOST' lines or config.devices)",
                                 t.file));
   std::vector<MeasuredCollective> out;
   for (const Point& p : t.points)
@@ -26,10 +26,10 @@ std::vector<MeasuredCollective> measured_from(const NcclTable& t) {
 
 std::vector<int> measured_group(const MeasuredCollective& m, const Topology& topo) {
   if (m.ranks % m.hosts != 0)
-    throw ParmError(fmt::format("{}: {} ranks do not spread evenly over {} hosts", m.source, m.ranks, m.hosts));
+    throw UserError(fmt::format("{}: {} ranks do not spread evenly over {} hosts", m.source, m.ranks, m.hosts));
   const int ppn = m.ranks / m.hosts;
   if (m.hosts > topo.num_nodes() || ppn > topo.gpus_per_node())
-    throw ParmError(fmt::format(
+    throw UserError(fmt::format(
         "{}: measured on {} host(s) of {} GPUs; topology '{}' has {} node(s) of {} GPUs (try --topo-set nodes={})",
         m.source, m.hosts, ppn, topo.name(), topo.num_nodes(), topo.gpus_per_node(), m.hosts));
   std::vector<int> g;
@@ -171,7 +171,7 @@ struct Fitter {
 
 MachineFit fit_machine(const std::function<Topology(const std::vector<std::string>&)>& load,
                        const std::vector<MeasuredCollective>& ms, const FitOptions& opt) {
-  if (ms.empty()) throw ParmError("fit the machine: no measurements");
+  if (ms.empty()) throw UserError("fit the machine: no measurements");
   MachineFit out;
   Fitter f{load, {}, {}, {}, 0, 0, false};
   const Topology base = load({});

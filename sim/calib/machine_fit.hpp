@@ -43,12 +43,12 @@ struct MeasuredCollective {
   double seconds = 0;  // measured
   std::string source;  // file
 };
-// The rows of an imported table with a size above zero. Throws ParmError for
+// The rows of an imported table with a size above zero. Throws UserError for
 // an op parmsim has no collective for, or unknown ranks.
 std::vector<MeasuredCollective> measured_from(const NcclTable& t);
 
 // The measured group on a topology: `hosts` nodes (the first ones), ranks /
-// hosts GPUs on each (the first ones). Throws ParmError when the topology is
+// hosts GPUs on each (the first ones). Throws UserError when the topology is
 // too small or ranks do not divide evenly.
 std::vector<int> measured_group(const MeasuredCollective& m, const Topology& topo);
 
@@ -82,7 +82,7 @@ struct MachineFit {
 };
 
 // `load(overlay)`: the topology measured, with these overlay assignments.
-// Throws ParmError when no measurement can be modelled on it.
+// Throws UserError when no measurement can be modelled on it.
 MachineFit fit_machine(const std::function<Topology(const std::vector<std::string>&)>& load,
                        const std::vector<MeasuredCollective>& ms, const FitOptions& opt = {});
 

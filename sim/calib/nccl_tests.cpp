@@ -46,18 +46,18 @@ std::string resolve_op(const std::string& file, const std::string& where, const 
                        const std::string& given) {
   const std::string want = given.empty() ? "" : nccl_op(given);
   if (!given.empty() && want.empty())
-    throw ParmError(fmt::format("--op '{}': calibrate imports allreduce, allgather, reducescatter, alltoall or "
+    throw UserError(fmt::format("--op '{}': calibrate imports allreduce, allgather, reducescatter, alltoall or "
                                 "sendrecv (nccl-tests' all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
                                 "alltoall_perf, sendrecv_perf)",
                                 given));
   if (!program.empty()) {
     const std::string has = nccl_op(program);
     if (has.empty())
-      throw ParmError(fmt::format("{}: the table is {}'s: calibrate imports all_reduce_perf, all_gather_perf, "
+      throw UserError(fmt::format("{}: the table is {}'s: calibrate imports all_reduce_perf, all_gather_perf, "
                                   "reduce_scatter_perf, alltoall_perf and sendrecv_perf tables",
                                   where, program));
     if (!want.empty() && want != has)
-      throw ParmError(fmt::format("{}: the table is {}'s ({}), not --op {}'s; leave --op out, or import the {} table",
+      throw UserError(fmt::format("{}: the table is {}'s ({}), not --op {}'s; leave --op out, or import the {} table",
                                   where, program, has, given, want));
     return has;
   }
@@ -88,10 +88,10 @@ void check_wrong(const std::string& cell, const std::string& where, const char* 
   if (cell == "N/A") return;
   double n = 0;
   if (!number(cell, &n) || !(n >= 0))
-    throw ParmError(fmt::format("{}: expected a count or N/A in the {} #wrong column, got '{}' in '{}'", where, which,
+    throw UserError(fmt::format("{}: expected a count or N/A in the {} #wrong column, got '{}' in '{}'", where, which,
                                 cell, line));
   if (n > 0)
-    throw ParmError(fmt::format("{}: #wrong is {} ({}) at size {:.0f}: nccl-tests found wrong results in this run; "
+    throw UserError(fmt::format("{}: #wrong is {} ({}) at size {:.0f}: nccl-tests found wrong results in this run; "
                                 "its times are not a measurement to calibrate from",
                                 where, cell, which, size));
 }
@@ -169,7 +169,7 @@ NcclTable parse_nccl_tests_text(const std::string& text, const std::string& file
     if (static_cast<int>(tk.size()) < need || tc < 0 || !number(tk[0], &size) ||
         !number(tk[static_cast<std::size_t>(tc)], &time_us) || !(size >= 0) || !std::isfinite(size) ||
         size != std::floor(size) || !(time_us > 0) || !std::isfinite(time_us))
-      throw ParmError(
+      throw UserError(
           fmt::format("{}:{}: expected an nccl-tests data line (size count type redop root time algbw "
                       "busbw #wrong time algbw busbw #wrong), got '{}'",
                       file, lineno, line));
@@ -180,12 +180,12 @@ NcclTable parse_nccl_tests_text(const std::string& text, const std::string& file
   }
   t.op = resolve_op(file, program_at, program, op);
   if (t.op.empty())
-    throw ParmError(
+    throw UserError(
         fmt::format("{}: cannot tell which collective this is (no 'Collective test starting' line and "
                     "no all_reduce/all_gather/reduce_scatter/alltoall/sendrecv in the file name); give "
                     "--op",
                     file));
-  if (t.points.empty()) throw ParmError(fmt::format("{}: no data lines", file));
+  if (t.points.empty()) throw UserError(fmt::format("{}: no data lines", file));
   t.hosts = static_cast<int>(hosts.size());
   // Whole processes: a process's rank lines may be cut short (nccl-tests prints them into 2048 characters).
   t.ranks = t.per_process > 0 ? (seen + t.per_process - 1) / t.per_process * t.per_process : seen;
@@ -203,7 +203,7 @@ NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file
   } catch (const nlohmann::json::parse_error& e) {
     const std::size_t at = std::min<std::size_t>(e.byte, text.size());
     const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n');
-    throw ParmError(fmt::format("{}:{}: malformed JSON: {}", file, line, e.what()));
+    throw UserError(fmt::format("{}:{}: malformed JSON: {}", file, line, e.what()));
   } catch (const nlohmann::json::out_of_range& e) {
     // A number beyond a double (1e999): out_of_range.406 names the number ("... parsing '1e999'"),
     // not its place: the first occurrence of that text is where it is.
@@ -211,7 +211,7 @@ NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file
     const auto q = msg.find('\'');
     const std::size_t at = q == std::string::npos ? 0 : text.find(msg.substr(q + 1, msg.rfind('\'') - q - 1));
     const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(std::min(at, text.size())), '\n');
-    throw ParmError(fmt::format("{}:{}: malformed JSON: {}", file, line, msg));
+    throw UserError(fmt::format("{}:{}: malformed JSON: {}", file, line, msg));
   }
   NcclTable t;
   t.file = file;
@@ -220,7 +220,7 @@ NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file
     program = program_of(j["args"][0].get<std::string>());
   t.op = resolve_op(file, file + ": args[0]", program, op);
   if (t.op.empty())
-    throw ParmError(
+    throw UserError(
         fmt::format("{}: cannot tell which collective this is (args[0] names no nccl-tests program); "
                     "give --op",
                     file));
@@ -231,7 +231,7 @@ NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file
     auto count = [&](const char* k) {
       if (!cfg.contains(k)) return 1;
       if (!cfg[k].is_number_integer() || cfg[k].get<long long>() < 1 || cfg[k].get<long long>() > 1024)
-        throw ParmError(fmt::format("{}: config.{}: expected an integer in [1, 1024]", file, k));
+        throw UserError(fmt::format("{}: config.{}: expected an integer in [1, 1024]", file, k));
       return static_cast<int>(cfg[k].get<long long>());
     };
     t.per_process = count("nthreads") * count("ngpus");
@@ -245,46 +245,46 @@ NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file
   }
   t.hosts = static_cast<int>(hosts.size());
   if (!j.contains("results") || !j["results"].is_array())
-    throw ParmError(fmt::format("{}: no \"results\" list (is this nccl-tests -J output?)", file));
+    throw UserError(fmt::format("{}: no \"results\" list (is this nccl-tests -J output?)", file));
   std::size_t i = 0;
   for (const auto& r : j["results"]) {
     const auto where = fmt::format("{}: results[{}]", file, i++);
     if (!r.is_object() || !r.contains("size") || !r["size"].is_number())
-      throw ParmError(fmt::format("{}: expected an object with a numeric \"size\"", where));
+      throw UserError(fmt::format("{}: expected an object with a numeric \"size\"", where));
     const nlohmann::json* body = nullptr;
     for (const char* k : {"out_of_place", "in_place"})
       if (r.contains(k) && r[k].is_object()) {
         body = &r[k];
         break;
       }
-    if (!body) throw ParmError(fmt::format("{}: neither out_of_place nor in_place holds a result", where));
+    if (!body) throw UserError(fmt::format("{}: neither out_of_place nor in_place holds a result", where));
     const char* key = body->contains("time") ? "time" : "cpu_time";
     if (!body->contains(key) || !(*body)[key].is_number() || !((*body)[key].get<double>() > 0) ||
         !std::isfinite((*body)[key].get<double>()))
-      throw ParmError(fmt::format("{}: expected a positive \"time\" in microseconds", where));
+      throw UserError(fmt::format("{}: expected a positive \"time\" in microseconds", where));
     const double size = r["size"].get<double>();
     if (!(size >= 0) || !std::isfinite(size) || size != std::floor(size))
-      throw ParmError(fmt::format("{}: expected a whole, non-negative \"size\" in bytes", where));
+      throw UserError(fmt::format("{}: expected a whole, non-negative \"size\" in bytes", where));
     // nwrong: a count, or null when validation was off (-c 0).
     for (const char* k : {"out_of_place", "in_place"}) {
       if (!r.contains(k) || !r[k].is_object() || !r[k].contains("nwrong") || r[k]["nwrong"].is_null()) continue;
       const auto& w = r[k]["nwrong"];
       if (!w.is_number() || !(w.get<double>() >= 0))
-        throw ParmError(fmt::format("{}.{}.nwrong: expected a count or null", where, k));
+        throw UserError(fmt::format("{}.{}.nwrong: expected a count or null", where, k));
       if (w.get<double>() > 0)
-        throw ParmError(fmt::format("{}.{}.nwrong is {} at size {:.0f}: nccl-tests found wrong results in this run; "
+        throw UserError(fmt::format("{}.{}.nwrong is {} at size {:.0f}: nccl-tests found wrong results in this run; "
                                     "its times are not a measurement to calibrate from",
                                     where, k, w.dump(), size));
     }
     t.points.push_back({size, (*body)[key].get<double>() * 1e-6});
   }
-  if (t.points.empty()) throw ParmError(fmt::format("{}: no results", file));
+  if (t.points.empty()) throw UserError(fmt::format("{}: no results", file));
   return t;
 }
 
 NcclTable read_nccl_tests(const std::string& file, const std::string& op) {
   std::ifstream in(file);
-  if (!in) throw ParmError(fmt::format("{}: cannot open file", file));
+  if (!in) throw UserError(fmt::format("{}: cannot open file", file));
   char c = 0;
   while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
   }

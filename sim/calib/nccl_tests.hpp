@@ -31,7 +31,7 @@ std::string nccl_op(const std::string& name);
 // when its "Collective test starting" line (JSON: args[0]) names another, or
 // names a program parmsim cannot calibrate (broadcast_perf, ...), that is an
 // error naming file:line. Otherwise the op comes from the file name. Throws
-// ParmError naming file:line for a malformed data line and for a row whose
+// UserError naming file:line for a malformed data line and for a row whose
 // #wrong column (JSON: nwrong) is not 0 or N/A, and when no data line or no op
 // is found.
 NcclTable read_nccl_tests_text(const std::string& file, const std::string& op = "");

@@ -211,19 +211,19 @@ std::optional<NcclAsk> nccl_ask(const Collective& c) {
   if (!c.proto.empty()) {
     NcclProto p;
     if (!parse_nccl_proto(c.proto, &p))
-      throw ParmError(fmt::format("collective '{}': unknown protocol '{}'; known: ll, ll128, simple", c.name, c.proto));
+      throw UserError(fmt::format("collective '{}': unknown protocol '{}'; known: ll, ll128, simple", c.name, c.proto));
     ask.proto = p;
   }
   return ask;
 }
 
-// f() with c's name put before the message of a ParmError it throws.
+// f() with c's name put before the message of a UserError it throws.
 template <class F>
 auto naming(const Collective& c, F&& f) {
   try {
     return f();
-  } catch (const ParmError& e) {
-    throw ParmError(fmt::format("collective '{}': {}", c.name, e.what()));
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("collective '{}': {}", c.name, e.what()));
   }
 }
 
@@ -269,7 +269,7 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
   for (int j = 1; j < conc.copies; ++j)
     for (int r : c.group)
       if (r + j * conc.stride < 0 || r + j * conc.stride >= topo.num_gpus())
-        throw ParmError(fmt::format("collective '{}': concurrent copy {} (stride {}) names rank {}, outside the {} GPUs",
+        throw UserError(fmt::format("collective '{}': concurrent copy {} (stride {}) names rank {}, outside the {} GPUs",
                                     c.name, j, conc.stride, r + j * conc.stride, topo.num_gpus()));
   CostForm f;
   const int p = static_cast<int>(c.group.size());
@@ -300,7 +300,7 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
     for (int& r : cj.group) r += j * conc.stride;
     copy_plan.push_back(make_plan(cj, topo));
     if (copy_plan.back().xfers.size() != plan.xfers.size())
-      throw ParmError(fmt::format("internal: collective '{}': concurrent copy {} has another plan", c.name, j));
+      throw InternalError(fmt::format("collective '{}': concurrent copy {} has another plan", c.name, j));
     copy_c.push_back(std::move(cj));
   }
   const int S = static_cast<int>(plan.steps.size());
@@ -316,7 +316,7 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
   for (int s = 0; s < S; ++s)
     for (int d : plan.steps[s].deps)
       if (d >= 0) {
-        if (d >= s) throw ParmError(fmt::format("internal: collective '{}': step {} depends on later step {}", c.name, s, d));
+        if (d >= s) throw InternalError(fmt::format("collective '{}': step {} depends on later step {}", c.name, s, d));
         depth[s] = std::max(depth[s], depth[d] + 1);
       }
 
@@ -432,7 +432,7 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
       if (--indeg[*it] == 0) queue.push_back(*it);
   }
   if (static_cast<int>(queue.size()) != V)
-    throw ParmError(fmt::format("internal: collective '{}': the plan's steps wait on each other in a cycle", c.name));
+    throw InternalError(fmt::format("collective '{}': the plan's steps wait on each other in a cycle", c.name));
   for (int s = 0; s < S; ++s)
     if (sink[s]) f.envelope.insert(f.envelope.end(), val[2 * s + 1].begin(), val[2 * s + 1].end());
   prune(f.envelope);
@@ -637,7 +637,7 @@ CollectiveCosts::~CollectiveCosts() = default;
 
 const BoundCollective& CollectiveCosts::bound(const Collective& c, Concurrent k) const {
   if (c.op == CollOp::alltoallv)
-    throw ParmError(fmt::format("collective '{}': an alltoallv cannot be bound (its form depends on its matrix)", c.name));
+    throw UserError(fmt::format("collective '{}': an alltoallv cannot be bound (its form depends on its matrix)", c.name));
   std::uint64_t h = key_hash(c, c.algo, key_, k);
   mix(h, c.name);
   std::lock_guard lk(bound_->mu);

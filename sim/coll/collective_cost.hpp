@@ -74,7 +74,7 @@ struct Concurrent {
   int stride = 0;
 };
 
-// Builds the form from a fresh plan (no cache). Throws ParmError as make_plan does.
+// Builds the form from a fresh plan (no cache). Throws UserError as make_plan does.
 CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent k = {});
 
 // The cached form for c's (op, resolved algorithm, group, inner, window) on
@@ -146,7 +146,7 @@ class CollectiveCosts {
   double time_s(const Collective& c, double bytes, Concurrent k) const;
   // c (its op, algorithm, protocol, channels, group, inner, window and name;
   // not its bytes) with `k`, bound: the same object for the same collective
-  // for the life of this object. Thread-safe. Throws ParmError for alltoallv.
+  // for the life of this object. Thread-safe. Throws UserError for alltoallv.
   const BoundCollective& bound(const Collective& c, Concurrent k = {}) const;
   // Unique among every CollectiveCosts of the process (never reused): a key
   // for per-thread tables of bound collectives.

@@ -8,15 +8,10 @@
 #include <optional>
 
 #include "sim/coll/nccl_model.hpp"
+#include "sim/graph/algorithms.hpp"
 #include "sim/core/error.hpp"
 
 namespace parmsim {
-
-const std::vector<std::string>& algorithm_names() {
-  static const std::vector<std::string> n = {"auto",      "ring",   "tree",     "nvls",         "nvls_tree", "p2p",
-                                             "flat_ring", "direct", "pairwise", "hierarchical", "released",  "pipelined"};
-  return n;
-}
 
 std::string default_algorithm(CollOp op) {
   return op == CollOp::saa ? "released" : "auto";
@@ -140,7 +135,7 @@ std::vector<std::vector<int>> by_node(const Collective& c, const Topology& topo)
   std::vector<std::vector<int>> out;
   for (auto& [node, v] : m) {
     if (!out.empty() && v.size() != out[0].size())
-      throw ParmError(
+      throw UserError(
           fmt::format("collective '{}': hierarchical needs the same number of members on every node "
                       "(node {} has {}, another {})",
                       c.name, node, v.size(), out[0].size()));
@@ -150,7 +145,7 @@ std::vector<std::vector<int>> by_node(const Collective& c, const Topology& topo)
 }
 
 [[noreturn]] void unsupported(const Collective& c, const std::string& algo) {
-  throw ParmError(fmt::format("collective '{}': algorithm '{}' does not implement {}", c.name, algo, to_string(c.op)));
+  throw UserError(fmt::format("collective '{}': algorithm '{}' does not implement {}", c.name, algo, to_string(c.op)));
 }
 
 // Members by node, nodes in order of their index, members in group order.
@@ -326,7 +321,7 @@ CollPlan step_plan(const Collective& c, const Topology& topo, const std::string&
   }
   if (c.op == CollOp::saa) {
     if (c.inner <= 0 || p % c.inner != 0)
-      throw ParmError(fmt::format("collective '{}': saa needs an inner group size dividing the group size {} (inner {})",
+      throw UserError(fmt::format("collective '{}': saa needs an inner group size dividing the group size {} (inner {})",
                                   c.name, p, c.inner));
     if (algo != "released" && algo != "pipelined") unsupported(c, algo);
     const int G = c.inner;
@@ -460,7 +455,7 @@ CollPlan step_plan(const Collective& c, const Topology& topo, const std::string&
   } else {
     std::string names;
     for (const auto& n : algorithm_names()) names += (names.empty() ? "" : ", ") + n;
-    throw ParmError(fmt::format("collective '{}': unknown algorithm '{}'; known: {}", c.name, algo, names));
+    throw UserError(fmt::format("collective '{}': unknown algorithm '{}'; known: {}", c.name, algo, names));
   }
   return b.take();
 }
@@ -471,7 +466,7 @@ std::optional<NcclProto> forced_proto(const Collective& c) {
   if (c.proto.empty()) return std::nullopt;
   NcclProto p;
   if (!parse_nccl_proto(c.proto, &p))
-    throw ParmError(fmt::format("collective '{}': unknown protocol '{}'; known: ll, ll128, simple", c.name, c.proto));
+    throw UserError(fmt::format("collective '{}': unknown protocol '{}'; known: ll, ll128, simple", c.name, c.proto));
   return p;
 }
 
@@ -486,15 +481,15 @@ std::optional<NcclEstimate> nccl_pick(const Collective& c, const Topology& topo,
     return std::nullopt;
   }
   if (c.channels < 0 || c.channels > 64)
-    throw ParmError(fmt::format("collective '{}': channels must be 1..64, got {}", c.name, c.channels));
+    throw UserError(fmt::format("collective '{}': channels must be 1..64, got {}", c.name, c.channels));
   const NcclSystem sys = nccl_system(c.group, topo);
   if (sys_out) *sys_out = sys;
   const std::optional<NcclProto> proto = forced_proto(c);
   try {
     return nccl_choose(c.op, sys, static_cast<double>(c.bytes), named ? std::optional(forced) : std::nullopt, proto,
                        c.channels);
-  } catch (const ParmError& e) {
-    throw ParmError(fmt::format("collective '{}': {}", c.name, e.what()));
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("collective '{}': {}", c.name, e.what()));
   }
 }
 
@@ -515,7 +510,7 @@ std::string resolved_choice(const Collective& c, const Topology& topo) {
 CollPlan make_plan(const Collective& c, const Topology& topo) {
   for (int r : c.group)
     if (r < 0 || r >= topo.num_gpus())
-      throw ParmError(fmt::format("collective '{}' names rank {}, but topology '{}' has {} GPUs", c.name, r,
+      throw UserError(fmt::format("collective '{}' names rank {}, but topology '{}' has {} GPUs", c.name, r,
                                   topo.name(), topo.num_gpus()));
   const std::string algo = resolve(c);
   NcclSystem sys;
@@ -524,7 +519,7 @@ CollPlan make_plan(const Collective& c, const Topology& topo) {
     return nccl_plan(c, topo, sys, *e);
   }
   if (!c.proto.empty() || c.channels != 0)
-    throw ParmError(fmt::format("collective '{}': proto and channels apply to NCCL's algorithms (auto, ring, tree, "
+    throw UserError(fmt::format("collective '{}': proto and channels apply to NCCL's algorithms (auto, ring, tree, "
                                 "nvls, nvls_tree on allreduce, allgather, reducescatter), not to {} {}",
                                 c.name, algo, to_string(c.op)));
   CollPlan plan = step_plan(c, topo, algo);

@@ -8,7 +8,7 @@
 // send/recv pair does; a step is complete when all its transfers are. A member
 // has finished the collective when all its steps are complete.
 //
-// Algorithms (by name, `algorithm_names()`):
+// Algorithms (by name, registered in sim/graph/algorithms.hpp):
 //   auto          the default for every op but saa: NCCL's choice. AllReduce,
 //                 AllGather and ReduceScatter: the (algorithm, protocol,
 //                 channels) NCCL's tuner picks at this size on this topology
@@ -121,14 +121,13 @@ RouteView xfer_route_view(const CollPlan& plan, const CollXfer& x, const std::ve
                           Route& scratch);
 double xfer_cap(const CollPlan& plan, const CollXfer& x);
 
-const std::vector<std::string>& algorithm_names();
 std::string default_algorithm(CollOp op);
 
 // The algorithm make_plan runs for c (auto resolved, NCCL's choice at c.bytes
 // for the tuned ops), e.g. "ring/simple/8", "p2p", "released".
 std::string resolved_choice(const Collective& c, const Topology& topo);
 
-// Throws ParmError if the algorithm does not apply to the op or the group
+// Throws UserError if the algorithm does not apply to the op or the group
 // (hierarchical needs the same number of members on every node it touches).
 CollPlan make_plan(const Collective& c, const Topology& topo);
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <type_traits>
 
+#include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 
 namespace parmsim {
@@ -83,11 +84,10 @@ double rung_at_most(const std::vector<double>& l, double bw) {
   return l.back();
 }
 
-int arch_of(const std::string& gpu) {
-  if (gpu == "b200" || gpu == "b300" || gpu == "gb200") return 3;
-  if (gpu == "h100" || gpu == "h200" || gpu == "h800" || gpu == "h20") return 2;
-  if (gpu == "a100" || gpu == "a800" || gpu == "rtx_a6000" || gpu == "a6000") return 1;
-  return 0;
+// NCCL's compCapIndex (src/graph/tuning.cc): 3 from compute capability 10.0
+// (Blackwell), 2 from 9.0 (Hopper), 1 from 8.0 (Ampere), 0 below.
+int nccl_arch(int compute_capability) {
+  return compute_capability >= 100 ? 3 : compute_capability >= 90 ? 2 : compute_capability >= 80 ? 1 : 0;
 }
 
 std::string lower(std::string s) {
@@ -158,7 +158,7 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
   s.nodes = static_cast<int>(by_node.size());
   for (const auto& [n, v] : by_node) s.ppn = std::max(s.ppn, static_cast<int>(v.size()));
   for (const auto& [n, v] : by_node) s.uniform = s.uniform && static_cast<int>(v.size()) == s.ppn;
-  s.arch = arch_of(topo.gpu_model());
+  s.arch = nccl_arch(gpu_profile(topo.gpu_model()).compute_capability);
   s.nics = topo.nics_per_node();
   s.amd_cpu = topo.hints().amd_cpu;
   s.launch_us = topo.hints().launch_us;
@@ -421,7 +421,7 @@ NcclTuner::NcclTuner(CollOp op, const NcclSystem& s, std::optional<NcclAlgo> alg
     }
   }
   if (size_ == 0)
-    throw ParmError(fmt::format("no NCCL algorithm runs {} here{}{}", to_string(op), reasons.empty() ? "" : ": ",
+    throw UserError(fmt::format("no NCCL algorithm runs {} here{}{}", to_string(op), reasons.empty() ? "" : ": ",
                                 reasons));
 }
 

@@ -83,7 +83,7 @@ std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAl
                                           double bytes, std::string* why = nullptr);
 
 // NCCL's choice: the least estimated time over the enabled pairs, limited to
-// `algo`/`proto` when given. Throws ParmError when nothing is left (e.g. NVLS
+// `algo`/`proto` when given. Throws UserError when nothing is left (e.g. NVLS
 // forced on a topology without NVLS switches).
 NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::optional<NcclAlgo> algo = {},
                          std::optional<NcclProto> proto = {}, int channels = 0);
@@ -94,7 +94,7 @@ NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::opti
 // with a few multiply-adds per pair (the closed form asks for thousands).
 class NcclTuner {
  public:
-  // Throws ParmError as nccl_choose does when nothing is left.
+  // Throws UserError as nccl_choose does when nothing is left.
   NcclTuner(CollOp op, const NcclSystem& s, std::optional<NcclAlgo> algo = {}, std::optional<NcclProto> proto = {},
             int channels = 0);
   // nccl_choose(op, s, bytes, algo, proto, channels); `index` receives the

@@ -25,11 +25,11 @@ std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path) {
     m.system = get("system");
     m.gpu = get("gpu");
     if (m.gpu != "a100" && m.gpu != "h100" && m.gpu != "h200" && m.gpu != "b200")
-      throw ParmError(fmt::format("{}: column 'gpu': expected a100, h100, h200 or b200, got '{}'", where, m.gpu));
+      throw UserError(fmt::format("{}: column 'gpu': expected a100, h100, h200 or b200, got '{}'", where, m.gpu));
     m.nodes = static_cast<int>(positive_int(get("nodes"), "nodes", where));
     m.gpus_per_node = static_cast<int>(positive_int(get("gpus_per_node"), "gpus_per_node", where));
     if (m.nodes > 4096 || m.gpus_per_node > 72)
-      throw ParmError(fmt::format("{}: at most 4096 nodes of 72 GPUs", where));
+      throw UserError(fmt::format("{}: at most 4096 nodes of 72 GPUs", where));
     if (!get("nics_per_node").empty()) {
       m.nics_per_node = static_cast<int>(positive_int(get("nics_per_node"), "nics_per_node", where));
       m.nic_gbps = positive_number(get("nic_gbps"), "nic_gbps", where);
@@ -43,7 +43,7 @@ std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path) {
     if (!parse_coll_op(get("op"), &m.op) ||
         (m.op != CollOp::allreduce && m.op != CollOp::allgather && m.op != CollOp::reducescatter &&
          m.op != CollOp::alltoall))
-      throw ParmError(
+      throw UserError(
           fmt::format("{}: column 'op': expected allreduce, allgather, reducescatter or alltoall, got '{}'", where,
                       get("op")));
     m.bytes = static_cast<std::uint64_t>(positive_int(get("bytes"), "bytes", where));
@@ -63,9 +63,9 @@ std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path) {
     for (char& c : m.proto) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     m.quality = get("quality");
     if (m.quality != "ok" && m.quality != "suspect")
-      throw ParmError(fmt::format("{}: column 'quality': expected ok or suspect, got '{}'", where, m.quality));
+      throw UserError(fmt::format("{}: column 'quality': expected ok or suspect, got '{}'", where, m.quality));
     m.source = get("source");
-    if (m.source.empty()) throw ParmError(fmt::format("{}: column 'source' is empty", where));
+    if (m.source.empty()) throw UserError(fmt::format("{}: column 'source' is empty", where));
     rows.push_back(std::move(m));
   });
   return rows;
@@ -134,7 +134,7 @@ NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool text
     std::string note;
     try {
       resolved_choice(c, topo);
-    } catch (const ParmError&) {
+    } catch (const UserError&) {
       // The run forced what NCCL cannot do here (it then runs its own choice).
       note = fmt::format(" ({} unavailable)", c.algo);
       c.algo.clear();

@@ -30,7 +30,7 @@ struct NcclMeasurement {
   double measured_us = 0;  // printed, or derived from busbw
 };
 
-// Throws ParmError "FILE:LINE: ..." for a missing column or a bad value.
+// Throws UserError "FILE:LINE: ..." for a missing column or a bad value.
 std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path);
 
 // The YAML of the cluster a row runs on; `line_rate`: every link at its line

@@ -67,12 +67,12 @@ inline __attribute__((always_inline)) Time memory_time(const GpuProfile& gpu, DT
 inline __attribute__((always_inline)) GemmPlan plan(const GpuProfile& gpu, DType dtype, const GemmShape& s,
                                                     double bytes_override) {
   if (s.m < 1 || s.n < 1 || s.k < 1 || s.batch < 1)
-    throw ParmError(fmt::format("GEMM shape m={} n={} k={} batch={}: every dimension must be >= 1", s.m, s.n, s.k,
+    throw UserError(fmt::format("GEMM shape m={} n={} k={} batch={}: every dimension must be >= 1", s.m, s.n, s.k,
                                 s.batch));
   if (gpu.sm_count < 1)
-    throw ParmError(fmt::format("GPU profile '{}' has no SM count; the tile model needs one", gpu.name));
+    throw UserError(fmt::format("GPU profile '{}' has no SM count; the tile model needs one", gpu.name));
   if (!tiles64_below_2p62(s))
-    throw ParmError(
+    throw UserError(
         fmt::format("GEMM shape m={} n={} k={} batch={}: 2^62 or more tiles of 64 x 64, more than the "
                     "tile model counts",
                     s.m, s.n, s.k, s.batch));
@@ -158,9 +158,9 @@ inline __attribute__((always_inline)) GemmShape shape_or_cube(std::span<const st
     return {d, d, d, 1};
   }
   if (shape.size() != 3 && shape.size() != 4)
-    throw ParmError(fmt::format("a GEMM shape has 3 entries [m, n, k] or 4 [m, n, k, batch], not {}", shape.size()));
+    throw UserError(fmt::format("a GEMM shape has 3 entries [m, n, k] or 4 [m, n, k, batch], not {}", shape.size()));
   for (const std::int64_t v : shape)
-    if (v < 1) throw ParmError(fmt::format("a GEMM shape entry is {}; every entry must be >= 1", v));
+    if (v < 1) throw UserError(fmt::format("a GEMM shape entry is {}; every entry must be >= 1", v));
   return {shape[0], shape[1], shape[2], shape.size() == 4 ? shape[3] : 1};
 }
 }  // namespace

@@ -40,12 +40,12 @@ struct GemmPlan {
   Time total;              // launch + max(compute, memory)
 };
 
-// `bytes_override` > 0 replaces the A + B + C bytes in the memory roofline. Throws ParmError for a
+// `bytes_override` > 0 replaces the A + B + C bytes in the memory roofline. Throws UserError for a
 // dimension < 1 or an unsupported dtype. Needs gpu.sm_count > 0.
 GemmPlan plan_gemm(const GpuProfile& gpu, DType dtype, const GemmShape& s, double bytes_override = 0);
 Time gemm_time(const GpuProfile& gpu, DType dtype, const GemmShape& s, double bytes_override = 0);
 
-// {m, n, k} or {m, n, k, batch} as given (every entry >= 1, else ParmError); empty: the cube
+// {m, n, k} or {m, n, k, batch} as given (every entry >= 1, else UserError); empty: the cube
 // m = n = k = ceil(cbrt(flops / 2)) (at least 1), i.e. the squarest GEMM of those FLOPs.
 GemmShape gemm_shape_or_cube(std::span<const std::int64_t> shape, std::uint64_t flops);
 

@@ -21,12 +21,12 @@ std::vector<GemmMeasurement> load_gemm_measurements(const std::string& path) {
     r.gpu = get("gpu");
     bool known = false;
     for (const GpuProfile& g : gpu_profiles()) known = known || (g.name == r.gpu && g.sm_count > 0);
-    if (!known) throw ParmError(fmt::format("{}: unknown GPU profile '{}' (or one without a tile model)", where, r.gpu));
+    if (!known) throw UserError(fmt::format("{}: unknown GPU profile '{}' (or one without a tile model)", where, r.gpu));
     try {
       r.dtype = parse_dtype(get("dtype"));
       gpu_profile(r.gpu).peak(r.dtype);
-    } catch (const ParmError& e) {
-      throw ParmError(fmt::format("{}: {}", where, e.what()));
+    } catch (const UserError& e) {
+      throw UserError(fmt::format("{}: {}", where, e.what()));
     }
     r.shape.m = positive_int(get("m"), "m", where);
     r.shape.n = positive_int(get("n"), "n", where);
@@ -34,17 +34,17 @@ std::vector<GemmMeasurement> load_gemm_measurements(const std::string& path) {
     r.shape.batch = get("batch").empty() ? 1 : positive_int(get("batch"), "batch", where);
     const std::string us = get("measured_us"), tf = get("measured_tflops");
     if (us.empty() == tf.empty())
-      throw ParmError(fmt::format("{}: give exactly one of measured_us and measured_tflops", where));
+      throw UserError(fmt::format("{}: give exactly one of measured_us and measured_tflops", where));
     r.measured_us = !us.empty() ? positive_number(us, "measured_us", where)
                                 : r.shape.flops() / (positive_number(tf, "measured_tflops", where) * 1e12) * 1e6;
     r.timing = get("timing");
     r.source = get("source");
     r.notes = get("notes");
-    if (r.timing.empty()) throw ParmError(fmt::format("{}: column 'timing' is empty", where));
-    if (r.source.empty()) throw ParmError(fmt::format("{}: column 'source' is empty", where));
+    if (r.timing.empty()) throw UserError(fmt::format("{}: column 'timing' is empty", where));
+    if (r.source.empty()) throw UserError(fmt::format("{}: column 'source' is empty", where));
     rows.push_back(std::move(r));
   });
-  if (rows.empty()) throw ParmError(fmt::format("{}: no measurements", path));
+  if (rows.empty()) throw UserError(fmt::format("{}: no measurements", path));
   return rows;
 }
 

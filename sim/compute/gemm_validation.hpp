@@ -22,7 +22,7 @@ struct GemmMeasurement {
   std::string timing, notes, source;
 };
 
-// Throws ParmError "FILE:LINE: ..." for a missing column, a bad value or an unknown GPU profile.
+// Throws UserError "FILE:LINE: ..." for a missing column, a bad value or an unknown GPU profile.
 std::vector<GemmMeasurement> load_gemm_measurements(const std::string& path);
 
 struct GemmValidationRow {

@@ -51,30 +51,41 @@ GpuProfile make(std::string name, std::string source, int sms, double fp32, doub
   g.launch = launch;
   return g;
 }
+// NCCL's per-GPU facts: the compute capability (CUDA C Programming Guide, "Compute
+// Capabilities": Turing 7.5, A100 8.0, GA102 8.6, H100/H200 9.0, B200 10.0) and
+// the NVLink efficiency, NCCL's per-link NVLink bandwidth over the line rate
+// (NVIDIA/nccl src/graph/topo.h: SM80_NVLINK_BW 20.0, SM90 20.6, SM100 40.1 GB/s
+// against 25, 25 and 50 GB/s per link). The GeForce and RTX cards keep 1.0:
+// the shipped topologies give them no NVLink.
+GpuProfile with_nccl(GpuProfile g, int compute_capability, double nvlink_efficiency) {
+  g.compute_capability = compute_capability;
+  g.nvlink_efficiency = nvlink_efficiency;
+  return g;
+}
 }  // namespace
 
 const std::vector<GpuProfile>& gpu_profiles() {
   // Peaks are dense (no sparsity). Arguments: SMs; peak FP32 SIMT, TF32, FP16, BF16; sustained
   // FP32, FP16, BF16 (FLOP/s); HBM bytes/s.
   static const std::vector<GpuProfile> p = {
-      make("h100",
+      with_nccl(make("h100",
            "H100 SXM5: 132 SMs [NVIDIA GPU background guide]; peaks 67 FP32 / 494.5 TF32 / 989 FP16 / 989 BF16 "
            "TFLOP/s and 3.35 TB/s HBM3 [stas00/ml-engineering@744d01e1 compute/accelerator/README.md L265, L484]; "
            "cuBLAS sustains 51.88 FP32 / 760.04 FP16 / 797.51 BF16 TFLOP/s "
            "[zzc0721/torch-performance-test-data@9d828276 database.md L34, issue #79]",
-           132, 67e12, 494.5e12, 989e12, 989e12, 51.88e12, 760.04e12, 797.51e12, 3.35e12),
-      make("h200",
+           132, 67e12, 494.5e12, 989e12, 989e12, 51.88e12, 760.04e12, 797.51e12, 3.35e12), 90, 20.6 / 25.0),
+      with_nccl(make("h200",
            "H200 SXM: H100 compute, 132 SMs; peaks 67 / 494.5 / 989 / 989 TFLOP/s, 4.8 TB/s HBM3e "
            "[ml-engineering@744d01e1 compute/accelerator/README.md L264, L476]; sustained 51.34 FP32 / 759.40 FP16 "
            "/ 790.29 BF16 TFLOP/s [zzc0721/torch-performance-test-data@9d828276 database.md L57]",
-           132, 67e12, 494.5e12, 989e12, 989e12, 51.34e12, 759.40e12, 790.29e12, 4.8e12),
-      make("a100",
+           132, 67e12, 494.5e12, 989e12, 989e12, 51.34e12, 759.40e12, 790.29e12, 4.8e12), 90, 20.6 / 25.0),
+      with_nccl(make("a100",
            "A100 SXM4 80GB: 108 SMs, 2039 GB/s HBM2e [NVIDIA GPU Performance Background guide]; peaks 19.5 FP32 / "
            "156 TF32 / 312 FP16 / 312 BF16 TFLOP/s [ml-engineering@744d01e1 compute/accelerator/README.md L275]; "
            "sustained 19.18 FP32 / 258.74 FP16 / 264.53 BF16 TFLOP/s "
            "[zzc0721/torch-performance-test-data@9d828276 database.md L13]",
-           108, 19.5e12, 156e12, 312e12, 312e12, 19.18e12, 258.74e12, 264.53e12, 2.039e12),
-      make("rtx2080ti",
+           108, 19.5e12, 156e12, 312e12, 312e12, 19.18e12, 258.74e12, 264.53e12, 2.039e12), 80, 20.0 / 25.0),
+      with_nccl(make("rtx2080ti",
            "GeForce RTX 2080 Ti (Turing TU102): 68 SMs at 1.545 GHz (https://github.com/tensorflow/tensorflow/issues/"
            "42572); 13.45 TFLOP/s FP32 (https://gpu.spicedreamphone.com/ru/gpu/nvidia/geforce-rtx-2080-ti); FP16 "
            "tensor with FP32 accumulate 53.8 TFLOP/s, derived: 544 tensor cores x 64 FMA/clk x 2 x 1.545 GHz, halved "
@@ -82,38 +93,42 @@ const std::vector<GpuProfile>& gpu_profiles() {
            "tensor cores; 616 GB/s GDDR6 (352-bit x 14 Gbit/s, NVIDIA product specification); sustained 13.04 FP32 / "
            "58.58 FP16 TFLOP/s [zzc0721/torch-performance-test-data@9d828276 database.md L119, issue #115], above "
            "the reference-clock peak because cards boost past 1.545 GHz",
-           68, 13.45e12, 0, 53.8e12, 0, 13.04e12, 58.58e12, 0, 616e9),
-      make("rtx_a6000",
+           68, 13.45e12, 0, 53.8e12, 0, 13.04e12, 58.58e12, 0, 616e9), 75, 1.0),
+      with_nccl(make("rtx_a6000",
            "RTX A6000 (GA102): 84 SMs, 38.7 TFLOP/s FP32 at 1.8 GHz "
            "(https://sysrqmts.com/es/gpus/compare/nvidia-rtx-a6000-vs-nvidia-tesla-p40); 154.8 FP16/BF16 tensor dense "
            "(https://llmperf.net/categories/gpu/Nvidia-A6000-GPUs); TF32 77.4, derived with the A40 datasheet ratio "
            "74.8/149.7; 768 GB/s GDDR6 (NVIDIA RTX A6000 datasheet); sustained 23.92 FP32 / 120.49 FP16 / 123.34 "
            "BF16 TFLOP/s [zzc0721/torch-performance-test-data@9d828276 database.md L58]",
-           84, 38.7e12, 77.4e12, 154.8e12, 154.8e12, 23.92e12, 120.49e12, 123.34e12, 768e9),
-      make("b200",
+           84, 38.7e12, 77.4e12, 154.8e12, 154.8e12, 23.92e12, 120.49e12, 123.34e12, 768e9), 86, 1.0),
+      with_nccl(make("b200",
            "B200 SXM: 148 SMs (one SKU); peaks 80 FP32 / 1125 TF32 / 2250 FP16 / 2250 BF16 TFLOP/s, 8 TB/s HBM3e "
            "[ml-engineering@744d01e1 compute/accelerator/README.md L260, L474]; sustained 66.24 FP32 / 1627.64 FP16 "
            "/ 1696.03 BF16 TFLOP/s [zzc0721/torch-performance-test-data@9d828276 database.md L3]",
-           148, 80e12, 1125e12, 2250e12, 2250e12, 66.24e12, 1627.64e12, 1696.03e12, 8e12),
+           148, 80e12, 1125e12, 2250e12, 2250e12, 66.24e12, 1627.64e12, 1696.03e12, 8e12), 100, 40.1 / 50.0),
       // No tile model (sm_count 0): launch + max(flops / peak, bytes / bandwidth).
-      make("cpu",
+      with_nccl(make("cpu",
            "A CPU core running parmsim's reference kernels (rough: 2 GFLOP/s, 5 GB/s, 1 us per kernel); calibrate it "
            "(parmsim calibrate --backend cpu) before trusting it",
-           0, 2e9, 0, 2e9, 2e9, 0, 0, 0, 5e9, 1.0, Time::ns(1000)),
+           0, 2e9, 0, 2e9, 2e9, 0, 0, 0, 5e9, 1.0, Time::ns(1000)), 0, 1.0),
   };
   return p;
 }
 
 void GpuProfile::unsupported(DType d) const {
-  throw ParmError(fmt::format("GPU profile '{}' does not support {}", name, to_string(d)));
+  throw UserError(fmt::format("GPU profile '{}' does not support {}", name, to_string(d)));
+}
+
+std::string gpu_profile_names() {
+  std::string known;
+  for (const GpuProfile& g : gpu_profiles()) known += (known.empty() ? "" : ", ") + g.name;
+  return known;
 }
 
 const GpuProfile& gpu_profile(const std::string& name) {
   for (const GpuProfile& g : gpu_profiles())
     if (g.name == name) return g;
-  std::string known;
-  for (const GpuProfile& g : gpu_profiles()) known += (known.empty() ? "" : ", ") + g.name;
-  throw ParmError(fmt::format("unknown GPU profile '{}'; known profiles: {}", name, known));
+  throw UserError(fmt::format("unknown GPU profile '{}'; known profiles: {}", name, gpu_profile_names()));
 }
 
 std::string_view task_kind(std::string_view task_name) {

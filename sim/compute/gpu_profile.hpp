@@ -34,6 +34,12 @@ struct GpuProfile {
   double hbm_bandwidth = 0;    // bytes/s, datasheet
   double mem_efficiency = 1;   // fraction of hbm_bandwidth a streaming kernel sustains
   Time launch;                 // fixed per-kernel floor
+  // CUDA compute capability x 10 (90 = sm_90); 0 = not a GPU. NCCL's tuner tables
+  // are chosen by it (sim/coll/nccl_model.cpp: nccl_arch).
+  int compute_capability = 0;
+  // The fraction of an NVLink's line rate NCCL counts per link (NVIDIA/nccl
+  // src/graph/topo.h); the default of a topology's link_efficiency.nvlink.
+  double nvlink_efficiency = 1.0;
 
   // throws if the dtype is unsupported
   double peak(DType d) const {
@@ -49,11 +55,16 @@ struct GpuProfile {
   }
 
  private:
-  [[noreturn]] void unsupported(DType d) const;  // the ParmError peak() throws
+  [[noreturn]] void unsupported(DType d) const;  // the UserError peak() throws
 };
 
-const GpuProfile& gpu_profile(const std::string& name);  // throws ParmError listing the known ones
+// The registry of GPU profiles: every per-GPU fact the simulator uses (compute,
+// memory, NCCL's architecture class, NVLink efficiency) lives in a profile, and
+// every list of GPUs (help, errors) comes from here. Adding a GPU is one entry.
+const GpuProfile& gpu_profile(const std::string& name);  // throws a UserError listing the known ones
 const std::vector<GpuProfile>& gpu_profiles();
+// "h100, h200, ..." (the profiles' names, in registry order).
+std::string gpu_profile_names();
 
 // Duration of one compute task on a GPU of this profile. With a calibration
 // that has a table for this kind of task (`kind`: the task name before '#')

@@ -4,12 +4,29 @@
 
 namespace parmsim {
 
-// Every user-facing failure (bad input, impossible configuration, stuck graph)
-// is a ParmError whose message is complete: it names the file, line, key or
-// tasks involved. The command prints it as is and exits non-zero.
-class ParmError : public std::runtime_error {
+// Two kinds of failure, told apart by type, never by their text:
+//
+// UserError: the user's mistake or an impossible request (bad input, an
+// impossible configuration, a stuck graph). Its message is complete: it names
+// the file, line, key, option or tasks involved. The command prints it on one
+// line and exits 1.
+class UserError : public std::runtime_error {
  public:
-  explicit ParmError(const std::string& what) : std::runtime_error(what) {}
+  explicit UserError(const std::string& what) : std::runtime_error(what) {}
+};
+
+// A time past 2^63 ps: a UserError (the inputs' sizes against the rates), of
+// its own type so that a caller can say which input caused it.
+class TimeOverflow : public UserError {
+ public:
+  explicit TimeOverflow(const std::string& what) : UserError(what) {}
+};
+
+// InternalError: an invariant of parmsim itself is broken, whatever the input.
+// The command prints it with a request to report it and exits 3.
+class InternalError : public std::logic_error {
+ public:
+  explicit InternalError(const std::string& what) : std::logic_error(what) {}
 };
 
 }  // namespace parmsim

@@ -47,8 +47,8 @@ class EventQueue {
   static constexpr std::size_t kHeapBelow = 1024;
 
   void push(Time t, Payload p) {
-    if (next_seq_ == UINT32_MAX) throw ParmError("event queue: more than 2^32 events scheduled in one run");
-    if (t < floor_) throw ParmError("internal: event queue: an event scheduled before the last event taken");
+    if (next_seq_ == UINT32_MAX) throw UserError("event queue: more than 2^32 events scheduled in one run");
+    if (t < floor_) throw UserError("internal: event queue: an event scheduled before the last event taken");
     if (t.count_ps() < heap_bound_) {
       heap_.push_back(Entry{t, next_seq_++, std::move(p)});
       sift_up(heap_.size() - 1);

@@ -1,7 +1,7 @@
 #pragma once
 // Simulated time: a signed 64-bit count of picoseconds in a strong type.
 // 2^63 ps is about 106 days, far beyond any run; every arithmetic operation is
-// checked and throws ParmError on overflow rather than wrapping.
+// checked and throws UserError on overflow rather than wrapping.
 #include <cmath>
 #include <compare>
 #include <cstdint>
@@ -31,7 +31,7 @@ class Time {
 
   constexpr Time operator+(Time o) const { return Time(checked_add(ps_, o.ps_)); }
   constexpr Time operator-(Time o) const {
-    if (o.ps_ == std::numeric_limits<std::int64_t>::min()) throw ParmError("time overflow in subtraction");
+    if (o.ps_ == std::numeric_limits<std::int64_t>::min()) throw TimeOverflow("time overflow in subtraction");
     return Time(checked_add(ps_, -o.ps_));
   }
   constexpr Time& operator+=(Time o) { return *this = *this + o; }
@@ -42,12 +42,12 @@ class Time {
   constexpr explicit Time(std::int64_t v) : ps_(v) {}
   static constexpr std::int64_t checked_add(std::int64_t a, std::int64_t b) {
     std::int64_t r = 0;
-    if (__builtin_add_overflow(a, b, &r)) throw ParmError("time overflow: result exceeds 2^63 ps");
+    if (__builtin_add_overflow(a, b, &r)) throw TimeOverflow("time overflow: result exceeds 2^63 ps");
     return r;
   }
   static constexpr std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
     std::int64_t r = 0;
-    if (__builtin_mul_overflow(a, b, &r)) throw ParmError("time overflow: result exceeds 2^63 ps");
+    if (__builtin_mul_overflow(a, b, &r)) throw TimeOverflow("time overflow: result exceeds 2^63 ps");
     return r;
   }
   std::int64_t ps_ = 0;

@@ -70,7 +70,7 @@ class Engine {
         cal_(opt.calibration),
         pools_(tls_pools.busy ? own_pools_ : tls_pools) {
     if (g.num_ranks() > topo.num_gpus())
-      throw ParmError(fmt::format("the task graph has {} ranks but topology '{}' has only {} GPUs", g.num_ranks(),
+      throw UserError(fmt::format("the task graph has {} ranks but topology '{}' has only {} GPUs", g.num_ranks(),
                                   topo.name(), topo.num_gpus()));
     const int C = static_cast<int>(g.collectives().size());
     coll_.resize(C);
@@ -199,15 +199,13 @@ class Engine {
         }
         drain();
       }
-    } catch (const ParmError& e) {
+    } catch (const TimeOverflow& e) {
       // A time past 2^63 ps (about 106 days) comes from the graph's sizes against the
       // topology's rates: say when, and what to look at.
-      if (std::string_view(e.what()).starts_with("time overflow"))
-        throw ParmError(fmt::format("simulate: at t = {:.3f} us, {}: a task or transfer would end past 2^63 ps "
+      throw UserError(fmt::format("simulate: at t = {:.3f} us, {}: a task or transfer would end past 2^63 ps "
                                     "(about 106 days); check the graph's bytes, flops and alltoallv matrix against "
                                     "the topology's bandwidths",
                                     now_.to_us(), e.what()));
-      throw;
     }
     int left = 0;
     for (int t = 0; t < N; ++t) left += !done_[t];
@@ -341,7 +339,7 @@ class Engine {
       // Checked on every simulated graph: a member leaves a collective only
       // after every byte addressed to it has arrived.
       if (s.member_in_left[m] != 0)
-        throw ParmError(fmt::format("internal: member {} of collective '{}' finished with {} transfer(s) to it in flight",
+        throw InternalError(fmt::format("member {} of collective '{}' finished with {} transfer(s) to it in flight",
                                     m, g_.collective(c).name, s.member_in_left[m]));
       task_done(g_.parts(c)[m]);
     }
@@ -375,7 +373,7 @@ class Engine {
         msg += fmt::format("in collective '{}', waiting for ranks{} to join it", c.name, missing);
       }
     }
-    throw ParmError(msg);
+    throw UserError(msg);
   }
 
   const TaskGraph& g_;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "sim/core/error.hpp"
+#include "sim/graph/algorithms.hpp"
 #include "sim/io/yaml_reader.hpp"
 
 namespace parmsim {
@@ -33,8 +34,7 @@ const Section kColl{
      {"bytes", "size", "required*", "nccl-tests size (not for alltoallv)"},
      {"matrix", "list", "alltoallv", "per-member rows of sizes sent to each member"},
      {"algo", "string", "auto",
-      "auto (NCCL's choice) | ring | tree | nvls | nvls_tree | p2p (NCCL's algorithms); flat_ring | direct | "
-      "pairwise | hierarchical (textbook); saa: released | pipelined"},
+      algorithm_help()},
      {"proto", "string", "NCCL's choice", "NCCL algorithms: ll | ll128 | simple"},
      {"channels", "int", "NCCL's count", "NCCL algorithms: channels (rings or trees) to run"},
      {"window", "int", "0", "direct: peers in flight at once (0 = all)"},
@@ -67,7 +67,7 @@ std::uint64_t as_count(const YamlReader& r) {
 DType dtype_of(const YamlReader& r) {
   try {
     return parse_dtype(r.as_string());
-  } catch (const ParmError&) {
+  } catch (const UserError&) {
     r.fail("fp32, fp16 or bf16");
   }
 }
@@ -221,8 +221,8 @@ TaskGraph build(const YamlReader& top) {
   }
   try {
     return std::move(b).build();
-  } catch (const ParmError& e) {
-    throw ParmError(fmt::format("{}: {}", top.file(), e.what()));
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("{}: {}", top.file(), e.what()));
   }
 }
 

@@ -31,7 +31,7 @@ DType parse_dtype(const std::string& s) {
   if (s == "fp32") return DType::fp32;
   if (s == "fp16") return DType::fp16;
   if (s == "bf16") return DType::bf16;
-  throw ParmError(fmt::format("unknown dtype '{}': expected fp32, fp16 or bf16", s));
+  throw UserError(fmt::format("unknown dtype '{}': expected fp32, fp16 or bf16", s));
 }
 
 const char* to_string(CollOp op) {
@@ -101,7 +101,7 @@ bool parse_op_kind(const std::string& s, OpKind* out) {
 }
 
 TaskGraphBuilder::TaskGraphBuilder(int num_ranks) {
-  if (num_ranks <= 0) throw ParmError(fmt::format("task graph: ranks must be positive, got {}", num_ranks));
+  if (num_ranks <= 0) throw UserError(fmt::format("task graph: ranks must be positive, got {}", num_ranks));
   g_.num_ranks_ = num_ranks;
   g_.streams_.resize(num_ranks);
 }
@@ -109,7 +109,7 @@ TaskGraphBuilder::TaskGraphBuilder(int num_ranks) {
 int TaskGraphBuilder::add_stream(int rank, const std::string& name) {
   auto& s = g_.streams_.at(rank);
   if (std::find(s.begin(), s.end(), name) != s.end())
-    throw ParmError(fmt::format("task graph: stream '{}' declared twice on rank {}", name, rank));
+    throw UserError(fmt::format("task graph: stream '{}' declared twice on rank {}", name, rank));
   if (s.empty()) s.reserve(4);  // a few per rank: one allocation, not one per growth
   s.push_back(name);
   return static_cast<int>(s.size()) - 1;
@@ -161,7 +161,7 @@ std::vector<int> TaskGraphBuilder::add_collective_tasks(Collective c, const std:
   ids.reserve(group.size());
   for (int r : group) {
     const int st = stream(r, stream_name);
-    if (st < 0) throw ParmError(fmt::format("task graph: no stream '{}' on rank {}", stream_name, r));
+    if (st < 0) throw UserError(fmt::format("task graph: no stream '{}' on rank {}", stream_name, r));
     Task& t = new_task();
     format_into(t.name, FMT_COMPILE("{}@{}"), task_prefix, r);
     t.kind = TaskKind::collective;
@@ -182,43 +182,43 @@ TaskGraph TaskGraphBuilder::build() && {
   bufs.reserve(g.buffers_.size());
   for (const Buffer& b : g.buffers_) {
     if (b.rank < 0 || b.rank >= R)
-      throw ParmError(fmt::format("task graph: buffer '{}' is on rank {}, which does not exist (ranks 0..{})", b.name,
+      throw UserError(fmt::format("task graph: buffer '{}' is on rank {}, which does not exist (ranks 0..{})", b.name,
                                   b.rank, R - 1));
     bufs.emplace_back(b.rank, b.name);
   }
   std::sort(bufs.begin(), bufs.end());
   for (std::size_t i = 1; i < bufs.size(); ++i)
     if (bufs[i] == bufs[i - 1])
-      throw ParmError(fmt::format("task graph: buffer '{}' declared twice on rank {}", bufs[i].second, bufs[i].first));
+      throw UserError(fmt::format("task graph: buffer '{}' declared twice on rank {}", bufs[i].second, bufs[i].first));
   auto has_buf = [&bufs](int rank, const std::string& name) {
     return std::binary_search(bufs.begin(), bufs.end(), std::pair<int, std::string_view>(rank, name));
   };
   // Collectives. seen[r] holds 1 + the index of the last collective naming rank r.
   std::vector<int> seen(R, 0);
   for (const Collective& c : g.collectives_) {
-    if (c.group.empty()) throw ParmError(fmt::format("task graph: collective '{}' has an empty group", c.name));
+    if (c.group.empty()) throw UserError(fmt::format("task graph: collective '{}' has an empty group", c.name));
     for (int r : c.group) {
       if (r < 0 || r >= R)
-        throw ParmError(fmt::format("task graph: collective '{}' names rank {}, which does not exist (ranks 0..{})",
+        throw UserError(fmt::format("task graph: collective '{}' names rank {}, which does not exist (ranks 0..{})",
                                     c.name, r, R - 1));
-      if (seen[r] == c.id + 1) throw ParmError(fmt::format("task graph: collective '{}' names rank {} twice", c.name, r));
+      if (seen[r] == c.id + 1) throw UserError(fmt::format("task graph: collective '{}' names rank {} twice", c.name, r));
       seen[r] = c.id + 1;
     }
     const std::size_t p = c.group.size();
     if (c.op == CollOp::alltoallv) {
       if (c.matrix.size() != p)
-        throw ParmError(fmt::format("task graph: alltoallv '{}' needs a {}x{} byte matrix, got {} rows", c.name, p, p,
+        throw UserError(fmt::format("task graph: alltoallv '{}' needs a {}x{} byte matrix, got {} rows", c.name, p, p,
                                     c.matrix.size()));
       for (const auto& row : c.matrix)
         if (row.size() != p)
-          throw ParmError(fmt::format("task graph: alltoallv '{}' needs {} entries per matrix row", c.name, p));
+          throw UserError(fmt::format("task graph: alltoallv '{}' needs {} entries per matrix row", c.name, p));
     }
     if (c.op == CollOp::sendrecv && p != 2)
-      throw ParmError(fmt::format("task graph: sendrecv '{}' needs a group of 2 ranks (sender, receiver)", c.name));
+      throw UserError(fmt::format("task graph: sendrecv '{}' needs a group of 2 ranks (sender, receiver)", c.name));
     if (c.op == CollOp::saa && (c.inner <= 0 || p % static_cast<std::size_t>(c.inner) != 0))
-      throw ParmError(
+      throw UserError(
           fmt::format("task graph: saa '{}' needs an inner group size dividing the group size {}", c.name, p));
-    if (c.chunks < 1) throw ParmError(fmt::format("task graph: collective '{}' needs chunks >= 1", c.name));
+    if (c.chunks < 1) throw UserError(fmt::format("task graph: collective '{}' needs chunks >= 1", c.name));
   }
   g.parts_.assign(g.collectives_.size(), {});
   // Each collective's members as (rank, member index) sorted by rank, and
@@ -256,39 +256,39 @@ TaskGraph TaskGraphBuilder::build() && {
       else if (!dup || t.name < *dup)
         dup = &t.name;
     }
-    if (dup) throw ParmError(fmt::format("task graph: task name '{}' used twice", *dup));
+    if (dup) throw UserError(fmt::format("task graph: task name '{}' used twice", *dup));
   }
   for (const Task& t : g.tasks_) {
     if (t.rank < 0 || t.rank >= R)
-      throw ParmError(fmt::format("task graph: task '{}' is on rank {}, which does not exist (ranks 0..{})", t.name,
+      throw UserError(fmt::format("task graph: task '{}' is on rank {}, which does not exist (ranks 0..{})", t.name,
                                   t.rank, R - 1));
     if (t.stream < 0 || t.stream >= static_cast<int>(g.streams_[t.rank].size()))
-      throw ParmError(fmt::format("task graph: task '{}' names stream {} on rank {}, which has {} streams", t.name,
+      throw UserError(fmt::format("task graph: task '{}' names stream {} on rank {}, which has {} streams", t.name,
                                   t.stream, t.rank, g.streams_[t.rank].size()));
     for (int d : t.deps) {
-      if (d == t.id) throw ParmError(fmt::format("task graph: task '{}' depends on itself", t.name));
+      if (d == t.id) throw UserError(fmt::format("task graph: task '{}' depends on itself", t.name));
       if (d < 0 || d >= N)
-        throw ParmError(fmt::format("task graph: task '{}' depends on task id {}, which does not exist", t.name, d));
+        throw UserError(fmt::format("task graph: task '{}' depends on task id {}, which does not exist", t.name, d));
     }
     for (const auto* list : {&t.inputs, &t.outputs})
       for (const std::string& b : *list)
         if (!has_buf(t.rank, b))
-          throw ParmError(fmt::format("task graph: task '{}' uses buffer '{}', which is not declared on rank {}",
+          throw UserError(fmt::format("task graph: task '{}' uses buffer '{}', which is not declared on rank {}",
                                       t.name, b, t.rank));
     if (t.kind == TaskKind::collective) {
       if (t.collective < 0 || t.collective >= static_cast<int>(g.collectives_.size()))
-        throw ParmError(
+        throw UserError(
             fmt::format("task graph: task '{}' names collective id {}, which does not exist", t.name, t.collective));
       const Collective& c = g.collectives_[t.collective];
       const int mi = member_of(t.collective, t.rank);
       if (mi < 0)
-        throw ParmError(
+        throw UserError(
             fmt::format("task graph: task '{}' on rank {} is part of collective '{}', whose group does "
                         "not include rank {}",
                         t.name, t.rank, c.name, t.rank));
       int& part = part_of[t.collective][mi];
       if (part >= 0)
-        throw ParmError(fmt::format("task graph: rank {} has two parts of collective '{}' ('{}' and '{}')", t.rank,
+        throw UserError(fmt::format("task graph: rank {} has two parts of collective '{}' ('{}' and '{}')", t.rank,
                                     c.name, g.tasks_[part].name, t.name));
       part = t.id;
     }
@@ -296,7 +296,7 @@ TaskGraph TaskGraphBuilder::build() && {
   for (const Collective& c : g.collectives_) {
     for (std::size_t i = 0; i < c.group.size(); ++i) {
       if (part_of[c.id][i] < 0)
-        throw ParmError(fmt::format("task graph: collective '{}' has no task on rank {}, a member of its group", c.name,
+        throw UserError(fmt::format("task graph: collective '{}' has no task on rank {}, a member of its group", c.name,
                                     c.group[i]));
     }
     g.parts_[c.id] = std::move(part_of[c.id]);
@@ -368,7 +368,7 @@ TaskGraph TaskGraphBuilder::build() && {
     for (std::size_t i = path.size(); i-- > static_cast<std::size_t>(pos[v]) + 1;)
       cyc += fmt::format(" -> '{}'", g.tasks_[path[i]].name);
     cyc += fmt::format(" -> '{}'", g.tasks_[v].name);
-    throw ParmError(fmt::format("task graph: dependency cycle (stream order included): {}", cyc));
+    throw UserError(fmt::format("task graph: dependency cycle (stream order included): {}", cyc));
   }
   return std::move(g_);
 }

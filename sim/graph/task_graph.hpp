@@ -25,7 +25,7 @@ namespace parmsim {
 enum class DType { fp32, fp16, bf16 };
 int dtype_bytes(DType d);
 const char* to_string(DType d);
-DType parse_dtype(const std::string& s);  // throws ParmError
+DType parse_dtype(const std::string& s);  // throws UserError
 
 enum class CollOp { alltoall, alltoallv, allgather, reducescatter, allreduce, sendrecv, saa };
 const char* to_string(CollOp op);
@@ -161,7 +161,7 @@ class TaskGraphBuilder {
   int num_tasks() const { return static_cast<int>(g_.tasks_.size()); }
   void reserve_tasks(std::size_t n) { g_.tasks_.reserve(n); }
   Task& task(int id) { return g_.tasks_[id]; }
-  // Validates and freezes. Throws ParmError with the offending names.
+  // Validates and freezes. Throws UserError with the offending names.
   TaskGraph build() &&;
 
   // Convenience: one task per member of `c` on stream `stream_name`, each

@@ -34,7 +34,7 @@ std::vector<std::string> split_csv(const std::string& line, const std::string& w
       cur += c;
     }
   }
-  if (quoted) throw ParmError(fmt::format("{}: unterminated quoted field", where));
+  if (quoted) throw UserError(fmt::format("{}: unterminated quoted field", where));
   out.push_back(cur);
   return out;
 }
@@ -49,7 +49,7 @@ std::int64_t positive_int(const std::string& v, const std::string& col, const st
   std::int64_t x = 0;
   const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
   if (v.empty() || ec != std::errc() || p != v.data() + v.size() || x < 1)
-    throw ParmError(fmt::format("{}: column '{}': '{}' is not a positive integer", where, col, v));
+    throw UserError(fmt::format("{}: column '{}': '{}' is not a positive integer", where, col, v));
   return x;
 }
 
@@ -57,7 +57,7 @@ double positive_number(const std::string& v, const std::string& col, const std::
   double x = 0;
   const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
   if (v.empty() || ec != std::errc() || p != v.data() + v.size() || !(x > 0) || !std::isfinite(x))
-    throw ParmError(fmt::format("{}: column '{}': '{}' is not a positive number", where, col, v));
+    throw UserError(fmt::format("{}: column '{}': '{}' is not a positive number", where, col, v));
   return x;
 }
 
@@ -70,7 +70,7 @@ std::string CsvRow::get(const char* column) const {
 void read_csv_table(const std::string& path, std::initializer_list<const char*> required,
                     const std::function<void(const CsvRow&)>& row) {
   std::ifstream in(path);
-  if (!in) throw ParmError(fmt::format("{}: cannot open", path));
+  if (!in) throw UserError(fmt::format("{}: cannot open", path));
   std::map<std::string, std::size_t> col;
   std::string line;
   int lineno = 0;
@@ -84,13 +84,13 @@ void read_csv_table(const std::string& path, std::initializer_list<const char*> 
     if (!header) {
       for (std::size_t i = 0; i < f.size(); ++i) col[f[i]] = i;
       for (const char* need : required)
-        if (!col.count(need)) throw ParmError(fmt::format("{}: missing column '{}'", where, need));
+        if (!col.count(need)) throw UserError(fmt::format("{}: missing column '{}'", where, need));
       header = true;
       continue;
     }
     row(CsvRow{lineno, where, &col, std::move(f)});
   }
-  if (!header) throw ParmError(fmt::format("{}: no header line", path));
+  if (!header) throw UserError(fmt::format("{}: no header line", path));
 }
 
 }  // namespace parmsim

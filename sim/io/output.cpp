@@ -65,13 +65,13 @@ void rename_into_place(const std::string& tmp, const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     ::unlink(tmp.c_str());
-    throw ParmError(fmt::format("output: '{}' became {} while it was being written; not replaced", path,
+    throw UserError(fmt::format("output: '{}' became {} while it was being written; not replaced", path,
                                 kind_of_file(st.st_mode)));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     ::unlink(tmp.c_str());
-    throw ParmError(fmt::format("output: '{}': cannot rename into place: {}", path, why));
+    throw UserError(fmt::format("output: '{}': cannot rename into place: {}", path, why));
   }
 }
 
@@ -96,7 +96,7 @@ bool same_file(const std::string& a, const std::string& b) {
 void check_output_path(const std::string& option, const std::string& path, const std::vector<NamedPath>& inputs) {
   if (path.empty()) return;
   const std::string who = option.empty() ? "output" : option;
-  auto fail = [&](const std::string& why) { throw ParmError(fmt::format("{}: '{}' {}", who, path, why)); };
+  auto fail = [&](const std::string& why) { throw UserError(fmt::format("{}: '{}' {}", who, path, why)); };
   const std::string rest = "; outputs are written only to regular files or to new paths";
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
@@ -143,7 +143,7 @@ void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<Name
     for (std::size_t j = 0; j < i; ++j)
       if (!outputs[j].path.empty() && (absolute_path(outputs[j].path) == absolute_path(outputs[i].path) ||
                                        same_file(outputs[j].path, outputs[i].path)))
-        throw ParmError(fmt::format("{}: '{}' is also the {} output; give each output its own file", outputs[i].what,
+        throw UserError(fmt::format("{}: '{}' is also the {} output; give each output its own file", outputs[i].what,
                                     outputs[i].path, outputs[j].what));
   }
 }
@@ -190,7 +190,7 @@ void write_atomically(const std::string& path, const std::function<void(std::ost
   for (const OutputBatch* b : open_batches())
     for (const OutputBatch::Staged& s : b->staged_)
       if (absolute_path(s.path) == abs)
-        throw ParmError(fmt::format("output: '{}' is written twice by this command; give each output its own file",
+        throw UserError(fmt::format("output: '{}' is written twice by this command; give each output its own file",
                                     path));
   // Replacing a regular file keeps its permissions.
   struct stat st {};
@@ -203,17 +203,17 @@ void write_atomically(const std::string& path, const std::function<void(std::ost
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }
-  if (fd < 0) throw ParmError(fmt::format("output: '{}': cannot write: {}", path, std::strerror(errno)));
+  if (fd < 0) throw UserError(fmt::format("output: '{}': cannot write: {}", path, std::strerror(errno)));
   if (existed) (void)::fchmod(fd, st.st_mode & 07777);
   ::close(fd);
   try {
     std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
-    if (!os) throw ParmError(fmt::format("output: '{}': cannot write: {}", path, std::strerror(errno)));
+    if (!os) throw UserError(fmt::format("output: '{}': cannot write: {}", path, std::strerror(errno)));
     fill(os);
     os.flush();
-    if (!os) throw ParmError(fmt::format("output: '{}': write failed: {}", path, std::strerror(errno)));
+    if (!os) throw UserError(fmt::format("output: '{}': write failed: {}", path, std::strerror(errno)));
     os.close();
-    if (!os) throw ParmError(fmt::format("output: '{}': write failed: {}", path, std::strerror(errno)));
+    if (!os) throw UserError(fmt::format("output: '{}': write failed: {}", path, std::strerror(errno)));
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;
@@ -278,7 +278,7 @@ void write_chrome_trace(std::ostream& os, const TaskGraph& g, const SimResult& r
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ParmError(fmt::format("{}: cannot open file", path));
+  if (!in) throw UserError(fmt::format("{}: cannot open file", path));
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();

@@ -18,7 +18,7 @@
 
 namespace parmsim {
 
-// Writes `path` through a temporary file. Refuses (ParmError naming the path)
+// Writes `path` through a temporary file. Refuses (UserError naming the path)
 // what check_output_path refuses. Inside an OutputBatch the file is renamed
 // into place when the batch commits; otherwise at once.
 void write_atomically(const std::string& path, const std::function<void(std::ostream&)>& fill);
@@ -35,10 +35,10 @@ struct NamedPath {
 void note_input_file(const std::string& path);
 // Whether two paths name the same existing file (st_dev and st_ino).
 bool same_file(const std::string& a, const std::string& b);
-// The whole file as bytes; a ParmError "PATH: cannot open file" when it cannot be read.
+// The whole file as bytes; a UserError "PATH: cannot open file" when it cannot be read.
 std::string read_file(const std::string& path);
 
-// Throws a one-line ParmError naming `option` and `path` unless `path` may be
+// Throws a one-line UserError naming `option` and `path` unless `path` may be
 // written as an output: not a link, directory, device, FIFO or socket; its
 // directory exists; not one of `inputs` nor a file noted as an input. An
 // empty path is not an output (nothing is checked).

@@ -72,7 +72,7 @@ void check_json_syntax(const std::string& text, const std::string& name) {
     // "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error ..." -> "syntax error ..."
     if (const auto c = msg.find(", column "); c != std::string::npos)
       if (const auto colon = msg.find(": ", c); colon != std::string::npos) msg = msg.substr(colon + 2);
-    throw ParmError(fmt::format("{}:{}:{}: malformed JSON: {}", name, line, col, msg));
+    throw UserError(fmt::format("{}:{}:{}: malformed JSON: {}", name, line, col, msg));
   } catch (const nlohmann::json::out_of_range& e) {
     // A number beyond a double (1e999) is out_of_range.406, "number overflow parsing '1e999'",
     // without its place: the first occurrence of that text is where it is.
@@ -81,7 +81,7 @@ void check_json_syntax(const std::string& text, const std::string& name) {
     const std::string number = q == std::string::npos ? msg : msg.substr(q + 1, msg.rfind('\'') - q - 1);
     const auto at = text.find(number);
     const auto [line, col] = line_col(text, at == std::string::npos ? 0 : at);
-    throw ParmError(fmt::format("{}:{}:{}: malformed JSON: number out of range: {}", name, line, col, number));
+    throw UserError(fmt::format("{}:{}:{}: malformed JSON: number out of range: {}", name, line, col, number));
   }
 }
 
@@ -124,12 +124,12 @@ void check_documents(const std::string& text, const std::string& name) {
     const YAML::Mark m = scan.start;
     if (m.pos == last) {
       const char c = m.pos >= 0 && static_cast<std::size_t>(m.pos) < text.size() ? text[m.pos] : ' ';
-      throw ParmError(fmt::format("{}:{}:{}: malformed YAML: '{}' cannot start a value", name, m.line + 1,
+      throw UserError(fmt::format("{}:{}:{}: malformed YAML: '{}' cannot start a value", name, m.line + 1,
                                   m.column + 1, std::string(1, c)));
     }
     last = m.pos;
     if (documents++ > 0 && !scan.empty)
-      throw ParmError(fmt::format("{}:{}:{}: a second YAML document (after '---'); a file holds one", name,
+      throw UserError(fmt::format("{}:{}:{}: a second YAML document (after '---'); a file holds one", name,
                                   scan.root.line + 1, scan.root.column + 1));
   }
 }
@@ -158,7 +158,7 @@ void check_duplicate_keys(const YAML::Node& root, const std::string& name) {
         const auto [first, fresh] = seen.emplace(k, it->first.Mark());
         if (!fresh) {
           const YAML::Mark m = it->first.Mark();
-          throw ParmError(fmt::format("{}:{}:{}: duplicate key '{}' (first at line {}); a key may appear once", name,
+          throw UserError(fmt::format("{}:{}:{}: duplicate key '{}' (first at line {}); a key may appear once", name,
                                       m.line + 1, m.column + 1, kp, first->second.line + 1));
         }
       }
@@ -171,10 +171,10 @@ void check_duplicate_keys(const YAML::Node& root, const std::string& name) {
 
 YamlReader YamlReader::load_file(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw ParmError(fmt::format("{}: cannot open file: {}", file, std::strerror(errno)));
+  if (!in) throw UserError(fmt::format("{}: cannot open file: {}", file, std::strerror(errno)));
   std::stringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) throw ParmError(fmt::format("{}: cannot read file", file));
+  if (in.bad()) throw UserError(fmt::format("{}: cannot read file", file));
   note_input_file(file);
   return load_string(ss.str(), file);
 }
@@ -184,11 +184,11 @@ YamlReader YamlReader::load_string(const std::string& text, const std::string& n
   try {
     check_documents(text, name);
     YAML::Node n = YAML::Load(text);
-    if (!n || n.IsNull()) throw ParmError(fmt::format("{}:1:1: the file is empty; expected a mapping", name));
+    if (!n || n.IsNull()) throw UserError(fmt::format("{}:1:1: the file is empty; expected a mapping", name));
     check_duplicate_keys(n, name);
     return YamlReader(n, name, "");
   } catch (const YAML::Exception& e) {
-    throw ParmError(fmt::format("{}:{}:{}: malformed YAML: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg));
+    throw UserError(fmt::format("{}:{}:{}: malformed YAML: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
 }
 
@@ -208,7 +208,7 @@ void YamlReader::fail(const std::string& expected) const {
     got = ", got a list";
   else if (node_.IsMap())
     got = ", got a mapping";
-  throw ParmError(
+  throw UserError(
       fmt::format("{}: key '{}': expected {}{}", where(), path_.empty() ? "(top level)" : path_, expected, got));
 }
 
@@ -229,13 +229,13 @@ void YamlReader::check_keys(const Section& s) const {
       std::string allowed;
       for (const KeyDoc& d : s.keys) allowed += (allowed.empty() ? "" : ", ") + d.key;
       const YAML::Mark m = it->first.Mark();
-      throw ParmError(fmt::format("{}:{}:{}: unknown key '{}{}{}' in {}; allowed keys: {}", file_, m.line + 1,
+      throw UserError(fmt::format("{}:{}:{}: unknown key '{}{}{}' in {}; allowed keys: {}", file_, m.line + 1,
                                   m.column + 1, path_, path_.empty() ? "" : ".", k, s.name, allowed));
     }
   }
   for (const KeyDoc& d : s.keys)
     if (d.fallback == "required" && !node_[d.key])
-      throw ParmError(fmt::format("{}: key '{}{}{}' is required ({}: {})", where(), path_, path_.empty() ? "" : ".",
+      throw UserError(fmt::format("{}: key '{}{}{}' is required ({}: {})", where(), path_, path_.empty() ? "" : ".",
                                   d.key, d.type, d.help));
 }
 
@@ -247,7 +247,7 @@ YamlReader YamlReader::at(const std::string& key) const {
   expect_map();
   const std::string p = path_.empty() ? key : path_ + "." + key;
   YAML::Node c = node_[key];
-  if (!c) throw ParmError(fmt::format("{}: key '{}' is required", where(), p));
+  if (!c) throw UserError(fmt::format("{}: key '{}' is required", where(), p));
   return YamlReader(c, file_, p);
 }
 
@@ -358,7 +358,7 @@ double YamlReader::get_double(const std::string& key, double def) const {
 void apply_override(YAML::Node root, const std::string& assignment, const std::string& what, bool allow_new,
                     bool create_maps) {
   const auto eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0) throw ParmError(fmt::format("{}: '{}' is not key=value", what, assignment));
+  if (eq == std::string::npos || eq == 0) throw UserError(fmt::format("{}: '{}' is not key=value", what, assignment));
   const std::string key = assignment.substr(0, eq);
   const std::string value = assignment.substr(eq + 1);
   std::vector<std::string> parts;
@@ -382,7 +382,7 @@ void apply_override(YAML::Node root, const std::string& assignment, const std::s
     YAML::Node next;
     if (cur.IsSequence() && idx >= 0) {
       if (static_cast<std::size_t>(idx) >= cur.size())
-        throw ParmError(fmt::format("{}: '{}': list '{}' has {} entries", what, key, parts[i - (i > 0)], cur.size()));
+        throw UserError(fmt::format("{}: '{}': list '{}' has {} entries", what, key, parts[i - (i > 0)], cur.size()));
       next = cur[static_cast<std::size_t>(idx)];
     } else {
       next = cur[parts[i]];
@@ -392,12 +392,12 @@ void apply_override(YAML::Node root, const std::string& assignment, const std::s
       }
     }
     if (!next.IsMap() && !next.IsSequence())
-      throw ParmError(fmt::format("{}: '{}' has no mapping or list '{}'", what, key, parts[i]));
+      throw UserError(fmt::format("{}: '{}' has no mapping or list '{}'", what, key, parts[i]));
     chain.push_back(next);
   }
   YAML::Node parent = chain.back();
-  if (!parent.IsMap()) throw ParmError(fmt::format("{}: '{}' does not name a key of a mapping", what, key));
-  if (!allow_new && !parent[parts.back()]) throw ParmError(fmt::format("{}: unknown key '{}'", what, key));
+  if (!parent.IsMap()) throw UserError(fmt::format("{}: '{}' does not name a key of a mapping", what, key));
+  if (!allow_new && !parent[parts.back()]) throw UserError(fmt::format("{}: unknown key '{}'", what, key));
   // A fresh node (no position in the file): errors about it name the override, not the file's line.
   parent[parts.back()] = YAML::Node(value);
 }

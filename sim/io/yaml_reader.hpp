@@ -38,7 +38,7 @@ class YamlReader {
  public:
   YamlReader(YAML::Node node, std::string file, std::string path);
 
-  // Reads and parses a file; missing or malformed files are ParmErrors.
+  // Reads and parses a file; missing or malformed files are UserErrors.
   static YamlReader load_file(const std::string& file);
   static YamlReader load_string(const std::string& text, const std::string& name);
 

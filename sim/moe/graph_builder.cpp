@@ -115,7 +115,7 @@ class GraphBuilder {
     auto it = size_.find(name);
     if (it != size_.end()) {
       if (it->second != elems)
-        throw ParmError(fmt::format("internal: buffer '{}' declared with {} and {} elements", name, it->second, elems));
+        throw InternalError(fmt::format("buffer '{}' declared with {} and {} elements", name, it->second, elems));
       return;
     }
     size_[name] = elems;

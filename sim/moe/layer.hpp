@@ -10,9 +10,11 @@
 // closed form, so the simulator and the model always time the same work.
 #include <array>
 #include <cstdint>
-#include <string>
+#include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sim/core/time.hpp"
@@ -73,8 +75,19 @@ struct ScheduleOptions {
   std::string describe() const;
 };
 
-ScheduleOptions preset(const std::string& name);  // baseline | s1 | s2; throws otherwise
-const std::vector<std::string>& preset_names();
+// The schedule presets, by name: the registry every list of schedules comes from.
+struct SchedulePreset {
+  std::string_view name;
+  std::string_view help;
+  ScheduleOptions (*make)();
+};
+std::span<const SchedulePreset> schedule_presets();
+ScheduleOptions preset(const std::string& name);  // one of schedule_presets(); throws otherwise
+bool is_preset(std::string_view name);
+std::vector<std::string> preset_names();
+// The presets' names and then `extra`, joined: schedule_choices({"auto"}, ", ", " or ") = "baseline, s1, s2 or auto".
+std::string schedule_choices(std::initializer_list<std::string_view> extra, std::string_view sep,
+                             std::string_view last);
 // Every combination of the builder's options (for --search).
 std::vector<ScheduleOptions> search_space();
 
@@ -83,9 +96,9 @@ std::vector<ScheduleOptions> search_space();
 constexpr std::int64_t kMaxExperts = 1 << 20;  // E
 constexpr int kMaxMp = 1 << 16;                // mp
 constexpr int kMaxChunks = 1024;               // chunks
-// Keys: B, L, M, H, E, k, f, mp, dtype, ds_moe, dispatch, saa; split, gather, fuse_dispatch,
-// fuse_combine, chunks, a2a_algo. Unknown keys and bad values are ParmErrors
-// naming the key. `opts` may be null when options are not accepted.
+// One key of the registry (sim/moe/layer_keys.hpp). Unknown keys and bad
+// values are UserErrors naming the key. `opts` may be null when schedule keys
+// are not accepted.
 void set_key(LayerSpec* spec, ScheduleOptions* opts, const std::string& key, const std::string& value,
              const std::string& where);
 void apply_assignments(LayerSpec* spec, ScheduleOptions* opts, const std::vector<std::string>& kv,
@@ -103,7 +116,7 @@ struct Groups {
 Groups make_groups(int P, int G);
 
 // Sizes derived from a spec on P GPUs with `gpus_per_node` per node.
-// Throws ParmError for impossible combinations, and for layers whose element,
+// Throws UserError for impossible combinations, and for layers whose element,
 // byte or FLOP counts would pass 2^60 (the error names the keys involved).
 struct Dims {
   int P = 0, G = 0, n_ep = 0;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <initializer_list>
 #include <map>
@@ -11,6 +12,7 @@
 #include <span>
 
 #include "sim/core/error.hpp"
+#include "sim/core/join.hpp"
 
 namespace parmsim::moe {
 
@@ -24,28 +26,61 @@ std::string ScheduleOptions::describe() const {
                      fuse_combine ? 1 : 0, chunks, a2a_algo);
 }
 
-const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> n = {"baseline", "s1", "s2"};
-  return n;
+namespace {
+// The schedule presets: the baseline and Parm's two schedules (docs/parm.md).
+ScheduleOptions make_baseline() {
+  ScheduleOptions o;
+  o.parm = false;
+  return o;
+}
+// Split before gate, gather after I-Order, nothing fused: ScheduleOptions' defaults.
+ScheduleOptions make_s1() { return {}; }
+ScheduleOptions make_s2() {
+  ScheduleOptions o;
+  o.gather = Gather::before_iorder;
+  o.fuse_dispatch = true;
+  o.fuse_combine = true;
+  // One chunk: no source describes S2 pipelining its ReduceScatter into the
+  // SAA; `chunks` stays an option for what-ifs and --search.
+  return o;
+}
+constexpr std::array<SchedulePreset, 3> kPresets = {{
+    {"baseline", "DeepSpeed-MoE (the version `ds_moe` names)", make_baseline},
+    {"s1", "Parm S1: MP paused inside the layer, ESP by AllGather/ReduceScatter", make_s1},
+    {"s2", "Parm S2: S1 with the AlltoAlls fused with the intra-node AllGathers (SAA)", make_s2},
+}};
+}  // namespace
+
+std::span<const SchedulePreset> schedule_presets() { return kPresets; }
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> v;
+  for (const SchedulePreset& p : kPresets) v.emplace_back(p.name);
+  return v;
+}
+
+std::string schedule_choices(std::initializer_list<std::string_view> extra, std::string_view sep,
+                             std::string_view last) {
+  std::vector<std::string_view> all;
+  for (const SchedulePreset& p : kPresets) all.push_back(p.name);
+  all.insert(all.end(), extra.begin(), extra.end());
+  return join_names(all, sep, last);
+}
+
+bool is_preset(std::string_view name) {
+  for (const SchedulePreset& p : kPresets)
+    if (p.name == name) return true;
+  return false;
 }
 
 ScheduleOptions preset(const std::string& name) {
-  ScheduleOptions o;
-  o.name = name;
-  if (name == "baseline") {
-    o.parm = false;
-  } else if (name == "s1") {
-    // defaults: split before gate, gather after I-Order, nothing fused
-  } else if (name == "s2") {
-    o.gather = Gather::before_iorder;
-    o.fuse_dispatch = true;
-    o.fuse_combine = true;
-    // One chunk: no source describes S2 pipelining its ReduceScatter into the
-    // SAA; `chunks` stays an option for what-ifs and --search.
-  } else {
-    throw ParmError(fmt::format("unknown schedule '{}': expected baseline, s1, s2, auto or all", name));
-  }
-  return o;
+  for (const SchedulePreset& p : kPresets)
+    if (p.name == name) {
+      ScheduleOptions o = p.make();
+      o.name = name;
+      return o;
+    }
+  throw UserError(fmt::format("unknown schedule '{}': expected {}", name, schedule_choices({"auto", "all"}, ", ", " or ")));
 }
 
 std::vector<ScheduleOptions> search_space() {
@@ -73,119 +108,6 @@ std::vector<ScheduleOptions> search_space() {
   return out;
 }
 
-namespace {
-
-std::int64_t parse_int(const std::string& key, const std::string& v, const std::string& where, std::int64_t lo,
-                       std::int64_t hi = INT64_MAX) {
-  auto range = [&] {
-    return hi == INT64_MAX ? fmt::format(">= {}", lo) : fmt::format("in [{}, {}]", lo, hi);
-  };
-  try {
-    std::size_t used = 0;
-    const long long x = std::stoll(v, &used);
-    if (used != v.size()) throw std::invalid_argument("x");
-    if (x < lo || x > hi)
-      throw ParmError(fmt::format("{}: key '{}': expected an integer {}, got '{}'", where, key, range(), v));
-    return x;
-  } catch (const std::out_of_range&) {
-    throw ParmError(fmt::format("{}: key '{}': expected an integer in [{}, {}], got '{}'", where, key, lo, hi, v));
-  } catch (const std::logic_error&) {
-    throw ParmError(fmt::format("{}: key '{}': expected an integer, got '{}'", where, key, v));
-  }
-}
-
-// The value named by `v` among `choices`, or a ParmError listing them ("expected a, b or c").
-template <typename T>
-T choose(const std::string& key, const std::string& v, const std::string& where,
-         std::initializer_list<std::pair<const char*, T>> choices) {
-  std::string names;
-  std::size_t i = 0;
-  for (const auto& [name, value] : choices) {
-    if (v == name) return value;
-    names += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(name);
-    ++i;
-  }
-  throw ParmError(fmt::format("{}: key '{}': expected {}, got '{}'", where, key, names, v));
-}
-
-bool parse_bool(const std::string& key, const std::string& v, const std::string& where) {
-  if (v == "1" || v == "true") return true;
-  if (v == "0" || v == "false") return false;
-  throw ParmError(fmt::format("{}: key '{}': expected true/false or 1/0, got '{}'", where, key, v));
-}
-
-}  // namespace
-
-void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std::string& v, const std::string& where) {
-  if (key == "B")
-    s->B = parse_int(key, v, where, 1);
-  else if (key == "L")
-    s->L = parse_int(key, v, where, 1);
-  else if (key == "M")
-    s->M = parse_int(key, v, where, 1);
-  else if (key == "H")
-    s->H = parse_int(key, v, where, 1);
-  else if (key == "E")
-    s->E = parse_int(key, v, where, 1, kMaxExperts);
-  else if (key == "k")
-    s->k = parse_int(key, v, where, 1);
-  else if (key == "mp")
-    s->mp = static_cast<int>(parse_int(key, v, where, 1, kMaxMp));
-  else if (key == "f") {
-    try {
-      std::size_t used = 0;
-      s->f = std::stod(v, &used);
-      if (used != v.size() || !(s->f > 0) || !std::isfinite(s->f)) throw std::invalid_argument("x");
-    } catch (const std::logic_error&) {
-      throw ParmError(fmt::format("{}: key 'f': expected a capacity factor > 0, got '{}'", where, v));
-    }
-  } else if (key == "dtype") {
-    try {
-      s->dtype = parse_dtype(v);
-    } catch (const ParmError& e) {
-      throw ParmError(fmt::format("{}: key 'dtype': {}", where, e.what()));
-    }
-  } else if (key == "ds_moe") {
-    s->ds_moe = choose<DsMoe>(key, v, where, {{"0.14.4", DsMoe::v0_14_4}, {"0.14.5", DsMoe::v0_14_5}, {"lean", DsMoe::lean}});
-  } else if (key == "saa") {
-    s->saa_algo = choose<std::string>(key, v, where, {{"released", "released"}, {"pipelined", "pipelined"}});
-  } else if (key == "dispatch") {
-    s->dispatch = choose<Dispatch>(key, v, where, {{"einsum", Dispatch::einsum}, {"index", Dispatch::index}});
-  } else if (o && key == "split") {
-    o->split = choose<Split>(key, v, where, {{"before_gate", Split::before_gate}, {"after_order", Split::after_order}});
-    o->name = "custom";
-  } else if (o && key == "gather") {
-    o->gather =
-        choose<Gather>(key, v, where, {{"after_iorder", Gather::after_iorder}, {"before_iorder", Gather::before_iorder}});
-    o->name = "custom";
-  } else if (o && key == "fuse_dispatch") {
-    o->fuse_dispatch = parse_bool(key, v, where);
-    o->name = "custom";
-  } else if (o && key == "fuse_combine") {
-    o->fuse_combine = parse_bool(key, v, where);
-    o->name = "custom";
-  } else if (o && key == "chunks") {
-    o->chunks = static_cast<int>(parse_int(key, v, where, 1, kMaxChunks));
-    o->name = "custom";
-  } else if (o && key == "a2a_algo") {
-    if (v != "p2p" && v != "pairwise" && v != "direct")
-      throw ParmError(fmt::format("{}: key 'a2a_algo': expected p2p, pairwise or direct, got '{}'", where, v));
-    o->a2a_algo = v;
-  } else {
-    throw ParmError(
-        fmt::format("{}: unknown layer key '{}'; layer keys: B, L, M, H, E, k, f, mp, dtype, ds_moe, dispatch, saa{}", where, key,
-                    o ? "; schedule options: split, gather, fuse_dispatch, fuse_combine, chunks, a2a_algo" : ""));
-  }
-}
-
-void apply_assignments(LayerSpec* s, ScheduleOptions* o, const std::vector<std::string>& kv, const std::string& where) {
-  for (const std::string& a : kv) {
-    const auto eq = a.find('=');
-    if (eq == std::string::npos || eq == 0) throw ParmError(fmt::format("{}: '{}' is not key=value", where, a));
-    set_key(s, o, a.substr(0, eq), a.substr(eq + 1), where);
-  }
-}
-
 const char* to_string(DsMoe v) {
   return v == DsMoe::v0_14_4 ? "0.14.4" : v == DsMoe::v0_14_5 ? "0.14.5" : "lean";
 }
@@ -206,7 +128,7 @@ std::string spec_string(const LayerSpec& s) {
 // ---------------------------------------------------------------- groups, dims
 
 Groups make_groups(int P, int G) {
-  if (G <= 0 || P <= 0 || P % G != 0) throw ParmError(fmt::format("mp={} must divide the number of GPUs P={}", G, P));
+  if (G <= 0 || P <= 0 || P % G != 0) throw UserError(fmt::format("mp={} must divide the number of GPUs P={}", G, P));
   Groups g;
   g.P = P;
   g.G = G;
@@ -253,7 +175,7 @@ constexpr std::int64_t kMaxCount = std::int64_t{1} << 60;
     names += (names.empty() ? "" : ", ") + fmt::format("'{}'", key);
     values += (values.empty() ? "" : ", ") + key + "=" + val;
   }
-  throw ParmError(fmt::format(
+  throw UserError(fmt::format(
       "layer too large: key{} {} ({}): {} = {:.3g} overflows the simulator's 64-bit counts (at most 2^60 = {:.3g})",
       keys.size() > 1 ? "s" : "", names, values, what, v, static_cast<double>(kMaxCount)));
 }
@@ -270,12 +192,12 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
   d.P = P;
   d.G = s.mp;
   if (P < 1 || gpus_per_node < 1)
-    throw ParmError(fmt::format("a layer needs at least one GPU (P={}, GPUs per node {})", P, gpus_per_node));
-  if (s.mp < 1) throw ParmError("mp must be at least 1");
+    throw UserError(fmt::format("a layer needs at least one GPU (P={}, GPUs per node {})", P, gpus_per_node));
+  if (s.mp < 1) throw UserError("mp must be at least 1");
   if (s.B < 1 || s.L < 1 || s.M < 1 || s.H < 1 || s.E < 1 || s.k < 1)
-    throw ParmError(fmt::format("layer keys B, L, M, H, E, k must be at least 1 ({})", spec_string(s)));
-  if (s.E > kMaxExperts) throw ParmError(fmt::format("key 'E': {} experts, at most {}", s.E, kMaxExperts));
-  if (!std::isfinite(s.f) || !(s.f > 0)) throw ParmError(fmt::format("key 'f': expected a capacity factor > 0, got {}", s.f));
+    throw UserError(fmt::format("layer keys B, L, M, H, E, k must be at least 1 ({})", spec_string(s)));
+  if (s.E > kMaxExperts) throw UserError(fmt::format("key 'E': {} experts, at most {}", s.E, kMaxExperts));
+  if (!std::isfinite(s.f) || !(s.f > 0)) throw UserError(fmt::format("key 'f': expected a capacity factor > 0, got {}", s.f));
   using i128 = __int128;
   const i128 S = i128{s.B} * s.L;
   check_count(s, S, {"B", "L"}, "the tokens B*L");
@@ -283,14 +205,14 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
   check_count(s, i128{s.M} * s.E, {"M", "E"}, "the gate's weights M*E");
   check_count(s, S * s.M, {"M", "B", "L"}, "the layer's input B*L*M");
   if (gpus_per_node % s.mp != 0)
-    throw ParmError(fmt::format("mp={} must divide the GPUs of a node ({}): MP and ESP groups stay inside a node", s.mp,
+    throw UserError(fmt::format("mp={} must divide the GPUs of a node ({}): MP and ESP groups stay inside a node", s.mp,
                                 gpus_per_node));
-  if (P % s.mp != 0) throw ParmError(fmt::format("mp={} must divide the number of GPUs P={}", s.mp, P));
+  if (P % s.mp != 0) throw UserError(fmt::format("mp={} must divide the number of GPUs P={}", s.mp, P));
   d.n_ep = P / s.mp;
   if (s.E % d.n_ep != 0)
-    throw ParmError(
+    throw UserError(
         fmt::format("E={} experts must be divisible by the expert-parallel size N_EP = P/mp = {}", s.E, d.n_ep));
-  if (s.k > s.E) throw ParmError(fmt::format("top-k k={} exceeds the number of experts E={}", s.k, s.E));
+  if (s.k > s.E) throw UserError(fmt::format("top-k k={} exceeds the number of experts E={}", s.k, s.E));
   d.S = s.B * s.L;
   {
     // The capacity (tokens per expert buffer) and every count formed from it.
@@ -307,15 +229,15 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
                 "the experts' FLOPs 2*E*C*M*H");
   }
   if (d.S % s.mp != 0)
-    throw ParmError(
+    throw UserError(
         fmt::format("B*L = {} tokens must be divisible by mp={} (MP-Split keeps S/mp tokens per rank)", d.S, s.mp));
   d.E_local = s.E / d.n_ep;
   d.T_base = capacity(s.k, s.f, d.S, s.E);
   d.T_parm = capacity(s.k, s.f, d.S / s.mp, s.E);
   if (d.T_parm < 1 || d.T_base < 1)
-    throw ParmError(fmt::format("capacity of zero tokens per expert: k*f*B*L/(mp*E) = {}*{}*{}/({}*{}) < 1", s.k, s.f,
+    throw UserError(fmt::format("capacity of zero tokens per expert: k*f*B*L/(mp*E) = {}*{}*{}/({}*{}) < 1", s.k, s.f,
                                 d.S, s.mp, s.E));
-  if (s.H % s.mp != 0) throw ParmError(fmt::format("H={} must be divisible by mp={} (expert sharding)", s.H, s.mp));
+  if (s.H % s.mp != 0) throw UserError(fmt::format("H={} must be divisible by mp={} (expert sharding)", s.H, s.mp));
   d.dtype_bytes = dtype_bytes(s.dtype);
   return d;
 }

@@ -8,6 +8,7 @@
 
 #include "sim/core/error.hpp"
 #include "sim/io/yaml_reader.hpp"
+#include "sim/net/network_model.hpp"
 
 namespace parmsim::moe {
 
@@ -19,7 +20,7 @@ const Section kModel{"model",
                       {"description", "string", "\"\"", ""},
                       {"topology", "string", "required", "topology YAML, relative to this file"},
                       {"topology_set", "map", "{}", "topology overrides"},
-                      {"network", "string", "flow", "analytical | flow"},
+                      {"network", "string", "flow", network_model_names(" | ", " | ")},
                       {"layers", "int", "required", "transformer blocks"},
                       {"moe_every", "int", "2", "every n-th block's FFN is an MoE layer"},
                       {"heads", "int", "required", "attention heads"},
@@ -101,7 +102,7 @@ ModelSpec build_model_spec(const YamlReader& r) {
   if (auto s = r.opt("topology_set"))
     for (const std::string& k : s->keys()) m.topology_overrides.push_back(k + "=" + s->at(k).as_string());
   m.network = r.get_string("network", "flow");
-  if (m.network != "flow" && m.network != "analytical") r.at("network").fail("analytical or flow");
+  if (!is_network_model(m.network)) r.at("network").fail(network_model_names(", ", " or "));
   m.layers = static_cast<int>(r.at("layers").as_int(1, 10000));
   m.moe_every = static_cast<int>(r.has("moe_every") ? r.at("moe_every").as_int(1, 10000) : 2);
   m.heads = static_cast<int>(r.at("heads").as_int(1, 100000));
@@ -203,7 +204,7 @@ LayerSpec model_layer(const ModelSpec& m, const Topology& topo) {
   const i128 limit = i128{1} << 60, S = d.S;
   auto check = [&](i128 v, const char* keys, const char* what) {
     if (v > limit)
-      throw ParmError(fmt::format("{}: model too large: keys {} (batch={}, seq={}, hidden={}, heads={}, vocab={}): {} "
+      throw UserError(fmt::format("{}: model too large: keys {} (batch={}, seq={}, hidden={}, heads={}, vocab={}): {} "
                                   "= {:.3g} overflows the simulator's 64-bit counts (at most 2^60)",
                                   m.file, keys, s.B, s.L, s.M, m.heads, m.vocab, what, static_cast<double>(v)));
   };
@@ -295,7 +296,7 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   };
   std::vector<IterationResult> out;
   const LayerRun run{topo, s, m.network, cal};
-  for (const char* name : {"baseline", "s1", "s2"}) {
+  for (const std::string& name : preset_names()) {
     const ScheduleResult r = run_schedule(run, preset(name));
     // Backward: head and loss, blocks last to first (FFN or MoE layer, then attention), embedding lookup.
     std::vector<BackwardStep> steps = {{eh_b - emb_b, 0}};

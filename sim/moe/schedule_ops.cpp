@@ -88,10 +88,10 @@ void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, 
     return;
   }
   if (o.fuse_combine && o.gather != Gather::before_iorder)
-    throw ParmError("fuse_combine needs gather=before_iorder (the MP-AllGather must follow the combine AlltoAll)");
-  if (o.chunks < 1) throw ParmError("chunks must be at least 1");
+    throw UserError("fuse_combine needs gather=before_iorder (the MP-AllGather must follow the combine AlltoAll)");
+  if (o.chunks < 1) throw UserError("chunks must be at least 1");
   if (o.split == Split::after_order && o.gather != Gather::before_iorder)
-    throw ParmError("split=after_order needs gather=before_iorder (I-Order must see every member's slots)");
+    throw UserError("split=after_order needs gather=before_iorder (I-Order must see every member's slots)");
   std::int64_t Dl = 0;  // per-rank dispatch buffer after MP-Split (D/G)
   if (o.split == Split::before_gate) {
     Dl = s.E * d.T_parm * M;

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <set>
 
 #include "sim/core/error.hpp"
+#include "sim/core/join.hpp"
 #include "sim/core/event_queue.hpp"
 #include "sim/net/maxmin.hpp"
 #include "sim/net/rate_memo.hpp"
@@ -235,7 +237,7 @@ class FlowModel final : public NetworkModel {
     f.cap = cap;
     f.off = static_cast<std::uint32_t>(arena_.size());
     if (r.links.size() > UINT16_MAX)
-      throw ParmError(fmt::format("flow model: a route of {} links (at most {})", r.links.size(), UINT16_MAX));
+      throw UserError(fmt::format("flow model: a route of {} links (at most {})", r.links.size(), UINT16_MAX));
     f.len = static_cast<std::uint16_t>(r.links.size());
     arena_.insert(arena_.end(), r.links.begin(), r.links.end());
     live_links_ += f.len;
@@ -663,19 +665,39 @@ class FlowModel final : public NetworkModel {
 
 }  // namespace
 
-const std::vector<std::pair<std::string, std::string>>& network_models() {
-  static const std::vector<std::pair<std::string, std::string>> m = {
-      {"analytical",
-       "alpha-beta per transfer (latency + bytes / bottleneck bandwidth), never slowed: a transfer waits until "
-       "every link of its route has its rate free; each GPU port sends in issue order"},
-      {"flow", "max-min fair sharing of every link among the flows crossing it, re-solved on every start/finish"}};
-  return m;
+namespace {
+template <typename Model>
+std::unique_ptr<NetworkModel> make_model(const Topology& topo) {
+  return std::make_unique<Model>(topo);
+}
+constexpr std::array<NetworkModelInfo, 2> kModels = {{
+    {"analytical",
+     "alpha-beta per transfer (latency + bytes / bottleneck bandwidth), never slowed: a transfer waits until "
+     "every link of its route has its rate free; each GPU port sends in issue order",
+     make_model<Analytical>},
+    {"flow", "max-min fair sharing of every link among the flows crossing it, re-solved on every start/finish",
+     make_model<FlowModel>},
+}};
+}  // namespace
+
+std::span<const NetworkModelInfo> network_models() { return kModels; }
+
+bool is_network_model(std::string_view name) {
+  for (const NetworkModelInfo& m : kModels)
+    if (m.name == name) return true;
+  return false;
+}
+
+std::string network_model_names(std::string_view sep, std::string_view last) {
+  std::vector<std::string_view> v;
+  for (const NetworkModelInfo& m : kModels) v.push_back(m.name);
+  return join_names(v, sep, last);
 }
 
 std::unique_ptr<NetworkModel> make_network(const std::string& name, const Topology& topo) {
-  if (name == "analytical") return std::make_unique<Analytical>(topo);
-  if (name == "flow") return std::make_unique<FlowModel>(topo);
-  throw ParmError(fmt::format("unknown network model '{}': expected analytical or flow", name));
+  for (const NetworkModelInfo& m : kModels)
+    if (m.name == name) return m.make(topo);
+  throw UserError(fmt::format("unknown network model '{}': expected {}", name, network_model_names(", ", " or ")));
 }
 
 }  // namespace parmsim

@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,7 +40,18 @@ class NetworkModel {
   virtual std::size_t in_flight() const = 0;
 };
 
-const std::vector<std::pair<std::string, std::string>>& network_models();  // name, description
+// The registry of network models: every list of them (help texts, option and
+// key checks, errors) comes from here, and tests run every entry.
+struct NetworkModelInfo {
+  std::string_view name;
+  std::string_view help;
+  std::unique_ptr<NetworkModel> (*make)(const Topology& topo);
+};
+std::span<const NetworkModelInfo> network_models();
+bool is_network_model(std::string_view name);
+// The models' names joined: network_model_names(", ", " or ") = "analytical or flow".
+std::string network_model_names(std::string_view sep, std::string_view last);
+// The model called `name`; a UserError listing the known ones otherwise.
 std::unique_ptr<NetworkModel> make_network(const std::string& name, const Topology& topo);
 
 }  // namespace parmsim

@@ -62,15 +62,20 @@ std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* 
   const std::string chosen = moe::auto_choice(c.layer, d, *model, gpu);
   const moe::LayerRun run{topo, c.layer, spec.network, spec.calibration.get(), model};
   std::vector<moe::ScheduleResult> res;
-  for (const std::string& n : spec.schedules) res.push_back(moe::run_schedule(run, moe::preset(n)));
+  for (const std::string& n : spec.schedules) res.push_back(moe::run_schedule(run, moe::schedule_options(n, c.keys)));
   const double base = res.front().total().to_seconds();
   const double base_model = res.front().model_total_s();
   const std::string key = key_columns(spec, c);
+  // Schedule options from the grid name the schedule they refined: s1[chunks=2;split=after_order]
+  // (';' between them keeps the CSV's columns).
+  std::string options;
+  for (const std::string& kv : c.keys.given) options += (options.empty() ? "" : ";") + kv;
   std::string out;
   for (std::size_t i = 0; i < res.size(); ++i) {
     const auto& r = res[i];
     out +=
-        fmt::format("{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{},{},{},{}\n", key, spec.schedules[i], us_exact(r.forward),
+        fmt::format("{},{}{},{},{},{},{:.6f},{:.6f},{:.6f},{},{},{},{},{}\n", key, spec.schedules[i],
+                    options.empty() ? "" : "[" + options + "]", us_exact(r.forward),
                     us_exact(r.backward), us_exact(r.total()), r.model_total_s() * 1e6, base / r.total().to_seconds(),
                     base_model / r.model_total_s(), spec.schedules[i] == chosen ? 1 : 0, us_exact(r.compute_rank0),
                     us_exact(r.exposed_comm()), r.intra_node_bytes, r.inter_node_bytes);
@@ -131,7 +136,7 @@ struct InputFile {
 
 std::string file_hash(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ParmError(fmt::format("{}: cannot open file", path));
+  if (!in) throw UserError(fmt::format("{}: cannot open file", path));
   std::stringstream ss;
   ss << in.rdbuf();
   return fmt::format("{:016x}", fnv1a(ss.str()));
@@ -171,7 +176,7 @@ std::string partial_first_line(const std::vector<InputFile>& inputs) {
 void check_partial_inputs(const std::string& path, const std::string& first, const std::vector<InputFile>& inputs) {
   const std::string again = "remove it or run without --resume";
   if (first.compare(0, kPartialTag.size(), kPartialTag) != 0)
-    throw ParmError(fmt::format("{}:1: no '{}' line recording the inputs (written by an older parmsim?); {}", path,
+    throw UserError(fmt::format("{}:1: no '{}' line recording the inputs (written by an older parmsim?); {}", path,
                                 kPartialTag.substr(0, kPartialTag.size() - 1), again));
   std::string version;
   std::map<std::string, std::pair<std::string, std::string>> rec;  // absolute path -> (file, hash)
@@ -184,17 +189,17 @@ void check_partial_inputs(const std::string& path, const std::string& first, con
       rec_order.emplace_back(f.at("path").get<std::string>(), f.at("role").get<std::string>());
     }
   } catch (const nlohmann::json::exception&) {
-    throw ParmError(fmt::format("{}:1: the record of the inputs is damaged; {}", path, again));
+    throw UserError(fmt::format("{}:1: the record of the inputs is damaged; {}", path, again));
   }
   if (version != kVersion)
-    throw ParmError(fmt::format("{}: written by parmsim {}, this is {}; {}", path, version, kVersion, again));
+    throw UserError(fmt::format("{}: written by parmsim {}, this is {}; {}", path, version, kVersion, again));
   for (const InputFile& f : inputs) {
     const auto it = rec.find(f.abs);
     if (it == rec.end())
-      throw ParmError(fmt::format("{}: the interrupted run did not read {} '{}': the inputs changed; {}", path, f.role,
+      throw UserError(fmt::format("{}: the interrupted run did not read {} '{}': the inputs changed; {}", path, f.role,
                                   f.file, again));
     if (it->second.second != f.hash)
-      throw ParmError(fmt::format(
+      throw UserError(fmt::format(
           "{}: {} '{}' changed since the interrupted run (fnv1a64 {} then, {} now): its rows would mix with new "
           "ones; {}",
           path, f.role, f.file, it->second.second, f.hash, again));
@@ -203,7 +208,7 @@ void check_partial_inputs(const std::string& path, const std::string& first, con
     bool found = false;
     for (const InputFile& f : inputs) found = found || f.abs == abs;
     if (!found)
-      throw ParmError(fmt::format("{}: the interrupted run also read {} '{}', this one does not; {}", path, role,
+      throw UserError(fmt::format("{}: the interrupted run also read {} '{}', this one does not; {}", path, role,
                                   rec[abs].first, again));
   }
 }
@@ -220,7 +225,7 @@ std::pair<std::size_t, std::size_t> scan_partial(const Spec& spec, const std::st
   const std::size_t head = first_end + 1;
   if (text.compare(head, header.size(), header) != 0) {
     if (text.size() - head < header.size()) return {0, 0};
-    throw ParmError(fmt::format("{}: its header is not this version's; remove it or run without --resume", path));
+    throw UserError(fmt::format("{}: its header is not this version's; remove it or run without --resume", path));
   }
   const std::size_t per = spec.schedules.size();
   std::size_t pos = head + header.size(), configs = 0, rows_in_config = 0, good_end = pos;
@@ -231,7 +236,7 @@ std::pair<std::size_t, std::size_t> scan_partial(const Spec& spec, const std::st
     const std::string line = text.substr(pos, nl - pos);
     const std::string key = key_columns(spec, spec.configs[configs]);
     if (line.compare(0, key.size(), key) != 0 || line.size() <= key.size() || line[key.size()] != ',')
-      throw ParmError(
+      throw UserError(
           fmt::format("{}: row '{}' does not belong to configuration {} of {}: the spec changed; remove "
                       "the file or run without --resume",
                       path, line.substr(0, 60), configs, spec.file));
@@ -249,7 +254,7 @@ void write_all(int fd, std::string_view data, const std::string& path) {
   while (!data.empty()) {
     const ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw ParmError(fmt::format("{}: write failed: {}", path, std::strerror(n < 0 ? errno : ENOSPC)));
+    if (n <= 0) throw UserError(fmt::format("{}: write failed: {}", path, std::strerror(n < 0 ? errno : ENOSPC)));
     data.remove_prefix(static_cast<std::size_t>(n));
   }
 }
@@ -260,7 +265,7 @@ std::string read_all(int fd, const std::string& path) {
   for (off_t at = 0;;) {
     const ssize_t n = ::pread(fd, buf, sizeof buf, at);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw ParmError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+    if (n < 0) throw UserError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
     if (n == 0) return text;
     text.append(buf, static_cast<std::size_t>(n));
     at += n;
@@ -330,9 +335,9 @@ std::size_t open_partial(const Spec& spec, const RunOptions& opt, const std::vec
   struct stat st {};
   const bool existed = ::lstat(pf->path.c_str(), &st) == 0;
   pf->fd = ::open(pf->path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-  if (pf->fd < 0) throw ParmError(fmt::format("--output: '{}': cannot open: {}", pf->path, std::strerror(errno)));
+  if (pf->fd < 0) throw UserError(fmt::format("--output: '{}': cannot open: {}", pf->path, std::strerror(errno)));
   if (::flock(pf->fd, LOCK_EX | LOCK_NB) != 0)
-    throw ParmError(fmt::format("--output: '{}' is being written by another sweep (it holds '{}'); wait for it to "
+    throw UserError(fmt::format("--output: '{}' is being written by another sweep (it holds '{}'); wait for it to "
                                 "finish or give another --output",
                                 opt.out, pf->path));
   std::size_t start = 0, keep = 0;
@@ -341,7 +346,7 @@ std::size_t open_partial(const Spec& spec, const RunOptions& opt, const std::vec
     const std::string head = start > 0 ? std::string() : partial_first_line(inputs) + csv_header();
     if (::ftruncate(pf->fd, static_cast<off_t>(start > 0 ? keep : 0)) != 0 ||
         ::lseek(pf->fd, 0, SEEK_END) < 0)
-      throw ParmError(fmt::format("{}: cannot truncate: {}", pf->path, std::strerror(errno)));
+      throw UserError(fmt::format("{}: cannot truncate: {}", pf->path, std::strerror(errno)));
     write_all(pf->fd, head, pf->path);
   } catch (...) {
     if (!existed) ::unlink(pf->path.c_str());  // ours, and empty
@@ -357,7 +362,7 @@ void copy_results(int fd, const std::string& partial, std::ostream& os) {
   for (off_t at = 0;;) {
     const ssize_t n = ::pread(fd, buf, sizeof buf, at);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw ParmError(fmt::format("{}: cannot read: {}", partial, std::strerror(errno)));
+    if (n < 0) throw UserError(fmt::format("{}: cannot read: {}", partial, std::strerror(errno)));
     if (n == 0) return;
     at += n;
     std::size_t from = 0;
@@ -403,7 +408,7 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
   }
   start = mpi::broadcast_size(start);
   if (root_failure) std::rethrow_exception(root_failure);
-  if (start == kFailed) throw ParmError("sweep: MPI rank 0 could not start the sweep (see its message)");
+  if (start == kFailed) throw UserError("sweep: MPI rank 0 could not start the sweep (see its message)");
   sum.configs_resumed = start;
 
   const std::size_t n = spec.configs.size();
@@ -470,7 +475,7 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
     try {
       for (int t = 0; t < want; ++t) pool.emplace_back(worker);
     } catch (const std::system_error& e) {
-      if (pool.empty()) throw ParmError(fmt::format("sweep: cannot start a thread: {}", e.what()));
+      if (pool.empty()) throw UserError(fmt::format("sweep: cannot start a thread: {}", e.what()));
     }
     for (auto& th : pool) th.join();
     if (failure) std::rethrow_exception(failure);
@@ -492,7 +497,7 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
           }
         }
         for (std::size_t i = start; i < n; ++i) {
-          if (!ready[i]) throw ParmError(fmt::format("sweep: configuration {} came back from no MPI rank", i));
+          if (!ready[i]) throw UserError(fmt::format("sweep: configuration {} came back from no MPI rank", i));
           write_all(pf.fd, rows[i], pf.path);
           ++written;
         }
@@ -511,13 +516,13 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
       batch.commit();
       ::unlink(pf.path.c_str());
     }
-  } catch (const ParmError& e) {
+  } catch (const UserError& e) {
     if (!root) throw;
     if (written == 0) {
       ::unlink(pf.path.c_str());
       throw;
     }
-    throw ParmError(fmt::format("{} ({} complete configuration(s) stay in '{}'; --resume continues from there)",
+    throw UserError(fmt::format("{} ({} complete configuration(s) stay in '{}'; --resume continues from there)",
                                 e.what(), written, pf.path));
   } catch (...) {
     if (root && written == 0) ::unlink(pf.path.c_str());

@@ -11,6 +11,8 @@
 #include "sim/core/error.hpp"
 #include "sim/io/output.hpp"
 #include "sim/io/yaml_reader.hpp"
+#include "sim/moe/layer_keys.hpp"
+#include "sim/net/network_model.hpp"
 #include "sim/topo/topology_io.hpp"
 
 namespace parmsim::sweep {
@@ -21,11 +23,13 @@ const Section kSweep{
     "A sweep spec: every combination of `grid` values on every topology variant.",
     {{"name", "string", "required", "sweep name"},
      {"description", "string", "\"\"", "what the sweep shows; how its grid multiplies out"},
-     {"network", "string", "flow", "analytical | flow"},
-     {"schedules", "list", "[baseline, s1, s2]", "schedules to run (baseline always runs: speedups need it)"},
+     {"network", "string", "flow", network_model_names(" | ", " | ")},
+     {"schedules", "list", "[" + moe::schedule_choices({}, ", ", ", ") + "]", "schedules to run (baseline always runs: speedups need it)"},
      {"topologies", "list", "required", "sweep.topologies[]"},
      {"grid", "map", "required",
-      "layer key -> list of values: B, L, M, H, E, k, f, mp, dtype, ds_moe, dispatch, saa, experts_per_gpu (E = value * GPUs)"},
+      "layer key -> list of values: " + moe::layer_key_names(moe::KeyScope::layer) +
+          ", experts_per_gpu (E = value * GPUs); schedule options " + moe::layer_key_names(moe::KeyScope::schedule) +
+          " (they refine s1 and s2, whose rows are then named like s1[chunks=2])"},
      {"skip_invalid", "bool", "false", "leave out impossible combinations instead of failing"}}};
 const Section kTopo{"sweep.topologies[]",
                     "A topology file, with fixed overrides and a grid of overrides crossed with the layer grid.",
@@ -137,7 +141,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
   s.name = r.at("name").as_string();
   s.description = r.get_string("description", "");
   s.network = r.get_string("network", "flow");
-  if (s.network != "flow" && s.network != "analytical") r.at("network").fail("analytical or flow");
+  if (!is_network_model(s.network)) r.at("network").fail(network_model_names(", ", " or "));
   s.input_hash = fnv1a(text);
   if (!calibration_file.empty()) s.input_hash = fnv1a(read_file(calibration_file), s.input_hash);
   s.schedules = {"baseline"};
@@ -145,14 +149,14 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
     sc->expect_seq();
     for (std::size_t i = 0; i < sc->size(); ++i) {
       const std::string n = (*sc)[i].as_string();
-      if (n != "baseline" && n != "s1" && n != "s2") (*sc)[i].fail("baseline, s1 or s2");
+      if (!moe::is_preset(n)) (*sc)[i].fail(moe::schedule_choices({}, ", ", " or "));
       for (std::size_t j = 0; j < i; ++j)
         if ((*sc)[j].as_string() == n)
           (*sc)[i].fail(fmt::format("each schedule once; '{}' is already at {}", n, (*sc)[j].where()));
       if (n != "baseline") s.schedules.push_back(n);
     }
   } else {
-    s.schedules = {"baseline", "s1", "s2"};
+    s.schedules = moe::preset_names();
   }
   const bool skip = r.has("skip_invalid") && r.at("skip_invalid").as_bool();
   const std::filesystem::path base = std::filesystem::path(file).parent_path();
@@ -185,8 +189,8 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
       const std::string ov = (base / t.at("overlay").as_string()).lexically_normal().string();
       try {
         en.overlay = load_topology_overlay(ov);
-      } catch (const ParmError& e) {
-        throw ParmError(fmt::format("{}: {}", t.at("overlay").where(), e.what()));
+      } catch (const UserError& e) {
+        throw UserError(fmt::format("{}: {}", t.at("overlay").where(), e.what()));
       }
       en.overlay_path = ov;
     }
@@ -203,8 +207,8 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
     std::shared_ptr<const Topology> topo;
     try {
       topo = std::make_shared<const Topology>(load_topology(en.path, first, en.overlay));
-    } catch (const ParmError& e) {
-      throw ParmError(fmt::format("{}: {}", t.at("file").where(), e.what()));
+    } catch (const UserError& e) {
+      throw UserError(fmt::format("{}: {}", t.at("file").where(), e.what()));
     }
     en.label = t.has("label") ? t.at("label").as_string() : topo->name();
     // Rows name their topology by its label (and grid values): two variants with the same label would be told
@@ -225,7 +229,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
 
   const std::uint64_t total = grid_size(axes, variants);
   if (total == 0 || total > (std::uint64_t{1} << 62))
-    throw ParmError(fmt::format("{}: the grid expands past 2^62 configurations ({})", file, grid_shape(variants, axes)));
+    throw UserError(fmt::format("{}: the grid expands past 2^62 configurations ({})", file, grid_shape(variants, axes)));
   const bool count_only = opt.count_only;
   if (count_only && !skip) {
     // Each value on its own (a key or value no layer takes is an error here as in a run), then every
@@ -245,10 +249,11 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
           continue;
         }
         moe::LayerSpec spec;
+        moe::ScheduleKeys keys;
         try {
-          moe::set_key(&spec, nullptr, key, val, grid.at(key).where());
-        } catch (const ParmError& e) {
-          throw ParmError(fmt::format("{} (grid keys are the layer keys and experts_per_gpu)", e.what()));
+          moe::apply_keys(&spec, &keys, {key + "=" + val}, grid.at(key).where());
+        } catch (const UserError& e) {
+          throw UserError(fmt::format("{} (grid keys are the layer keys, the schedule options and experts_per_gpu)", e.what()));
         }
       }
     s.count = total;
@@ -256,7 +261,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
     return s;
   }
   if (!count_only && opt.max_configs > 0 && total > opt.max_configs)
-    throw ParmError(fmt::format("{}: the grid expands to {} configurations ({}); {} fit in the memory a run may use "
+    throw UserError(fmt::format("{}: the grid expands to {} configurations ({}); {} fit in the memory a run may use "
                                 "({}); shard it into smaller specs, or raise --max-memory",
                                 file, total, grid_shape(variants, axes), opt.max_configs, opt.max_configs_why));
 
@@ -271,8 +276,8 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
       v.overrides.insert(v.overrides.end(), var.begin(), var.end());
       try {
         v.topo = std::make_shared<const Topology>(load_topology(en.path, v.overrides, en.overlay));
-      } catch (const ParmError& e) {
-        throw ParmError(fmt::format("{}: {}", t.at("file").where(), e.what()));
+      } catch (const UserError& e) {
+        throw UserError(fmt::format("{}: {}", t.at("file").where(), e.what()));
       }
       s.input_hash = fnv1a(read_file(en.path), s.input_hash);
       v.label = t.has("label") ? t.at("label").as_string() : v.topo->name();
@@ -287,6 +292,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
       // Counting under skip_invalid: each variant's layers are checked as they come, one variant at a time.
       for_each_combination(axes, [&](const std::vector<std::string>& row) {
         moe::LayerSpec spec;
+        moe::ScheduleKeys keys;
         std::int64_t per_gpu = 0;
         std::string desc;
         for (const std::string& kv : row) {
@@ -304,21 +310,21 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
             continue;
           }
           try {
-            moe::set_key(&spec, nullptr, key, val, grid.at(key).where());
-          } catch (const ParmError& e) {
-            throw ParmError(fmt::format("{} (grid keys are the layer keys and experts_per_gpu)", e.what()));
+            moe::apply_keys(&spec, &keys, {kv}, grid.at(key).where());
+          } catch (const UserError& e) {
+            throw UserError(fmt::format("{} (grid keys are the layer keys, the schedule options and experts_per_gpu)", e.what()));
           }
         }
         if (per_gpu > 0) spec.E = per_gpu * topo.num_gpus();
         try {
           moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
           gpu_profile(topo.gpu_model()).peak(spec.dtype);
-        } catch (const ParmError& e) {
+        } catch (const UserError& e) {
           if (skip) {
             ++s.skipped;
             return;
           }
-          throw ParmError(
+          throw UserError(
               fmt::format("{}: configuration {} on {} is impossible: {} (set skip_invalid: true to leave "
                           "such combinations out)",
                           file, desc, v.label, e.what()));
@@ -329,13 +335,14 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
         c.index = static_cast<int>(s.configs.size());
         c.topology = static_cast<int>(ti);
         c.layer = spec;
+        c.keys = std::move(keys);
         s.configs.push_back(c);
       });
     });
   }
   s.variants = variants;
   if (count_only) return s;
-  if (s.configs.empty()) throw ParmError(fmt::format("{}: the grid expands to no valid configuration", file));
+  if (s.configs.empty()) throw UserError(fmt::format("{}: the grid expands to no valid configuration", file));
   return s;
 }
 

@@ -10,6 +10,7 @@
 
 #include "sim/calib/calibration.hpp"
 #include "sim/moe/layer.hpp"
+#include "sim/moe/layer_keys.hpp"
 #include "sim/topo/topology.hpp"
 
 namespace parmsim::sweep {
@@ -25,6 +26,7 @@ struct Config {
   int index = 0;
   int topology = 0;  // into Spec::topologies
   moe::LayerSpec layer;
+  moe::ScheduleKeys keys;  // schedule options from the grid (none: the presets as they are)
 };
 
 struct Spec {

@@ -49,7 +49,7 @@ int Topology::add_device(Device d) {
   const int v = static_cast<int>(boost::add_vertex(d, graph_));
   if (d.kind == DeviceKind::gpu) {
     if (d.gpu != static_cast<int>(gpu_vertex_.size()))
-      throw ParmError(fmt::format("topology {}: GPU {} added out of order", name_, d.name));
+      throw UserError(fmt::format("topology {}: GPU {} added out of order", name_, d.name));
     gpu_vertex_.push_back(v);
   }
   if (d.kind == DeviceKind::nic && d.node == 0) ++nics_per_node_;
@@ -153,7 +153,7 @@ const std::vector<int>& Topology::dist_to(int dst_gpu) const {
 
 void Topology::finalize() {
   const int n = num_gpus();
-  if (n == 0) throw ParmError(fmt::format("topology {}: no GPUs", name_));
+  if (n == 0) throw UserError(fmt::format("topology {}: no GPUs", name_));
   id_ = g_next_topology_id++;
   // Every vertex's outgoing links sorted by (target, link id): link id order is
   // declaration order, as boost's out-edge lists, so ECMP picks stay the same.
@@ -170,7 +170,7 @@ void Topology::finalize() {
                 [](const OutLink& x, const OutLink& y) { return x.target != y.target ? x.target < y.target : x.link < y.link; });
   }
   auto unreachable = [&](int s, int d) {
-    return ParmError(fmt::format("topology {}: GPU {} cannot reach GPU {} (no path of links; GPUs do not forward)",
+    return UserError(fmt::format("topology {}: GPU {} cannot reach GPU {} (no path of links; GPUs do not forward)",
                                  name_, graph_[gpu_vertex_[s]].name, graph_[gpu_vertex_[d]].name));
   };
   // Every GPU reaches every other when one group of connected non-GPU

@@ -93,7 +93,7 @@ class Topology {
   // NICs in server 0 (every server is alike).
   int nics_per_node() const { return nics_per_node_; }
   // Validates (every GPU reaches every other) and precomputes routing tables.
-  // Throws ParmError naming two GPUs that cannot reach each other.
+  // Throws UserError naming two GPUs that cannot reach each other.
   void finalize();
 
   const std::string& name() const { return name_; }

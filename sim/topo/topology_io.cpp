@@ -16,7 +16,7 @@ const Section kTop{"topology",
                    "A cluster: `nodes` identical servers described by `node`, joined by `fabric`.",
                    {{"name", "string", "required", "topology name"},
                     {"description", "string", "\"\"", "where the figures come from"},
-                    {"gpu", "string", "required", "GPU profile (h100, h200, a100, rtx2080ti, rtx_a6000, b200)"},
+                    {"gpu", "string", "required", "GPU profile (" + gpu_profile_names() + ")"},
                     {"nodes", "int", "required", "number of servers"},
                     {"node", "map", "required", "one server (topology.node)"},
                     {"fabric", "map", "kind: none", "network between servers (topology.fabric)"},
@@ -82,13 +82,6 @@ SectionRegistrar r1(kTop), r2(kNode), r3(kDevice), r4(kLink), r5(kFabric), r6(kE
 constexpr std::int64_t kMaxGpus = std::int64_t{1} << 20;
 constexpr std::int64_t kMaxLinks = std::int64_t{1} << 22;
 
-double default_nvlink_efficiency(const std::string& gpu) {
-  if (gpu == "a100") return 20.0 / 25.0;
-  if (gpu == "h100" || gpu == "h200") return 20.6 / 25.0;
-  if (gpu == "b200") return 40.1 / 50.0;
-  return 1.0;
-}
-
 double fraction(const YamlReader& e, const char* key, double def) {
   auto v = e.opt(key);
   if (!v) return def;
@@ -117,12 +110,8 @@ Topology build(const YamlReader& top) {
     // An unknown GPU profile is an error of this file, not of a later command.
     const YamlReader g = top.at("gpu");
     bool known = false;
-    std::string names;
-    for (const GpuProfile& p : gpu_profiles()) {
-      known = known || p.name == g.as_string();
-      names += (names.empty() ? "" : ", ") + p.name;
-    }
-    if (!known) g.fail("a GPU profile: " + names);
+    for (const GpuProfile& p : gpu_profiles()) known = known || p.name == g.as_string();
+    if (!known) g.fail("a GPU profile: " + gpu_profile_names());
   }
   // Every GPU, device and link is held in memory (about 150 bytes a link) and
   // numbered with an int: the products of the sizes are bounded first.
@@ -293,7 +282,7 @@ Topology build(const YamlReader& top) {
     }
   }
   LinkEfficiency eff;
-  eff.nvlink = default_nvlink_efficiency(t.gpu_model());
+  eff.nvlink = gpu_profile(t.gpu_model()).nvlink_efficiency;
   eff.pcie = 0.75;
   if (auto e = top.opt("link_efficiency")) {
     e->check_keys(kEff);
@@ -314,8 +303,8 @@ Topology build(const YamlReader& top) {
   }
   try {
     t.finalize();
-  } catch (const ParmError& e) {
-    throw ParmError(fmt::format("{}: {}", top.file(), e.what()));
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("{}: {}", top.file(), e.what()));
   }
   return t;
 }

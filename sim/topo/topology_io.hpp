@@ -22,7 +22,7 @@ Topology parse_topology_text(const std::string& text, const std::string& name,
 // A topology overlay file (`--overlay FILE`; `parmsim calibrate --fit-machine`
 // writes one): a YAML map of topology keys, nested (`nccl: {launch: 14us}`) or
 // dotted (`nccl.launch: 14us`), merged over the topology. Returns its
-// assignments ("nccl.launch=14us"), for `overlay` above. Throws ParmError
+// assignments ("nccl.launch=14us"), for `overlay` above. Throws UserError
 // naming file:line for anything but a map of single values.
 std::vector<std::string> load_topology_overlay(const std::string& file);
 

@@ -1,0 +1,230 @@
+// The layer-key registry (layer_keys.hpp) and the parsers behind it.
+#include "sim/moe/layer_keys.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+
+#include "sim/core/error.hpp"
+#include "sim/core/join.hpp"
+#include "sim/io/yaml_reader.hpp"
+
+namespace parmsim::moe {
+
+namespace {
+
+using Key = LayerKey;
+
+std::int64_t parse_int(const Key& key, const std::string& v, const std::string& where, std::int64_t lo,
+                       std::int64_t hi = INT64_MAX) {
+  auto range = [&] {
+    return hi == INT64_MAX ? fmt::format(">= {}", lo) : fmt::format("in [{}, {}]", lo, hi);
+  };
+  try {
+    std::size_t used = 0;
+    const long long x = std::stoll(v, &used);
+    if (used != v.size()) throw std::invalid_argument("x");
+    if (x < lo || x > hi)
+      throw UserError(fmt::format("{}: key '{}': expected an integer {}, got '{}'", where, key.name, range(), v));
+    return x;
+  } catch (const std::out_of_range&) {
+    throw UserError(
+        fmt::format("{}: key '{}': expected an integer in [{}, {}], got '{}'", where, key.name, lo, hi, v));
+  } catch (const std::logic_error&) {
+    throw UserError(fmt::format("{}: key '{}': expected an integer, got '{}'", where, key.name, v));
+  }
+}
+
+// The index of `v` among the key's choices, or a UserError listing them ("expected a, b or c").
+std::size_t choose(const Key& key, const std::string& v, const std::string& where) {
+  std::string names;
+  for (std::size_t i = 0; i < key.choices.size(); ++i) {
+    if (v == key.choices[i]) return i;
+    names += (i == 0 ? "" : i + 1 == key.choices.size() ? " or " : ", ") + std::string(key.choices[i]);
+  }
+  throw UserError(fmt::format("{}: key '{}': expected {}, got '{}'", where, key.name, names, v));
+}
+
+bool parse_bool(const Key& key, const std::string& v, const std::string& where) {
+  if (v == "1" || v == "true") return true;
+  if (v == "0" || v == "false") return false;
+  throw UserError(fmt::format("{}: key '{}': expected true/false or 1/0, got '{}'", where, key.name, v));
+}
+
+// Setters, one per key. The positive integer keys share one.
+template <std::int64_t LayerSpec::*Field>
+void set_count(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.*Field = parse_int(k, v, w, 1);
+}
+void set_E(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.E = parse_int(k, v, w, 1, kMaxExperts);
+}
+void set_mp(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.mp = static_cast<int>(parse_int(k, v, w, 1, kMaxMp));
+}
+void set_f(const Key&, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  try {
+    std::size_t used = 0;
+    s.f = std::stod(v, &used);
+    if (used != v.size() || !(s.f > 0) || !std::isfinite(s.f)) throw std::invalid_argument("x");
+  } catch (const std::logic_error&) {
+    throw UserError(fmt::format("{}: key 'f': expected a capacity factor > 0, got '{}'", w, v));
+  }
+}
+void set_dtype(const Key&, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  try {
+    s.dtype = parse_dtype(v);
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("{}: key 'dtype': {}", w, e.what()));
+  }
+}
+// Enumerated keys: the choice's index is the enum's value (the arrays below follow the enums' order).
+void set_ds_moe(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.ds_moe = static_cast<DsMoe>(choose(k, v, w));
+}
+void set_dispatch(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.dispatch = static_cast<Dispatch>(choose(k, v, w));
+}
+void set_saa(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.saa_algo = std::string(k.choices[choose(k, v, w)]);
+}
+void set_split(const Key& k, LayerSpec&, ScheduleOptions& o, const std::string& v, const std::string& w) {
+  o.split = static_cast<Split>(choose(k, v, w));
+  o.name = "custom";
+}
+void set_gather(const Key& k, LayerSpec&, ScheduleOptions& o, const std::string& v, const std::string& w) {
+  o.gather = static_cast<Gather>(choose(k, v, w));
+  o.name = "custom";
+}
+void set_fuse_dispatch(const Key& k, LayerSpec&, ScheduleOptions& o, const std::string& v, const std::string& w) {
+  o.fuse_dispatch = parse_bool(k, v, w);
+  o.name = "custom";
+}
+void set_fuse_combine(const Key& k, LayerSpec&, ScheduleOptions& o, const std::string& v, const std::string& w) {
+  o.fuse_combine = parse_bool(k, v, w);
+  o.name = "custom";
+}
+void set_chunks(const Key& k, LayerSpec&, ScheduleOptions& o, const std::string& v, const std::string& w) {
+  o.chunks = static_cast<int>(parse_int(k, v, w, 1, kMaxChunks));
+  o.name = "custom";
+}
+void set_a2a_algo(const Key& k, LayerSpec&, ScheduleOptions& o, const std::string& v, const std::string& w) {
+  o.a2a_algo = std::string(k.choices[choose(k, v, w)]);
+}
+
+// In the order of the enums DsMoe, Dispatch, Split and Gather (layer.hpp).
+constexpr std::array<std::string_view, 3> kDsMoe = {"0.14.4", "0.14.5", "lean"};
+constexpr std::array<std::string_view, 2> kDispatch = {"einsum", "index"};
+constexpr std::array<std::string_view, 2> kSaa = {"released", "pipelined"};
+constexpr std::array<std::string_view, 2> kSplit = {"before_gate", "after_order"};
+constexpr std::array<std::string_view, 2> kGather = {"after_iorder", "before_iorder"};
+constexpr std::array<std::string_view, 3> kA2a = {"p2p", "pairwise", "direct"};
+static_assert(static_cast<int>(DsMoe::lean) == 2 && static_cast<int>(Dispatch::index) == 1 &&
+              static_cast<int>(Split::after_order) == 1 && static_cast<int>(Gather::before_iorder) == 1);
+
+constexpr KeyScope L = KeyScope::layer, S = KeyScope::schedule;
+
+// The defaults shown are LayerSpec's and s1's (layer.hpp); tests/test_registries.cpp checks them.
+constexpr std::array<LayerKey, 18> kKeys = {{
+    {"B", "int", "4", "samples per GPU", L, {}, set_count<&LayerSpec::B>},
+    {"L", "int", "512", "tokens per sample", L, {}, set_count<&LayerSpec::L>},
+    {"M", "int", "1024", "model (embedding) size", L, {}, set_count<&LayerSpec::M>},
+    {"H", "int", "4096", "expert FFN hidden size", L, {}, set_count<&LayerSpec::H>},
+    {"E", "int", "32", "experts", L, {}, set_E},
+    {"k", "int", "2", "top-k", L, {}, set_count<&LayerSpec::k>},
+    {"f", "number", "1.2", "capacity factor", L, {}, set_f},
+    {"mp", "int", "4", "N_MP = N_ESP = G", L, {}, set_mp},
+    {"dtype", "string", "fp32", "fp32 | fp16 | bf16", L, {}, set_dtype},
+    {"ds_moe", "string", "0.14.4",
+     "the baseline's DeepSpeed-MoE: 0.14.4 (what Parm measured) | 0.14.5 | lean (docs/moe-costs.md)", L, kDsMoe,
+     set_ds_moe},
+    {"dispatch", "string", "einsum",
+     "token dispatch/combine: einsum (DeepSpeed's dense einsums) | index (gather/scatter kernels)", L, kDispatch,
+     set_dispatch},
+    {"saa", "string", "released",
+     "fused AlltoAll+AllGather: released (the Parm authors' kernel) | pipelined (rail-wise rounds)", L, kSaa,
+     set_saa},
+    {"split", "string", "before_gate", "Parm MP-Split: before_gate | after_order", S, kSplit, set_split, true},
+    {"gather", "string", "schedule", "MP-AllGather: after_iorder (O) | before_iorder (D)", S, kGather, set_gather,
+     true},
+    {"fuse_dispatch", "bool", "schedule", "AlltoAll + ESP-AllGather as one SAA", S, {}, set_fuse_dispatch, true},
+    {"fuse_combine", "bool", "schedule", "AlltoAll + MP-AllGather as one SAA", S, {}, set_fuse_combine, true},
+    {"chunks", "int", "schedule", "ReduceScatter -> AlltoAll pipeline chunks", S, {}, set_chunks, true},
+    {"a2a_algo", "string", "p2p", "p2p (NCCL send/recv, PXN) | pairwise | direct", S, kA2a, set_a2a_algo},
+}};
+
+}  // namespace
+
+namespace {
+// The `layer` section of --help-config.
+const Section kLayerFile = layer_file_section();
+const SectionRegistrar reg(kLayerFile);
+}  // namespace
+
+std::span<const LayerKey> layer_keys() { return kKeys; }
+
+const LayerKey* find_layer_key(std::string_view name) {
+  for (const LayerKey& k : kKeys)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+std::string layer_key_names(KeyScope scope) {
+  std::string out;
+  for (const LayerKey& k : kKeys)
+    if (k.scope == scope) out += (out.empty() ? "" : ", ") + std::string(k.name);
+  return out;
+}
+
+Section layer_file_section() {
+  Section s{"layer", "A layer file for `parmsim layer --layer FILE` (every key optional; --set overrides).", {}};
+  for (const LayerKey& k : kKeys)
+    s.keys.push_back({std::string(k.name), std::string(k.type), std::string(k.fallback), std::string(k.help)});
+  return s;
+}
+
+void set_key(LayerSpec* s, ScheduleOptions* o, const std::string& key, const std::string& v, const std::string& where) {
+  const LayerKey* k = find_layer_key(key);
+  if (!k || (k->scope == KeyScope::schedule && !o))
+    throw UserError(fmt::format("{}: unknown layer key '{}'; layer keys: {}{}", where, key,
+                                layer_key_names(KeyScope::layer),
+                                o ? "; schedule options: " + layer_key_names(KeyScope::schedule) : ""));
+  ScheduleOptions unused;
+  k->set(*k, *s, o ? *o : unused, v, where);
+}
+
+void apply_assignments(LayerSpec* s, ScheduleOptions* o, const std::vector<std::string>& kv, const std::string& where) {
+  for (const std::string& a : kv) {
+    const auto eq = a.find('=');
+    if (eq == std::string::npos || eq == 0) throw UserError(fmt::format("{}: '{}' is not key=value", where, a));
+    set_key(s, o, a.substr(0, eq), a.substr(eq + 1), where);
+  }
+}
+
+void apply_keys(LayerSpec* s, ScheduleKeys* keys, const std::vector<std::string>& kv, const std::string& where) {
+  for (const std::string& a : kv) {
+    apply_assignments(s, &keys->parm, {a}, where);
+    const LayerKey* k = find_layer_key(a.substr(0, a.find('=')));
+    if (k->scope == KeyScope::schedule) keys->given.push_back(a);
+    keys->shaped = keys->shaped || k->shapes_parm;
+  }
+}
+
+std::string parm_shaping_key_names() {
+  std::vector<std::string_view> v;
+  for (const LayerKey& k : kKeys)
+    if (k.shapes_parm) v.push_back(k.name);
+  return join_names(v, ", ", " and ");
+}
+
+ScheduleOptions schedule_options(const std::string& name, const ScheduleKeys& keys) {
+  ScheduleOptions o = preset(name);
+  if (name != "baseline" && keys.shaped) o = keys.parm, o.name = name + "*";
+  o.a2a_algo = keys.parm.a2a_algo;
+  return o;
+}
+
+}  // namespace parmsim::moe

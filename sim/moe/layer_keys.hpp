@@ -1,0 +1,70 @@
+#pragma once
+// The layer keys: one registry of every key that shapes an MoE layer (B, L, M,
+// ..., saa) or refines the Parm schedule builder (split, gather, ...). `--set`,
+// `--layer` files, sweep grids, `--help-config`, the CLI's help and every
+// "unknown key" message are generated from it, so a key added here is accepted
+// everywhere at once (tests/test_registries.cpp checks this).
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/moe/layer.hpp"
+
+namespace parmsim {
+struct Section;
+}
+
+namespace parmsim::moe {
+
+// What a key configures: the layer itself (LayerSpec), or the Parm schedules
+// built from it (ScheduleOptions; the baseline ignores them, a2a_algo aside).
+enum class KeyScope { layer, schedule };
+
+struct LayerKey {
+  std::string_view name;
+  std::string_view type;      // int, number, string, bool (as --help-config shows it)
+  std::string_view fallback;  // the default, as --help-config shows it
+  std::string_view help;
+  KeyScope scope;
+  // The accepted values of an enumerated key, in the order help and errors list them; empty otherwise.
+  std::span<const std::string_view> choices;
+  // Parses `value` into `spec` or `opts`; a bad value is a UserError that names `where` and the key.
+  void (*set)(const LayerKey& key, LayerSpec& spec, ScheduleOptions& opts, const std::string& value,
+              const std::string& where);
+  // Schedule keys only: whether setting the key makes the Parm schedules custom ("s1*", "s2*").
+  // a2a_algo does not: it applies to every schedule, the baseline too.
+  bool shapes_parm = false;
+};
+
+// Every key, layer keys first, in the order help and errors list them.
+std::span<const LayerKey> layer_keys();
+// The key called `name`, or null.
+const LayerKey* find_layer_key(std::string_view name);
+// "B, L, M, ..." of one scope.
+std::string layer_key_names(KeyScope scope);
+// The keys of a `--layer` file, for --help-config (every key of the registry).
+Section layer_file_section();
+
+// Schedule keys given with --set, a --layer file or a sweep grid refine the
+// Parm presets. `parm` is s1's preset with those keys applied (split, gather,
+// fuse_*, chunks), `shaped` says whether any of them was given, and a2a_algo
+// applies to every schedule.
+struct ScheduleKeys {
+  ScheduleOptions parm = preset("s1");
+  bool shaped = false;
+  // The key=value assignments given, in order (for labels).
+  std::vector<std::string> given;
+};
+// Applies "key=value" assignments: layer keys to `spec`, schedule keys to
+// `keys` (recorded in keys->given; keys->shaped when one shapes the Parm
+// schedules). Errors name `where`.
+void apply_keys(LayerSpec* spec, ScheduleKeys* keys, const std::vector<std::string>& kv, const std::string& where);
+// The keys that shape the Parm schedules, as a message lists them: "split, gather, ... and chunks".
+std::string parm_shaping_key_names();
+// The options schedule `name` (a preset) runs with under `keys`: the preset,
+// or, for a Parm schedule when keys shaped it, `keys.parm` named "NAME*";
+// a2a_algo from `keys` in every case.
+ScheduleOptions schedule_options(const std::string& name, const ScheduleKeys& keys);
+
+}  // namespace parmsim::moe
