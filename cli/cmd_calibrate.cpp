@@ -18,7 +18,7 @@
 #include "sim/sweep/mpi_shim.hpp"
 #include "sim/calib/calibration.hpp"
 #include "sim/calib/fit.hpp"
-#include "sim/calib/machine_fit.hpp"
+#include "sim/fit/machine_fit.hpp"
 #include "sim/calib/nccl_tests.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/output.hpp"

@@ -12,6 +12,7 @@
 #include "sim/moe/layer_keys.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
+#include "sim/engine/trace_writer.hpp"
 #include "sim/io/output.hpp"
 #include "sim/sweep/mpi_shim.hpp"
 

@@ -10,6 +10,7 @@
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
+#include "sim/engine/trace_writer.hpp"
 #include "sim/io/output.hpp"
 #include "sim/io/yaml_reader.hpp"
 #include "sim/moe/layer_keys.hpp"

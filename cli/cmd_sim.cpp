@@ -13,6 +13,7 @@
 #include "sim/engine/simulator.hpp"
 #include "sim/graph/algorithms.hpp"
 #include "sim/graph/graph_io.hpp"
+#include "sim/engine/trace_writer.hpp"
 #include "sim/io/output.hpp"
 #include "sim/net/network_model.hpp"
 #include "sim/topo/topology_io.hpp"

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.hpp"
-#include "sim/coll/nccl_validation.hpp"
-#include "sim/compute/gemm_validation.hpp"
+#include "sim/validation/nccl_validation.hpp"
+#include "sim/validation/gemm_validation.hpp"
 
 namespace parmsim::cli {
 

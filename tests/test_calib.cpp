@@ -298,7 +298,7 @@ TEST_CASE("calibration files: an unknown key in a collective or kernel entry is 
 
 // ---- fitted machine parameters (issue 15, part 2) ----
 
-#include "sim/calib/machine_fit.hpp"
+#include "sim/fit/machine_fit.hpp"
 
 TEST_CASE("topology overlays: nested or dotted keys, maps the file lacks are created", "[calib][topology]") {
   using namespace parmsim;

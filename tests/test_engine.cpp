@@ -7,6 +7,7 @@
 #include "sim/core/error.hpp"
 #include "sim/engine/simulator.hpp"
 #include "sim/graph/graph_io.hpp"
+#include "sim/engine/trace_writer.hpp"
 #include "sim/io/output.hpp"
 #include "sim/topo/topology_io.hpp"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "sim/compute/gemm_model.hpp"
-#include "sim/compute/gemm_validation.hpp"
+#include "sim/validation/gemm_validation.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 

@@ -8,7 +8,7 @@
 #include "sim/coll/collective_cost.hpp"
 #include "sim/coll/collective_plan.hpp"
 #include "sim/coll/nccl_model.hpp"
-#include "sim/coll/nccl_validation.hpp"
+#include "sim/validation/nccl_validation.hpp"
 #include "sim/core/error.hpp"
 #include "sim/engine/simulator.hpp"
 #include "sim/net/maxmin.hpp"

@@ -13,8 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/engine/simulator.hpp"
-#include "sim/graph/task_graph.hpp"
+#include "sim/core/time.hpp"
 
 namespace parmsim {
 
@@ -68,12 +67,6 @@ class OutputBatch {
   };
   std::vector<Staged> staged_;
 };
-
-// CSV: task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops
-// (times with 6 decimals: exact picoseconds).
-void write_trace_csv(std::ostream& os, const TaskGraph& g, const SimResult& r);
-// Chrome / Perfetto trace-event JSON: pid = rank, tid = stream, ts/dur in us.
-void write_chrome_trace(std::ostream& os, const TaskGraph& g, const SimResult& r);
 
 // Picoseconds as microseconds with all six decimals ("12.000345").
 std::string us_exact(Time t);

@@ -1,4 +1,4 @@
-#include "sim/calib/machine_fit.hpp"
+#include "sim/fit/machine_fit.hpp"
 
 #include <fmt/format.h>
 

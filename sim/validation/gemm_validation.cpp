@@ -1,4 +1,4 @@
-#include "sim/compute/gemm_validation.hpp"
+#include "sim/validation/gemm_validation.hpp"
 
 #include <fmt/format.h>
 

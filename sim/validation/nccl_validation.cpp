@@ -1,4 +1,4 @@
-#include "sim/coll/nccl_validation.hpp"
+#include "sim/validation/nccl_validation.hpp"
 
 #include <fmt/format.h>
 

@@ -1,0 +1,57 @@
+#include "sim/engine/trace_writer.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/io/output.hpp"
+
+namespace parmsim {
+
+namespace {
+std::string kind_of(const TaskGraph& g, const Task& t) {
+  return t.kind == TaskKind::compute ? "compute" : to_string(g.collective(t.collective).op);
+}
+}  // namespace
+
+void write_trace_csv(std::ostream& os, const TaskGraph& g, const SimResult& r) {
+  const bool spread = !r.spread.empty();
+  os << "task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops"
+     << (spread ? ",duration_p10_us,duration_p90_us\n" : "\n");
+  for (const TraceRow& row : r.trace) {
+    const Task& t = g.task(row.task);
+    const std::string op = t.kind == TaskKind::compute ? to_string(t.op) : g.collective(t.collective).name;
+    os << fmt::format("{},{},{},{},{},{},{},{},{},{},{}", t.id, t.name, t.rank, g.streams(t.rank)[t.stream],
+                      kind_of(g, t), op, us_exact(row.start), us_exact(row.end), us_exact(row.end - row.start),
+                      row.bytes, row.flops);
+    if (spread)
+      os << fmt::format(",{},{}", us_exact(r.spread.at(row.task).first), us_exact(r.spread.at(row.task).second));
+    os << "\n";
+  }
+}
+
+void write_chrome_trace(std::ostream& os, const TaskGraph& g, const SimResult& r) {
+  nlohmann::json ev = nlohmann::json::array();
+  for (int rank = 0; rank < g.num_ranks(); ++rank) {
+    ev.push_back(
+        {{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", fmt::format("rank {}", rank)}}}});
+    for (std::size_t s = 0; s < g.streams(rank).size(); ++s)
+      ev.push_back(
+          {{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", s}, {"args", {{"name", g.streams(rank)[s]}}}});
+  }
+  for (const TraceRow& row : r.trace) {
+    const Task& t = g.task(row.task);
+    ev.push_back({{"ph", "X"},
+                  {"name", t.name},
+                  {"cat", kind_of(g, t)},
+                  {"pid", t.rank},
+                  {"tid", t.stream},
+                  {"ts", row.start.to_us()},
+                  {"dur", (row.end - row.start).to_us()},
+                  {"args", {{"bytes", row.bytes}, {"flops", row.flops}}}});
+  }
+  nlohmann::json doc = {{"traceEvents", ev}, {"displayTimeUnit", "ns"}};
+  os << doc.dump(1) << "\n";
+}
+
+}  // namespace parmsim
