@@ -20,6 +20,25 @@ hits=$(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"(backend|cli)/' 
 [ -z "$hits" ] || fail "sim/ includes backend/ or cli/:
 $hits"
 
+# The floors of sim/, lowest first (docs/architecture.md): a folder includes
+# only folders below it, so no arrow runs up and no two folders form a circle.
+# A new folder must be placed here.
+floors=(core io graph calib compute topo net coll engine moe validation fit mpi sweep)
+for dir in "$src"/sim/*/; do
+  d=$(basename "$dir")
+  [[ " ${floors[*]} " == *" $d "* ]] || fail "sim/$d is on no floor: add it to the floors in tests/check_layout.sh"
+done
+for i in "${!floors[@]}"; do
+  d=${floors[$i]}
+  [ -d "$src/sim/$d" ] || continue
+  below=" ${floors[*]:0:$i} $d "
+  while IFS=: read -r file line inc; do
+    [ -n "$file" ] || continue
+    to=$(sed -E 's|.*"sim/([a-z_]+)/.*|\1|' <<< "$inc")
+    [[ $below == *" $to "* ]] || fail "$file:$line: sim/$d includes sim/$to, a floor above it"
+  done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"sim/[a-z_]+/' "$src/sim/$d" || true)
+done
+
 [ -s "$links" ] || fail "no link libraries of parmsim_sim in $links"
 if grep -qiE 'cuda|cublas|nccl|mpi' "$links"; then
   fail "parmsim_sim links CUDA, cuBLAS, NCCL or MPI: $(tr '\n' ' ' < "$links")"
