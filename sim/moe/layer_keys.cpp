@@ -125,35 +125,62 @@ constexpr std::array<std::string_view, 3> kA2a = {"p2p", "pairwise", "direct"};
 static_assert(static_cast<int>(DsMoe::lean) == 2 && static_cast<int>(Dispatch::index) == 1 &&
               static_cast<int>(Split::after_order) == 1 && static_cast<int>(Gather::before_iorder) == 1);
 
+// Getters, one per key.
+std::string num(std::int64_t v) { return fmt::format("{}", v); }
+template <std::int64_t LayerSpec::*Field>
+std::string get_count(const LayerSpec& s, const ScheduleOptions&) {
+  return num(s.*Field);
+}
+std::string get_mp(const LayerSpec& s, const ScheduleOptions&) { return num(s.mp); }
+std::string get_f(const LayerSpec& s, const ScheduleOptions&) { return fmt::format("{}", s.f); }
+std::string get_dtype(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.dtype); }
+std::string get_ds_moe(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.ds_moe); }
+std::string get_dispatch(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.dispatch); }
+std::string get_saa(const LayerSpec& s, const ScheduleOptions&) { return s.saa_algo; }
+std::string get_split(const LayerSpec&, const ScheduleOptions& o) { return std::string(kSplit[static_cast<int>(o.split)]); }
+std::string get_gather(const LayerSpec&, const ScheduleOptions& o) {
+  return std::string(kGather[static_cast<int>(o.gather)]);
+}
+std::string get_fuse_dispatch(const LayerSpec&, const ScheduleOptions& o) { return o.fuse_dispatch ? "true" : "false"; }
+std::string get_fuse_combine(const LayerSpec&, const ScheduleOptions& o) { return o.fuse_combine ? "true" : "false"; }
+std::string get_chunks(const LayerSpec&, const ScheduleOptions& o) { return num(o.chunks); }
+std::string get_a2a_algo(const LayerSpec&, const ScheduleOptions& o) { return o.a2a_algo; }
+
 constexpr KeyScope L = KeyScope::layer, S = KeyScope::schedule;
 
 // The defaults shown are LayerSpec's and s1's (layer.hpp); tests/test_registries.cpp checks them.
+// The layer keys' order is the order of spec_string() and of the sweep CSV's columns.
 constexpr std::array<LayerKey, 18> kKeys = {{
-    {"B", "int", "4", "samples per GPU", L, {}, set_count<&LayerSpec::B>},
-    {"L", "int", "512", "tokens per sample", L, {}, set_count<&LayerSpec::L>},
-    {"M", "int", "1024", "model (embedding) size", L, {}, set_count<&LayerSpec::M>},
-    {"H", "int", "4096", "expert FFN hidden size", L, {}, set_count<&LayerSpec::H>},
-    {"E", "int", "32", "experts", L, {}, set_E},
-    {"k", "int", "2", "top-k", L, {}, set_count<&LayerSpec::k>},
-    {"f", "number", "1.2", "capacity factor", L, {}, set_f},
-    {"mp", "int", "4", "N_MP = N_ESP = G", L, {}, set_mp},
-    {"dtype", "string", "fp32", "fp32 | fp16 | bf16", L, {}, set_dtype},
+    {"B", "int", "4", "samples per GPU", L, {}, set_count<&LayerSpec::B>, get_count<&LayerSpec::B>, true},
+    {"L", "int", "512", "tokens per sample", L, {}, set_count<&LayerSpec::L>, get_count<&LayerSpec::L>, true},
+    {"M", "int", "1024", "model (embedding) size", L, {}, set_count<&LayerSpec::M>, get_count<&LayerSpec::M>, true},
+    {"H", "int", "4096", "expert FFN hidden size", L, {}, set_count<&LayerSpec::H>, get_count<&LayerSpec::H>, true},
+    {"E", "int", "32", "experts", L, {}, set_E, get_count<&LayerSpec::E>, true},
+    {"k", "int", "2", "top-k", L, {}, set_count<&LayerSpec::k>, get_count<&LayerSpec::k>, true},
+    {"f", "number", "1.2", "capacity factor", L, {}, set_f, get_f, true},
+    {"mp", "int", "4", "N_MP = N_ESP = G", L, {}, set_mp, get_mp, true},
+    {"dtype", "string", "fp32", "fp32 | fp16 | bf16", L, {}, set_dtype, get_dtype, true},
     {"ds_moe", "string", "0.14.4",
      "the baseline's DeepSpeed-MoE: 0.14.4 (what Parm measured) | 0.14.5 | lean (docs/moe-costs.md)", L, kDsMoe,
-     set_ds_moe},
+     set_ds_moe, get_ds_moe},
     {"dispatch", "string", "einsum",
      "token dispatch/combine: einsum (DeepSpeed's dense einsums) | index (gather/scatter kernels)", L, kDispatch,
-     set_dispatch},
+     set_dispatch, get_dispatch},
     {"saa", "string", "released",
      "fused AlltoAll+AllGather: released (the Parm authors' kernel) | pipelined (rail-wise rounds)", L, kSaa,
-     set_saa},
-    {"split", "string", "before_gate", "Parm MP-Split: before_gate | after_order", S, kSplit, set_split, true},
+     set_saa, get_saa},
+    {"split", "string", "before_gate", "Parm MP-Split: before_gate | after_order", S, kSplit, set_split, get_split,
+     false, true},
     {"gather", "string", "schedule", "MP-AllGather: after_iorder (O) | before_iorder (D)", S, kGather, set_gather,
+     get_gather, false, true},
+    {"fuse_dispatch", "bool", "schedule", "AlltoAll + ESP-AllGather as one SAA", S, {}, set_fuse_dispatch,
+     get_fuse_dispatch, false, true},
+    {"fuse_combine", "bool", "schedule", "AlltoAll + MP-AllGather as one SAA", S, {}, set_fuse_combine,
+     get_fuse_combine, false, true},
+    {"chunks", "int", "schedule", "ReduceScatter -> AlltoAll pipeline chunks", S, {}, set_chunks, get_chunks, false,
      true},
-    {"fuse_dispatch", "bool", "schedule", "AlltoAll + ESP-AllGather as one SAA", S, {}, set_fuse_dispatch, true},
-    {"fuse_combine", "bool", "schedule", "AlltoAll + MP-AllGather as one SAA", S, {}, set_fuse_combine, true},
-    {"chunks", "int", "schedule", "ReduceScatter -> AlltoAll pipeline chunks", S, {}, set_chunks, true},
-    {"a2a_algo", "string", "p2p", "p2p (NCCL send/recv, PXN) | pairwise | direct", S, kA2a, set_a2a_algo},
+    {"a2a_algo", "string", "p2p", "p2p (NCCL send/recv, PXN) | pairwise | direct", S, kA2a, set_a2a_algo,
+     get_a2a_algo},
 }};
 
 }  // namespace
@@ -170,6 +197,33 @@ const LayerKey* find_layer_key(std::string_view name) {
   for (const LayerKey& k : kKeys)
     if (k.name == name) return &k;
   return nullptr;
+}
+
+std::string layer_key_columns(std::string_view sep) {
+  std::vector<std::string_view> v;
+  for (const LayerKey& k : kKeys)
+    if (k.scope == KeyScope::layer) v.push_back(k.name);
+  return join_names(v, sep, sep);
+}
+
+std::string layer_key_values(const LayerSpec& spec, std::string_view sep) {
+  const ScheduleOptions unused;
+  std::string out;
+  for (const LayerKey& k : kKeys)
+    if (k.scope == KeyScope::layer) out += (out.empty() ? "" : std::string(sep)) + k.get(spec, unused);
+  return out;
+}
+
+std::string spec_string(const LayerSpec& s) {
+  // Every key named always, then only what differs from the defaults, so existing spec strings keep their form.
+  const ScheduleOptions unused;
+  std::string out;
+  for (const LayerKey& k : kKeys) {
+    if (k.scope != KeyScope::layer) continue;
+    const std::string v = k.get(s, unused);
+    if (k.named_always || v != k.fallback) out += fmt::format("{}{}={}", out.empty() ? "" : ",", k.name, v);
+  }
+  return out;
 }
 
 std::string layer_key_names(KeyScope scope) {

@@ -32,6 +32,11 @@ struct LayerKey {
   // Parses `value` into `spec` or `opts`; a bad value is a UserError that names `where` and the key.
   void (*set)(const LayerKey& key, LayerSpec& spec, ScheduleOptions& opts, const std::string& value,
               const std::string& where);
+  // The value as text, as set() reads it (layer keys: the spec's; schedule keys: the options').
+  std::string (*get)(const LayerSpec& spec, const ScheduleOptions& opts);
+  // Layer keys: whether spec_string() and the sweep CSV's columns show it (the keys a
+  // layer has always been named by show always; later ones only when not at their default).
+  bool named_always = false;
   // Schedule keys only: whether setting the key makes the Parm schedules custom ("s1*", "s2*").
   // a2a_algo does not: it applies to every schedule, the baseline too.
   bool shapes_parm = false;
@@ -43,6 +48,10 @@ std::span<const LayerKey> layer_keys();
 const LayerKey* find_layer_key(std::string_view name);
 // "B, L, M, ..." of one scope.
 std::string layer_key_names(KeyScope scope);
+// The layer keys joined by `sep`, and their values in `spec` joined the same way:
+// the sweep CSV's layer columns ("B,L,...,saa") and one row's values.
+std::string layer_key_columns(std::string_view sep);
+std::string layer_key_values(const LayerSpec& spec, std::string_view sep);
 // The keys of a `--layer` file, for --help-config (every key of the registry).
 Section layer_file_section();
 

@@ -115,16 +115,6 @@ const char* to_string(Dispatch v) {
   return v == Dispatch::einsum ? "einsum" : "index";
 }
 
-std::string spec_string(const LayerSpec& s) {
-  std::string out = fmt::format("B={},L={},M={},H={},E={},k={},f={},mp={},dtype={}", s.B, s.L, s.M, s.H, s.E, s.k, s.f,
-                                s.mp, to_string(s.dtype));
-  // Only what differs from the defaults, so existing spec strings keep their form.
-  if (s.ds_moe != DsMoe::v0_14_4) out += fmt::format(",ds_moe={}", to_string(s.ds_moe));
-  if (s.dispatch != Dispatch::einsum) out += fmt::format(",dispatch={}", to_string(s.dispatch));
-  if (s.saa_algo != "released") out += fmt::format(",saa={}", s.saa_algo);
-  return out;
-}
-
 // ---------------------------------------------------------------- groups, dims
 
 Groups make_groups(int P, int G) {

@@ -24,6 +24,7 @@
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/output.hpp"
+#include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
 #include "sim/sweep/mpi_shim.hpp"
 #include "sim/version.hpp"
@@ -31,7 +32,8 @@
 namespace parmsim::sweep {
 
 std::string csv_header() {
-  return "config,topology,gpus,B,L,M,H,E,k,f,mp,dtype,ds_moe,dispatch,saa,network,schedule,forward_us,backward_us,total_us,model_us,"
+  return "config,topology,gpus," + moe::layer_key_columns(",") +
+         ",network,schedule,forward_us,backward_us,total_us,model_us,"
          "speedup_vs_baseline,model_speedup_vs_baseline,chosen_by_model,compute_us,exposed_comm_us,"
          "intra_node_bytes,inter_node_bytes\n";
 }
@@ -40,11 +42,8 @@ namespace {
 
 // The leading columns that identify a configuration (used to check --resume).
 std::string key_columns(const Spec& spec, const Config& c) {
-  const auto& l = c.layer;
-  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", c.index, spec.topologies[c.topology].label,
-                     spec.topologies[c.topology].topo->num_gpus(), l.B, l.L, l.M, l.H, l.E, l.k, l.f, l.mp,
-                     to_string(l.dtype), moe::to_string(l.ds_moe), moe::to_string(l.dispatch), l.saa_algo,
-                     spec.network);
+  return fmt::format("{},{},{},{},{}", c.index, spec.topologies[c.topology].label,
+                     spec.topologies[c.topology].topo->num_gpus(), moe::layer_key_values(c.layer, ","), spec.network);
 }
 
 }  // namespace
