@@ -1,6 +1,6 @@
 // The closed form's inline kernel costs against the general paths they
-// stand for, bit for bit and error for error (docs/performance.md, "Fifth
-// round"): rate_duration against duration_for_rate, fast_compute_time
+// stand for, bit for bit and error for error (docs/performance.md,
+// "Closed form"): rate_duration against duration_for_rate, fast_compute_time
 // against model_compute_time, kernels_seconds with ComputeRates against
 // kernels_seconds without a calibration.
 #include <catch2/catch.hpp>
