@@ -741,7 +741,6 @@ TEST_CASE("shared_plan: one plan per distinct input, the plan make_plan gives", 
   cs.push_back(saa(8, 4, 1 << 20));
   cs.push_back(saa(8, 2, 1 << 20));
   cs.push_back(saa(8, 4, 1 << 20, "pipelined"));
-  cs.push_back(cs.back()), cs.back().chunks = 2;
   Collective v = coll(CollOp::alltoallv, range(4), 0);
   v.matrix.assign(4, std::vector<std::uint64_t>(4, 1000));
   cs.push_back(v);

@@ -491,7 +491,7 @@ std::uint64_t plan_hash(const Collective& c, std::uint64_t topo) {
   mix(h, c.algo);
   mix(h, c.proto);
   mix(h, static_cast<std::uint64_t>(c.channels) << 32 ^ static_cast<std::uint32_t>(c.window));
-  mix(h, static_cast<std::uint64_t>(c.inner) << 32 ^ static_cast<std::uint32_t>(c.chunks));
+  mix(h, static_cast<std::uint64_t>(c.inner));
   std::uint64_t f = 0xcbf29ce484222325ULL ^ c.group.size();
   for (int r : c.group) f = (f ^ static_cast<std::uint32_t>(r)) * 0x100000001b3ULL;
   for (const auto& row : c.matrix)
@@ -501,7 +501,7 @@ std::uint64_t plan_hash(const Collective& c, std::uint64_t topo) {
 }
 bool same_plan_inputs(const Collective& a, const Collective& b) {
   return a.op == b.op && a.bytes == b.bytes && a.channels == b.channels && a.window == b.window &&
-         a.inner == b.inner && a.chunks == b.chunks && a.algo == b.algo && a.proto == b.proto && a.group == b.group &&
+         a.inner == b.inner && a.algo == b.algo && a.proto == b.proto && a.group == b.group &&
          a.matrix == b.matrix;
 }
 std::size_t plan_bytes(const CollPlan& p) {
@@ -531,7 +531,6 @@ std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology&
   key.channels = c.channels;
   key.window = c.window;
   key.inner = c.inner;
-  key.chunks = c.chunks;
   C.map.emplace(h, PlanEntry{std::move(key), topo_key, plan});
   C.bytes += n;
   return plan;
@@ -659,7 +658,6 @@ const BoundCollective& CollectiveCosts::bound(const Collective& c, Concurrent k)
   impl->c.channels = c.channels;
   impl->c.window = c.window;
   impl->c.inner = c.inner;
-  impl->c.chunks = c.chunks;
   impl->k = k;
   impl->topo = &topo_;
   impl->tkey = key_;

@@ -218,7 +218,6 @@ TaskGraph TaskGraphBuilder::build() && {
     if (c.op == CollOp::saa && (c.inner <= 0 || p % static_cast<std::size_t>(c.inner) != 0))
       throw UserError(
           fmt::format("task graph: saa '{}' needs an inner group size dividing the group size {}", c.name, p));
-    if (c.chunks < 1) throw UserError(fmt::format("task graph: collective '{}' needs chunks >= 1", c.name));
   }
   g.parts_.assign(g.collectives_.size(), {});
   // Each collective's members as (rank, member index) sorted by rank, and

@@ -68,7 +68,6 @@ struct Collective {
   int channels = 0;   // NCCL algorithms: the graph's channels (0 = NCCL's count)
   int window = 0;    // direct: peers in flight at once (0 = all)
   int inner = 0;     // saa: inner group size
-  int chunks = 1;    // pipelining chunks where the algorithm supports it
   // Data, for executors (the simulator ignores these): every member sends
   // from `send_buf` (starting `send_offset` elements in) and receives into
   // `recv_buf`, buffers of the same names on each rank. The buffers are rows
