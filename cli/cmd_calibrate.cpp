@@ -212,6 +212,7 @@ void add_calibrate(CLI::App& app) {
       std::string where = fmt::format("CPU executor, {} ranks, {} per node", cl.gpus, cl.gpus_per_node);
       if (a->backend == "cuda") {
         // One line and nothing measured when this process cannot use a GPU.
+        refuse_mpirun_without_mpi("calibrate --backend cuda");
         if (const std::string why = exec::cuda_backend_unavailable(); !why.empty())
           throw UserError(fmt::format("calibrate --backend cuda: {}", why));
         a->cuda.loopback = !sweep::mpi::launched_by_mpirun();

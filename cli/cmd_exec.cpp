@@ -133,6 +133,7 @@ struct BackendArgs {
       return nullptr;
     }
     if (backend != "cuda") throw UserError(fmt::format("{}: unknown backend '{}': cpu or cuda", cmd, backend));
+    refuse_mpirun_without_mpi(cmd + " --backend cuda");
     if (const std::string why = exec::cuda_backend_unavailable(); !why.empty())
       throw UserError(fmt::format("{} --backend cuda: {}", cmd, why));
     cuda.loopback = !sweep::mpi::launched_by_mpirun();

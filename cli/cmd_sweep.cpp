@@ -60,8 +60,7 @@ void add_sweep(CLI::App& app) {
     o.threads = a->jobs;
     o.resume = a->resume;
     o.progress = !a->quiet;
-    if (sweep::mpi::launched_by_mpirun() && !sweep::mpi::available())
-      throw UserError("started by mpirun, but this parmsim was built without MPI");
+    refuse_mpirun_without_mpi("sweep");
     sweep::mpi::init(&o.mpi_rank, &o.mpi_size);
     if (o.mpi_size > 1 && o.threads == 0) o.threads = 1;
     sweep::RunSummary s;

@@ -54,6 +54,9 @@ void check_network_option(const std::string& name);
 
 // Makes MPI the transport of sim/sweep/mpi_shim (nothing in a build without MPI).
 void install_mpi();
+// Under mpirun, in a parmsim built without MPI (-DPARMSIM_MPI=OFF): a UserError
+// that says so, naming `what` (the command), instead of a run in one process.
+void refuse_mpirun_without_mpi(const std::string& what);
 
 void add_subcommands(CLI::App& app);
 void add_collective(CLI::App& app);

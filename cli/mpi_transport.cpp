@@ -1,7 +1,11 @@
 // The MPI transport of sim/sweep/mpi_shim: the parmsim command installs it at
 // start-up (the simulator library links no MPI). Without MPI at build time
-// nothing is installed and a run under mpirun is refused by `sweep`.
+// (-DPARMSIM_MPI=OFF) nothing is installed, and a command that would need it
+// under mpirun (`sweep`, `--backend cuda`) is refused in one line.
+#include <fmt/format.h>
+
 #include "cli/common.hpp"
+#include "sim/core/error.hpp"
 #include "sim/sweep/mpi_shim.hpp"
 
 #ifdef PARMSIM_HAVE_MPI
@@ -70,5 +74,13 @@ void install_mpi() {
 #else
 void install_mpi() {}
 #endif
+
+void refuse_mpirun_without_mpi(const std::string& what) {
+  if (sweep::mpi::launched_by_mpirun() && !sweep::mpi::available())
+    throw UserError(
+        fmt::format("{}: started by mpirun, but this parmsim was built without MPI "
+                    "(configure with -DPARMSIM_MPI=ON)",
+                    what));
+}
 
 }  // namespace parmsim::cli

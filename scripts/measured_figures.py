@@ -70,6 +70,8 @@ def main():
     a = ap.parse_args()
     bin_ = os.path.join(a.build, "parmsim")
     bench_bin = os.path.join(a.build, "parmsim_bench")
+    if not os.access(bench_bin, os.X_OK):
+        sys.exit(f"measured_figures: no {bench_bin}: configure {a.build} with -DPARMSIM_BENCH=ON (the default)")
     tmp = tempfile.mkdtemp(prefix="figures.")
     rows = []
     try:

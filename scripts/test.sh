@@ -2,6 +2,7 @@
 # Installs what is missing, builds, and runs the whole test suite with ctest.
 #   scripts/test.sh              the Release build (build/)
 #   scripts/test.sh --sanitize   the same tests under ASan + UBSan (build-asan/)
+#   scripts/test.sh --minimal    the tests of a build without MPI, benchmarks and CUDA (build-minimal/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=$(bash scripts/build.sh "$@" | tail -n 1)

@@ -8,9 +8,12 @@ run from the repository root with `build/` read as the binary's build folder
 and `out/` as a temporary folder. It must exit 0 and its output must have the
 file names, columns and keys the README names for it (CHECKS below). A README
 command with no entry in CHECKS fails the test, so a new command gets checked.
-GPU commands are skipped where no GPU is usable. Not run here: scripts/run-main.sh
-(the main job, ~5 min; scripts/readme_blocks.py --check compares its README
-figures with what it wrote) and scripts/test.sh (it runs this test).
+GPU commands are skipped where no GPU is usable, and so are commands needing
+what the build left out: mpirun without MPI, build/parmsim_bench without the
+benchmarks (ctest sets PARMSIM_TEST_MPI and PARMSIM_TEST_BENCH to 0 or 1; unset
+means 1). Not run here: scripts/run-main.sh (the main job, ~5 min;
+scripts/readme_blocks.py --check compares its README figures with what it
+wrote) and scripts/test.sh (it runs this test).
 """
 import csv
 import glob
@@ -27,6 +30,9 @@ BIN, ROOT = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 BUILD = os.path.dirname(BIN)
 OUT = tempfile.mkdtemp(prefix="readme.")
 HAVE_GPU = subprocess.run("nvidia-smi -L", shell=True, capture_output=True).returncode == 0
+# (pattern of the commands that need it, whether this build has it)
+BUILT = [(r"\bmpirun\b", os.environ.get("PARMSIM_TEST_MPI", "1") == "1"),
+         (r"build/parmsim_bench\b", os.environ.get("PARMSIM_TEST_BENCH", "1") == "1")]
 
 COLL_HEADER = r"#\s+size\(B\)\s+time\(us\)\s+algbw\(GB/s\)\s+busbw\(GB/s\)\s+algorithm/protocol/channels"
 LAYER_HEADER = r"schedule\s+forward_us\s+backward_us\s+total_us\s+speedup\s+model_us\s+intra_node\s+inter_node\s+exposed_us"
@@ -204,7 +210,7 @@ def main():
         if isinstance(check, str) and check != "shown":
             skips += 1
             continue
-        if check is None and not HAVE_GPU:
+        if check is None and not HAVE_GPU or any(re.search(p, cmd) and not have for p, have in BUILT):
             skips += 1
             continue
         def local(c):
