@@ -15,7 +15,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 #include "cli/common.hpp"
 #include "cli/gpu_trace.hpp"
-#include "sim/sweep/mpi_shim.hpp"
+#include "sim/mpi/mpi_shim.hpp"
 #include "sim/calib/calibration.hpp"
 #include "sim/calib/fit.hpp"
 #include "sim/fit/machine_fit.hpp"
@@ -215,7 +215,7 @@ void add_calibrate(CLI::App& app) {
         refuse_mpirun_without_mpi("calibrate --backend cuda");
         if (const std::string why = exec::cuda_backend_unavailable(); !why.empty())
           throw UserError(fmt::format("calibrate --backend cuda: {}", why));
-        a->cuda.loopback = !sweep::mpi::launched_by_mpirun();
+        a->cuda.loopback = !mpi::launched_by_mpirun();
         gpu = exec::make_cuda_executor(a->cuda);
         where = fmt::format("CUDA executor on {}, {} ranks, {} per node, {}", gpu->device_name(), cl.gpus,
                             cl.gpus_per_node,
@@ -231,7 +231,7 @@ void add_calibrate(CLI::App& app) {
       const exec::Samples s = exec::calibrate_grid(cl, a->quick, gpu.get(), collect);
       if (gpu && gpu->world_size() > 1) {
         gpu.reset();
-        sweep::mpi::finalize();
+        mpi::finalize();
       }
       if (!lead) return;
       std::string table;

@@ -14,7 +14,7 @@
 #include "sim/core/units.hpp"
 #include "sim/engine/trace_writer.hpp"
 #include "sim/io/output.hpp"
-#include "sim/sweep/mpi_shim.hpp"
+#include "sim/mpi/mpi_shim.hpp"
 
 namespace parmsim::cli {
 
@@ -136,7 +136,7 @@ struct BackendArgs {
     refuse_mpirun_without_mpi(cmd + " --backend cuda");
     if (const std::string why = exec::cuda_backend_unavailable(); !why.empty())
       throw UserError(fmt::format("{} --backend cuda: {}", cmd, why));
-    cuda.loopback = !sweep::mpi::launched_by_mpirun();
+    cuda.loopback = !mpi::launched_by_mpirun();
     return exec::make_cuda_executor(cuda);
   }
 };
@@ -181,7 +181,7 @@ void add_exec(CLI::App& app) {
     bool ok = true;
     for (const auto& o : schedules) {
       exec::VerifyResult r = exec::verify_schedule(s, cl, o, va->seed, nullptr, gpu.get());
-      for (auto& e : r.errors) e.max_rel_error = sweep::mpi::allreduce_max(e.max_rel_error);
+      for (auto& e : r.errors) e.max_rel_error = mpi::allreduce_max(e.max_rel_error);
       const bool pass = r.worst() <= limit;
       ok = ok && pass;
       if (!lead) continue;
@@ -190,7 +190,7 @@ void add_exec(CLI::App& app) {
       fmt::print(" {:>6}\n", pass ? "ok" : "FAIL");
     }
     gpu.reset();
-    sweep::mpi::finalize();
+    mpi::finalize();
     if (!ok) throw UserError(fmt::format("verify: an error exceeds the tolerance {:g}", limit));
   });
 
@@ -223,7 +223,7 @@ void add_exec(CLI::App& app) {
       gather_gpu_trace(*gpu, ex.graph, ex.trace);
       const bool lead = gpu->world_rank() == 0;
       gpu.reset();
-      sweep::mpi::finalize();
+      mpi::finalize();
       if (!lead) return;
     }
     write_atomically(ea->trace, [&](std::ostream& os) { write_trace_csv(os, ex.graph, ex.trace); });

@@ -5,7 +5,7 @@
 
 #include "cli/common.hpp"
 #include "sim/core/error.hpp"
-#include "sim/sweep/mpi_shim.hpp"
+#include "sim/mpi/mpi_shim.hpp"
 #include "sim/sweep/runner.hpp"
 
 namespace parmsim::cli {
@@ -61,16 +61,16 @@ void add_sweep(CLI::App& app) {
     o.resume = a->resume;
     o.progress = !a->quiet;
     refuse_mpirun_without_mpi("sweep");
-    sweep::mpi::init(&o.mpi_rank, &o.mpi_size);
+    mpi::init(&o.mpi_rank, &o.mpi_size);
     if (o.mpi_size > 1 && o.threads == 0) o.threads = 1;
     sweep::RunSummary s;
     try {
       s = sweep::run_sweep(spec, o);
     } catch (...) {
-      sweep::mpi::finalize();
+      mpi::finalize();
       throw;
     }
-    sweep::mpi::finalize();
+    mpi::finalize();
     if (o.mpi_rank == 0 && !a->quiet)
       fmt::print(stderr, "sweep: {} rows ({} configurations run, {} resumed) in {:.2f} s -> {}\n", s.rows,
                  s.configs_run, s.configs_resumed, s.seconds, a->out);

@@ -52,7 +52,7 @@ MemoryLimit memory_limit(const std::string& value);
 // --network NAME: one of network_models(), else a UserError naming the option.
 void check_network_option(const std::string& name);
 
-// Makes MPI the transport of sim/sweep/mpi_shim (nothing in a build without MPI).
+// Makes MPI the transport of sim/mpi/mpi_shim (nothing in a build without MPI).
 void install_mpi();
 // Under mpirun, in a parmsim built without MPI (-DPARMSIM_MPI=OFF): a UserError
 // that says so, naming `what` (the command), instead of a run in one process.

@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-#include "sim/sweep/mpi_shim.hpp"
+#include "sim/mpi/mpi_shim.hpp"
 
 namespace parmsim::cli {
 
@@ -17,7 +17,7 @@ void gather_gpu_trace(const exec::GpuExecutor& gpu, const TaskGraph& g, SimResul
       mine += fmt::format("{} {} {} {} {}\n", t.id, row.start.count_ps(), row.end.count_ps(), sp.first.count_ps(),
                           sp.second.count_ps());
     }
-  const auto all = sweep::mpi::gather_strings(mine);
+  const auto all = mpi::gather_strings(mine);
   if (gpu.world_rank() != 0) return;
   for (const std::string& part : all) {
     std::istringstream in(part);

@@ -1,4 +1,4 @@
-// The MPI transport of sim/sweep/mpi_shim: the parmsim command installs it at
+// The MPI transport of sim/mpi/mpi_shim: the parmsim command installs it at
 // start-up (the simulator library links no MPI). Without MPI at build time
 // (-DPARMSIM_MPI=OFF) nothing is installed, and a command that would need it
 // under mpirun (`sweep`, `--backend cuda`) is refused in one line.
@@ -6,7 +6,7 @@
 
 #include "cli/common.hpp"
 #include "sim/core/error.hpp"
-#include "sim/sweep/mpi_shim.hpp"
+#include "sim/mpi/mpi_shim.hpp"
 
 #ifdef PARMSIM_HAVE_MPI
 // The C API only: OpenMPI's deprecated C++ bindings would need libmpi_cxx.
@@ -64,19 +64,19 @@ std::vector<std::string> gather_strings(const std::string& s) {
   return out;
 }
 
-const sweep::mpi::Transport kMpi = {init, finalize, broadcast_bytes, gather_strings, allreduce_max, barrier};
+const mpi::Transport kMpi = {init, finalize, broadcast_bytes, gather_strings, allreduce_max, barrier};
 
 }  // namespace
 
 void install_mpi() {
-  sweep::mpi::install(&kMpi);
+  mpi::install(&kMpi);
 }
 #else
 void install_mpi() {}
 #endif
 
 void refuse_mpirun_without_mpi(const std::string& what) {
-  if (sweep::mpi::launched_by_mpirun() && !sweep::mpi::available())
+  if (mpi::launched_by_mpirun() && !mpi::available())
     throw UserError(
         fmt::format("{}: started by mpirun, but this parmsim was built without MPI "
                     "(configure with -DPARMSIM_MPI=ON)",

@@ -18,7 +18,7 @@
 #include "backend/device/moe_tasks.hpp"
 #include "backend/device/timing.hpp"
 #include "sim/core/error.hpp"
-#include "sim/sweep/mpi_shim.hpp"
+#include "sim/mpi/mpi_shim.hpp"
 
 namespace parmsim::cuda {
 
@@ -161,13 +161,13 @@ struct CudaExecutor::Impl {
 
   void init() {
     if (!o.loopback) {
-      if (!sweep::mpi::active()) {
+      if (!mpi::active()) {
         int r = 0, s = 1;
-        sweep::mpi::init(&r, &s);
+        mpi::init(&r, &s);
       }
-      if (!sweep::mpi::active())
+      if (!mpi::active())
         throw UserError("cuda executor: NCCL mode needs mpirun (or use the loopback mode on one GPU)");
-      sweep::mpi::world(&rank, &size);
+      mpi::world(&rank, &size);
     }
     if (const std::string why = cuda_unavailable(); !why.empty()) throw UserError(why);
     int n = 0;
@@ -181,7 +181,7 @@ struct CudaExecutor::Impl {
     if (!o.loopback) {
       ncclUniqueId id{};
       if (rank == 0) PARMSIM_NCCL(ncclGetUniqueId(&id));
-      sweep::mpi::broadcast_bytes(&id, sizeof id);
+      mpi::broadcast_bytes(&id, sizeof id);
       call_context() = fmt::format("rank {}", rank);
       PARMSIM_NCCL(ncclCommInitRank(&world, size, id, rank));
     }
@@ -550,7 +550,7 @@ struct CudaExecutor::Impl {
     const int N = static_cast<int>(graph.tasks().size());
     std::vector<std::vector<std::pair<Time, Time>>> reps;
     for (int i = 0; i < o.warmup + std::max(1, o.reps); ++i) {
-      sweep::mpi::barrier();
+      mpi::barrier();
       enqueue_all();
       call_context() = "waiting for the run to finish";
       PARMSIM_CUDA(cudaDeviceSynchronize());

@@ -26,7 +26,7 @@
 #include "sim/io/output.hpp"
 #include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
-#include "sim/sweep/mpi_shim.hpp"
+#include "sim/mpi/mpi_shim.hpp"
 #include "sim/version.hpp"
 
 namespace parmsim::sweep {

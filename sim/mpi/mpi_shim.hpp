@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace parmsim::sweep::mpi {
+namespace parmsim::mpi {
 
 // MPI as the calls below use it; each is called only between init and finalize.
 struct Transport {
@@ -35,4 +35,4 @@ void broadcast_bytes(void* data, std::size_t n);                // rank 0's byte
 double allreduce_max(double v);                                 // the largest v over all ranks
 void barrier();
 
-}  // namespace parmsim::sweep::mpi
+}  // namespace parmsim::mpi

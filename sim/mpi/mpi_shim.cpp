@@ -1,8 +1,8 @@
-#include "sim/sweep/mpi_shim.hpp"
+#include "sim/mpi/mpi_shim.hpp"
 
 #include <cstdlib>
 
-namespace parmsim::sweep::mpi {
+namespace parmsim::mpi {
 
 namespace {
 const Transport* g_transport = nullptr;
@@ -72,4 +72,4 @@ std::vector<std::string> gather_strings(const std::string& s) {
   return g_transport->gather_strings(s);
 }
 
-}  // namespace parmsim::sweep::mpi
+}  // namespace parmsim::mpi
