@@ -127,6 +127,21 @@ TEST_CASE("schedule keys in a sweep grid refine s1 and s2 and name their rows", 
   const moe::ScheduleOptions o = moe::schedule_options("s1", keys);
   CHECK(o.name == "s1*");
   CHECK(o.chunks == 2);
+  // Each Parm preset is refined, not replaced: S2 keeps its fused collectives.
+  const moe::ScheduleOptions o2 = moe::schedule_options("s2", keys);
+  CHECK(o2.name == "s2*");
+  CHECK(o2.chunks == 2);
+  CHECK(o2.fuse_dispatch);
+  CHECK(o2.fuse_combine);
+  CHECK(o2.gather == moe::Gather::before_iorder);
+  // The baseline takes a2a_algo only.
+  moe::ScheduleKeys more;
+  moe::apply_keys(&spec, &more, {"chunks=4", "a2a_algo=direct"}, "--set");
+  const moe::ScheduleOptions b = moe::schedule_options("baseline", more);
+  CHECK(b.name == "baseline");
+  CHECK(b.chunks == 1);
+  CHECK(b.a2a_algo == "direct");
+  CHECK(moe::schedule_options("s2", more).a2a_algo == "direct");
   const std::string rows = sweep::run_config(s, s.configs[1]);
   CHECK(rows.find(",s1[chunks=2],") != std::string::npos);
   CHECK(rows.find(",baseline[chunks=2],") != std::string::npos);

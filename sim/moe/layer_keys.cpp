@@ -276,8 +276,16 @@ std::string parm_shaping_key_names() {
 
 ScheduleOptions schedule_options(const std::string& name, const ScheduleKeys& keys) {
   ScheduleOptions o = preset(name);
-  if (name != "baseline" && keys.shaped) o = keys.parm, o.name = name + "*";
-  o.a2a_algo = keys.parm.a2a_algo;
+  const bool parm = o.parm;
+  LayerSpec unused;
+  for (const std::string& kv : keys.given) {
+    const auto eq = kv.find('=');
+    const LayerKey* k = find_layer_key(kv.substr(0, eq));
+    if (!k) throw InternalError(fmt::format("schedule key '{}' is not registered", kv));
+    if (k->shapes_parm && !parm) continue;  // the baseline has none of Parm's options
+    k->set(*k, unused, o, kv.substr(eq + 1), "schedule options");
+  }
+  o.name = parm && keys.shaped ? name + "*" : name;
   return o;
 }
 

@@ -55,10 +55,10 @@ std::string layer_key_values(const LayerSpec& spec, std::string_view sep);
 // The keys of a `--layer` file, for --help-config (every key of the registry).
 Section layer_file_section();
 
-// Schedule keys given with --set, a --layer file or a sweep grid refine the
-// Parm presets. `parm` is s1's preset with those keys applied (split, gather,
-// fuse_*, chunks), `shaped` says whether any of them was given, and a2a_algo
-// applies to every schedule.
+// Schedule keys given with --set, a --layer file or a sweep grid refine each
+// Parm preset (split, gather, fuse_*, chunks: s1 and s2 alike), and a2a_algo
+// applies to every schedule. `parm` is s1's preset with the keys applied (it
+// checks their values as they come), `shaped` says whether one of Parm's was given.
 struct ScheduleKeys {
   ScheduleOptions parm = preset("s1");
   bool shaped = false;
@@ -71,9 +71,9 @@ struct ScheduleKeys {
 void apply_keys(LayerSpec* spec, ScheduleKeys* keys, const std::vector<std::string>& kv, const std::string& where);
 // The keys that shape the Parm schedules, as a message lists them: "split, gather, ... and chunks".
 std::string parm_shaping_key_names();
-// The options schedule `name` (a preset) runs with under `keys`: the preset,
-// or, for a Parm schedule when keys shaped it, `keys.parm` named "NAME*";
-// a2a_algo from `keys` in every case.
+// The options schedule `name` (a preset) runs with under `keys`: the preset
+// with `keys.given` applied in order, named "NAME*" when a key shaped a Parm
+// preset; the baseline takes a2a_algo only.
 ScheduleOptions schedule_options(const std::string& name, const ScheduleKeys& keys);
 
 }  // namespace parmsim::moe
