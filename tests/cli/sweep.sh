@@ -3,13 +3,7 @@
 # interruption loses and repeats nothing; a half-written row is dropped.
 # Under mpirun: tests/cli/sweep_mpi.sh (with MPI) or without_mpi.sh (without).
 set -u
-bin=$(realpath "$1")
-cd "$2" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passes=0 fails=0
-ok() { passes=$((passes + 1)); }
-bad() { fails=$((fails + 1)); echo "FAIL $*"; }
+. "$(dirname "$(realpath "$0")")/lib.sh" "$@"
 spec=tests/data/small-sweep.yaml
 
 "$bin" sweep $spec -o "$tmp/j1.csv" -j 1 -q || bad "sweep -j 1"

@@ -2,13 +2,7 @@
 # A sweep under `mpirun -np 2` writes the same file as one process (registered
 # only in a build with MPI, -DPARMSIM_MPI=ON).
 set -u
-bin=$(realpath "$1")
-cd "$2" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passes=0 fails=0
-ok() { passes=$((passes + 1)); }
-bad() { fails=$((fails + 1)); echo "FAIL $*"; }
+. "$(dirname "$(realpath "$0")")/lib.sh" "$@"
 spec=tests/data/small-sweep.yaml
 
 "$bin" sweep $spec -o "$tmp/j1.csv" -j 1 -q || bad "sweep -j 1"

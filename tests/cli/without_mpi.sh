@@ -3,13 +3,7 @@
 # environment mpirun sets), refuses what would need MPI in one line, exit 1,
 # and writes nothing; what needs no MPI still runs. Registered only in such a build.
 set -u
-bin=$(realpath "$1")
-cd "$2" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passes=0 fails=0
-ok() { passes=$((passes + 1)); }
-bad() { fails=$((fails + 1)); echo "FAIL $*"; }
+. "$(dirname "$(realpath "$0")")/lib.sh" "$@"
 export OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0
 
 refused() {  # refused WHAT COMMAND...: one line, "WHAT: started by mpirun, but ... built without MPI"
