@@ -41,7 +41,7 @@ struct Args {
 void fit_machine_cmd(const Args& a) {
   if (a.topology.empty() || !std::filesystem::is_regular_file(a.topology))
     throw UserError("calibrate --fit-machine: give the measured machine's topology file with -t FILE");
-  const std::vector<std::string> sets = split_assignments(a.topo_set), base_overlay = load_overlay_arg(a.overlay);
+  const std::vector<std::string> sets = split_assignments(a.topo_set, "--topo-set"), base_overlay = load_overlay_arg(a.overlay);
   auto load = [&](const std::vector<std::string>& extra) {
     std::vector<std::string> ov = base_overlay;
     ov.insert(ov.end(), extra.begin(), extra.end());

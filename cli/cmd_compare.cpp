@@ -82,7 +82,7 @@ void add_compare(CLI::App& app) {
     if (has_ov && has_cal) ways.push_back({"table", false, true}), ways.push_back({"params", true, false});
     ways.push_back({has_ov && has_cal ? "both" : has_cal ? "table" : has_ov ? "params" : "predicted", has_ov, has_cal});
     const auto cal = load_calibration_arg(a->calibration);
-    const std::vector<std::string> sets = split_assignments(a->topo_set), ov = load_overlay_arg(a->overlay);
+    const std::vector<std::string> sets = split_assignments(a->topo_set, "--topo-set"), ov = load_overlay_arg(a->overlay);
     std::map<std::string, Sum> kinds;
     std::vector<double> pred_end;
     for (const Way& w : ways) {

@@ -64,7 +64,7 @@ struct LayerArgs {
   }
   moe::LayerSpec spec(moe::ScheduleKeys* keys) const {
     moe::LayerSpec s = exec::small_layer();
-    moe::apply_keys(&s, keys, split_assignments(set), "--set");
+    moe::apply_keys(&s, keys, split_assignments(set, "--set"), "--set");
     // 0.14.5's dropped duplicates are modelled for timing only: its AlltoAlls
     // move D/G while the executors' data bindings follow the 0.14.4 layout.
     if (s.ds_moe == moe::DsMoe::v0_14_5)

@@ -62,7 +62,7 @@ void add_layer(CLI::App& app) {
     if (a->schedule != "all" && a->schedule != "auto" && !moe::is_preset(a->schedule))
       throw UserError(fmt::format("--schedule: unknown schedule '{}': expected {}", a->schedule,
                                   moe::schedule_choices({"auto", "all"}, ", ", " or ")));
-    const Topology topo = load_topology(a->topo, split_assignments(a->topo_set), load_overlay_arg(a->overlay));
+    const Topology topo = load_topology(a->topo, split_assignments(a->topo_set, "--topo-set"), load_overlay_arg(a->overlay));
     moe::LayerSpec spec;
     moe::ScheduleKeys keys;
     if (!a->layer_file.empty()) {
@@ -70,7 +70,7 @@ void add_layer(CLI::App& app) {
       r.check_keys(kLayerFile);
       for (const std::string& k : r.keys()) moe::apply_keys(&spec, &keys, {k + "=" + r.at(k).as_string()}, r.at(k).where());
     }
-    moe::apply_keys(&spec, &keys, split_assignments(a->set), "--set");
+    moe::apply_keys(&spec, &keys, split_assignments(a->set, "--set"), "--set");
     if (keys.shaped && a->schedule == "baseline")
       throw UserError(fmt::format("--set: {} shape the Parm schedules; --schedule baseline would ignore them",
                                   moe::parm_shaping_key_names()));

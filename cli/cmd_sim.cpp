@@ -39,7 +39,7 @@ struct TopoArgs {
     add_overlay_option(c, overlay);
     add_calibration_option(c, calibration);
   }
-  Topology load() const { return load_topology(file, split_assignments(set), load_overlay_arg(overlay)); }
+  Topology load() const { return load_topology(file, split_assignments(set, "--topo-set"), load_overlay_arg(overlay)); }
 };
 
 }  // namespace

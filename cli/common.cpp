@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -107,10 +109,17 @@ std::vector<std::string> load_overlay_arg(const std::string& file) {
   return file.empty() ? std::vector<std::string>{} : load_topology_overlay(file);
 }
 
-std::vector<std::string> split_assignments(const std::string& s) {
+std::vector<std::string> split_assignments(const std::string& s, const std::string& option) {
   std::vector<std::string> out;
-  for (const auto& p : split(s, ','))
-    if (!p.empty()) out.push_back(p);
+  std::map<std::string, std::string> seen;  // key -> its first assignment
+  for (const auto& p : split(s, ',')) {
+    if (p.empty()) continue;
+    const std::string key = p.substr(0, p.find('='));
+    if (const auto [it, fresh] = seen.emplace(key, p); !fresh)
+      throw UserError(fmt::format("{}: key '{}' is given twice ({} and {}); give each key once", option, key,
+                                  it->second, p));
+    out.push_back(p);
+  }
   return out;
 }
 

@@ -26,8 +26,9 @@ std::shared_ptr<const Calibration> load_calibration_arg(const std::string& file)
 void add_overlay_option(CLI::App* c, std::string& file);
 // Its assignments, for load_topology's `overlay`; none when `file` is empty.
 std::vector<std::string> load_overlay_arg(const std::string& file);
-// "a=1,b=2" -> {"a=1", "b=2"}.
-std::vector<std::string> split_assignments(const std::string& s);
+// "k=v,k2=v2" as assignments (empty parts dropped); a key given twice is a
+// UserError naming `option` and both assignments.
+std::vector<std::string> split_assignments(const std::string& s, const std::string& option);
 
 // Option checks (->check(...)): CLI11 reports a failure as one line naming the
 // option, e.g. "--gpus: expected an integer in [1, 1024], got '0'", and exits 105.

@@ -53,7 +53,7 @@ TaskGraph graph_from_sidecar(const std::string& json_text, const std::string& na
   };
   moe::LayerSpec s = base;
   moe::ScheduleOptions custom = moe::preset("s1");
-  moe::apply_assignments(&s, &custom, split_assignments(str("layer", "")), name);
+  moe::apply_assignments(&s, &custom, split_assignments(str("layer", ""), name + ": key 'layer'"), name);
   const moe::ScheduleOptions o = moe::preset(str("schedule", "s2"));
   const int gpus = ranks("gpus", 8), node_gpus = ranks("node_gpus", 8);
   const moe::Dims d = moe::make_dims(s, gpus, node_gpus);

@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "cli/common.hpp"
 #include "sim/core/error.hpp"
 #include "sim/graph/graph_io.hpp"
 #include "sim/io/output.hpp"
@@ -517,4 +518,36 @@ TEST_CASE("a model spec's E is the one it runs, and E beside experts_per_gpu is 
   spit(d / "both.yaml", spec.substr(0, e) + "E: 64\n" + spec.substr(e));
   CHECK_THAT(error_of([&] { moe::load_model_spec(d / "both.yaml"); }),
              Catch::Contains("both.yaml:") && Catch::Contains("key 'experts_per_gpu'"));
+}
+
+// Input misread (hardening, second round, class I): a key given twice in one
+// key=value list is refused, naming both; a whole number is written as one.
+TEST_CASE("a key given twice in --set or --topo-set is refused, naming both", "[hardening]") {
+  CHECK(cli::split_assignments("B=2,L=4,,M=8", "--set") == std::vector<std::string>{"B=2", "L=4", "M=8"});
+  CHECK_THROWS_WITH(cli::split_assignments("B=2,L=4,B=4", "--set"),
+                    "--set: key 'B' is given twice (B=2 and B=4); give each key once");
+  CHECK_THROWS_WITH(cli::split_assignments("nodes=2,fabric.bandwidth=1Gbps,nodes=1", "--topo-set"),
+                    Catch::Contains("--topo-set: key 'nodes' is given twice (nodes=2 and nodes=1)"));
+  // Different keys with a common prefix are different keys.
+  CHECK(cli::split_assignments("link_efficiency.nvlink=1,link_efficiency.pcie=1", "--topo-set").size() == 2);
+}
+
+TEST_CASE("experts_per_gpu in a sweep grid is a whole number, counted or run", "[hardening][sweep]") {
+  const std::string where = std::string(PARMSIM_SOURCE_DIR) + "/experiments/t.yaml";
+  for (const char* bad : {"1.5", "2abc", "0", "-1", "1e3"}) {
+    CAPTURE(bad);
+    const std::string text = fmt::format(
+        "name: t\ntopologies: [{{file: ../topologies/parm-32gpu.yaml}}]\ngrid: {{B: [1], experts_per_gpu: [{}]}}\n",
+        bad);
+    sweep::LoadOptions count;
+    count.count_only = true;
+    CHECK_THROWS_WITH(sweep::parse_spec_text(text, where, "", count),
+                      Catch::Contains("experts_per_gpu") && Catch::Contains(fmt::format("got '{}'", bad)));
+    CHECK_THROWS_WITH(sweep::parse_spec_text(text, where), Catch::Contains(fmt::format("got '{}'", bad)));
+  }
+  // 2 experts per GPU on 32 GPUs: E = 64 (the grid's only configuration).
+  const sweep::Spec s = sweep::parse_spec_text(
+      "name: t\ntopologies: [{file: ../topologies/parm-32gpu.yaml}]\ngrid: {B: [1], experts_per_gpu: [2]}\n", where);
+  REQUIRE(s.configs.size() == 1);
+  CHECK(s.configs[0].layer.E == 64);
 }

@@ -58,6 +58,21 @@ bool same_value(const std::string& a, const std::string& b) {
   return num(a, &x) && num(b, &y) && x == y;
 }
 
+// A value of the grid's experts_per_gpu: a whole number of experts per GPU,
+// written as an integer ("1.5" and "2abc" are refused, not read as 1 and 2).
+std::int64_t experts_per_gpu(const YamlReader& list, const std::string& val) {
+  std::int64_t per_gpu = 0;
+  try {
+    std::size_t used = 0;
+    per_gpu = std::stoll(val, &used);
+    if (used != val.size()) per_gpu = 0;
+  } catch (const std::logic_error&) {
+  }
+  if (per_gpu < 1 || per_gpu > moe::kMaxExperts)
+    list.fail(fmt::format("integers in [1, {}], got '{}'", moe::kMaxExperts, val));
+  return per_gpu;
+}
+
 // Each key's list of values; a value twice in one list (the same configurations twice) is an error at its line.
 std::vector<std::pair<std::string, std::vector<std::string>>> axes_of(const YamlReader& m) {
   std::vector<std::pair<std::string, std::vector<std::string>>> axes;
@@ -237,15 +252,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
     for (const auto& [key, vals] : axes)
       for (const std::string& val : vals) {
         if (key == "experts_per_gpu") {
-          std::int64_t per_gpu = 0;
-          try {
-            std::size_t used = 0;
-            per_gpu = std::stoll(val, &used);
-            if (used != val.size()) per_gpu = 0;  // "1.5" is no count of experts
-          } catch (const std::logic_error&) {
-          }
-          if (per_gpu < 1 || per_gpu > moe::kMaxExperts)
-            grid.at(key).fail(fmt::format("integers in [1, {}]", moe::kMaxExperts));
+          experts_per_gpu(grid.at(key), val);
           continue;
         }
         moe::LayerSpec spec;
@@ -300,13 +307,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
           const auto eq = kv.find('=');
           const std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
           if (key == "experts_per_gpu") {
-            try {
-              per_gpu = std::stoll(val);
-            } catch (const std::logic_error&) {
-              per_gpu = 0;
-            }
-            if (per_gpu < 1 || per_gpu > moe::kMaxExperts)
-              grid.at(key).fail(fmt::format("integers in [1, {}]", moe::kMaxExperts));
+            per_gpu = experts_per_gpu(grid.at(key), val);
             continue;
           }
           try {
