@@ -551,3 +551,18 @@ TEST_CASE("experts_per_gpu in a sweep grid is a whole number, counted or run", "
   REQUIRE(s.configs.size() == 1);
   CHECK(s.configs[0].layer.E == 64);
 }
+
+// Uncaught exceptions (class F, in part): a list index past what a long holds
+// in an override is the same one-line refusal as any index past the list.
+TEST_CASE("a huge list index in a topology override is refused in one line", "[hardening]") {
+  const std::string t = std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml";
+  for (const char* idx : {"99", "99999999999999999999999999"}) {
+    CAPTURE(idx);
+    try {
+      load_topology(t, {fmt::format("node.links.{}.bandwidth=1GBps", idx)});
+      FAIL("accepted");
+    } catch (const UserError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("entries"));
+    }
+  }
+}

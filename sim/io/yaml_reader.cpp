@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -371,9 +373,12 @@ void apply_override(YAML::Node root, const std::string& assignment, const std::s
   }
   // yaml-cpp nodes are handles: walking with operator[] on a copy still
   // writes into `root`'s tree. A numeric part indexes a list ("node.links.0.bandwidth").
+  // An index past any list (more digits than a long holds) is LONG_MAX: "has N entries", not an exception.
   auto index_of = [](const std::string& p) -> long {
     if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos) return -1;
-    return std::stol(p);
+    long v = 0;
+    const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
+    return ec == std::errc() ? v : std::numeric_limits<long>::max();
   };
   std::vector<YAML::Node> chain{root};
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
