@@ -28,8 +28,9 @@ struct LayerArgs {
   int gpus = 8, node_gpus = 0;
   std::uint64_t seed = 1;
   void add(CLI::App* c) {
+    c->footer(moe::layer_keys_help());
     c->add_option("--set,-s", set,
-                  "layer keys (B,L,M,H,E,k,f,mp, and schedule options); small defaults: "
+                  "layer keys and schedule options (listed below); small defaults: "
                   "B=2,L=8,M=16,H=32,E=8,k=2,f=2,mp=2");
     c->add_option("--schedule", schedule, moe::schedule_choices({"all", "search"}, " | ", " | ") + " (search: every builder option)")
         ->capture_default_str();

@@ -35,6 +35,7 @@ std::string with_suffix(const std::string& path, const std::string& suffix) {
 
 void add_layer(CLI::App& app) {
   auto* c = app.add_subcommand("layer", "predict one MoE layer (forward + backward) under baseline, S1 and S2");
+  c->footer(moe::layer_keys_help());
   struct Args {
     std::string topo, topo_set, overlay, set, layer_file, schedule = "all", network = "flow", trace, calibration;
     bool search = false, json = false;

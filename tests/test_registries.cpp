@@ -71,6 +71,8 @@ TEST_CASE("every layer key is accepted by --set, a --layer file and a sweep grid
     // --help-config's layer section lists it, with its help
     CHECK(help.find("\n    " + key + " ") != std::string::npos);
     CHECK(help.find(std::string(k.help)) != std::string::npos);
+    // and so does the footer of `layer --help`, `verify --help` and `execute --help`
+    CHECK(moe::layer_keys_help().find("\n  " + key + " ") != std::string::npos);
     // a sweep grid on the paper's cluster
     const std::string spec_text = fmt::format(
         "name: t\ntopologies: [{{file: ../topologies/parm-32gpu.yaml}}]\ngrid: {{{}: [{}]}}\n", key, v);

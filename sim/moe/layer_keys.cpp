@@ -151,14 +151,14 @@ constexpr KeyScope L = KeyScope::layer, S = KeyScope::schedule;
 // The defaults shown are LayerSpec's and s1's (layer.hpp); tests/test_registries.cpp checks them.
 // The layer keys' order is the order of spec_string() and of the sweep CSV's columns.
 constexpr std::array<LayerKey, 18> kKeys = {{
-    {"B", "int", "4", "samples per GPU", L, {}, set_count<&LayerSpec::B>, get_count<&LayerSpec::B>, true},
+    {"B", "int", "4", "samples per GPU (B*L tokens enter the layer on each GPU)", L, {}, set_count<&LayerSpec::B>, get_count<&LayerSpec::B>, true},
     {"L", "int", "512", "tokens per sample", L, {}, set_count<&LayerSpec::L>, get_count<&LayerSpec::L>, true},
     {"M", "int", "1024", "model (embedding) size", L, {}, set_count<&LayerSpec::M>, get_count<&LayerSpec::M>, true},
     {"H", "int", "4096", "expert FFN hidden size", L, {}, set_count<&LayerSpec::H>, get_count<&LayerSpec::H>, true},
-    {"E", "int", "32", "experts", L, {}, set_E, get_count<&LayerSpec::E>, true},
-    {"k", "int", "2", "top-k", L, {}, set_count<&LayerSpec::k>, get_count<&LayerSpec::k>, true},
-    {"f", "number", "1.2", "capacity factor", L, {}, set_f, get_f, true},
-    {"mp", "int", "4", "N_MP = N_ESP = G", L, {}, set_mp, get_mp, true},
+    {"E", "int", "32", "experts in all (E/N_EP on each expert-parallel rank)", L, {}, set_E, get_count<&LayerSpec::E>, true},
+    {"k", "int", "2", "experts each token goes to (top-k)", L, {}, set_count<&LayerSpec::k>, get_count<&LayerSpec::k>, true},
+    {"f", "number", "1.2", "capacity factor: an expert takes at most k*f*B*L/E tokens", L, {}, set_f, get_f, true},
+    {"mp", "int", "4", "tensor-parallel and expert-sharding degree, N_MP = N_ESP = G (inside a node)", L, {}, set_mp, get_mp, true},
     {"dtype", "string", "fp32", "fp32 | fp16 | bf16", L, {}, set_dtype, get_dtype, true},
     {"ds_moe", "string", "0.14.4",
      "the baseline's DeepSpeed-MoE: 0.14.4 (what Parm measured) | 0.14.5 | lean (docs/moe-costs.md)", L, kDsMoe,
@@ -230,6 +230,17 @@ std::string layer_key_names(KeyScope scope) {
   std::string out;
   for (const LayerKey& k : kKeys)
     if (k.scope == scope) out += (out.empty() ? "" : ", ") + std::string(k.name);
+  return out;
+}
+
+std::string layer_keys_help() {
+  std::string out = "Layer keys (--set KEY=VALUE,..., a --layer file, a sweep grid):\n";
+  for (std::size_t i = 0; i < kKeys.size(); ++i) {
+    const LayerKey& k = kKeys[i];
+    if (k.scope == KeyScope::schedule && (i == 0 || kKeys[i - 1].scope != KeyScope::schedule))
+      out += "Schedule options (they refine s1 and s2; a2a_algo applies to every schedule):\n";
+    out += fmt::format("  {:<14} {:<7} {:<12} {}\n", k.name, k.type, k.fallback, k.help);
+  }
   return out;
 }
 

@@ -54,6 +54,8 @@ std::string layer_key_columns(std::string_view sep);
 std::string layer_key_values(const LayerSpec& spec, std::string_view sep);
 // The keys of a `--layer` file, for --help-config (every key of the registry).
 Section layer_file_section();
+// Every key with its type, default and meaning, a line each, for a command's --help.
+std::string layer_keys_help();
 
 // Schedule keys given with --set, a --layer file or a sweep grid refine each
 // Parm preset (split, gather, fuse_*, chunks: s1 and s2 alike), and a2a_algo
