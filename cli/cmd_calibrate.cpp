@@ -55,8 +55,8 @@ void fit_machine_cmd(const Args& a) {
   }
   for (const std::string& f : a.evaluate) files.emplace_back(f, calib::measured_from(calib::read_nccl_tests(f)));
   calib::FitOptions opt;
-  opt.large_from = static_cast<double>(parse_sizes(a.large_from).at(0));
-  opt.small_to = static_cast<double>(parse_sizes(a.small_to).at(0));
+  opt.large_from = static_cast<double>(parse_sizes(a.large_from, "--fit-large-from").at(0));
+  opt.small_to = static_cast<double>(parse_sizes(a.small_to, "--fit-small-to").at(0));
   const calib::MachineFit fit = calib::fit_machine(load, fit_on, opt);
   const Topology before = load({}), after = load(fit.assignments());
   fmt::print("machine parameters of {} fitted to {} measurement(s) from {} file(s):\n", a.topology, fit_on.size(),
@@ -247,7 +247,7 @@ void add_calibrate(CLI::App& app) {
     if (a->fit_machine) return fit_machine_cmd(*a);
     if (!a->evaluate.empty()) throw UserError("calibrate: --evaluate goes with --fit-machine");
     std::optional<double> held;
-    if (!a->hold_out.empty()) held = static_cast<double>(parse_sizes(a->hold_out).at(0));
+    if (!a->hold_out.empty()) held = static_cast<double>(parse_sizes(a->hold_out, "--hold-out").at(0));
     std::string yaml =
         "# parmsim calibration: measured collectives.\n"
         "# Within the measured sizes the simulator interpolates points_us in log(size)-log(time); beyond them,\n"

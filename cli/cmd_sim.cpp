@@ -100,7 +100,7 @@ void add_collective(CLI::App& app) {
     if (proto.op == CollOp::saa) proto.inner = a->inner > 0 ? a->inner : topo.gpus_per_node();
     const int p = static_cast<int>(proto.group.size());
     if (p < 2) throw UserError("--gpus: a collective needs at least two GPUs");
-    const std::vector<std::uint64_t> sizes = parse_sizes(a->bytes);
+    const std::vector<std::uint64_t> sizes = parse_sizes(a->bytes, "--bytes");
     make_network(a->network, topo);  // rejects an unknown model before any output
     {
       Collective probe = proto;  // rejects an unknown or inapplicable algorithm before any output

@@ -30,19 +30,19 @@ static std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-std::vector<std::uint64_t> parse_sizes(const std::string& s) {
-  auto one = [](const std::string& x) {
+std::vector<std::uint64_t> parse_sizes(const std::string& s, const std::string& option) {
+  auto one = [&option](const std::string& x) {
     std::string why;
     auto v = units::parse_size(x, &why);
-    if (!v || *v == 0) throw UserError(fmt::format("--bytes: expected {}", v ? "a size above zero" : why));
+    if (!v || *v == 0) throw UserError(fmt::format("{}: expected {}", option, v ? "a size above zero" : why));
     return *v;
   };
   std::vector<std::uint64_t> out;
   if (s.find(':') != std::string::npos) {
     const auto parts = split(s, ':');
-    if (parts.size() != 2) throw UserError(fmt::format("--bytes: expected FROM:TO, got '{}'", s));
+    if (parts.size() != 2) throw UserError(fmt::format("{}: expected FROM:TO, got '{}'", option, s));
     const std::uint64_t lo = one(parts[0]), hi = one(parts[1]);
-    if (lo > hi) throw UserError(fmt::format("--bytes: '{}' runs backwards", s));
+    if (lo > hi) throw UserError(fmt::format("{}: '{}' runs backwards", option, s));
     for (std::uint64_t v = lo; v <= hi; v *= 2) out.push_back(v);
     return out;
   }

@@ -12,8 +12,9 @@ struct Calibration;
 
 namespace parmsim::cli {
 
-// "1MiB,64MiB" or "1KiB:1GiB" (doubling from the first to the last, as nccl-tests -b/-e/-f 2).
-std::vector<std::uint64_t> parse_sizes(const std::string& s);
+// "1MiB,64MiB" or "1KiB:1GiB" (doubling from the first to the last, as nccl-tests -b/-e/-f 2);
+// errors name `option`.
+std::vector<std::uint64_t> parse_sizes(const std::string& s, const std::string& option);
 // "all", "0-7", "0,2,4-6"; every id below `limit`.
 std::vector<int> parse_ranks(const std::string& s, int limit);
 // Adds the --calibration FILE option (same text on every simulating command).

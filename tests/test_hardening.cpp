@@ -566,3 +566,12 @@ TEST_CASE("a huge list index in a topology override is refused in one line", "[h
     }
   }
 }
+
+// Messages name their option (class K, in part), and sizes are whole (class I):
+// a size list names the option it came from, not always --bytes.
+TEST_CASE("a bad size names its option", "[hardening]") {
+  CHECK_THROWS_WITH(cli::parse_sizes("nanB", "--hold-out"), Catch::StartsWith("--hold-out: expected"));
+  CHECK_THROWS_WITH(cli::parse_sizes("1MiB:1.5B", "--bytes"),
+                    Catch::StartsWith("--bytes: expected a whole number of bytes"));
+  CHECK(cli::parse_sizes("1KiB:4KiB", "--bytes") == std::vector<std::uint64_t>{1024, 2048, 4096});
+}

@@ -35,6 +35,20 @@ TEST_CASE("values without units or with bad ones are rejected with a reason", "[
   CHECK_FALSE(u::parse_size("", &why));
 }
 
+TEST_CASE("a size is a whole number of bytes; fractions of a larger unit that are whole pass", "[units]") {
+  std::string why;
+  // 1.5 B and 0.3 B are no byte counts (they rounded to 2 and 0 before).
+  CHECK_FALSE(u::parse_size("1.5B", &why));
+  CHECK_THAT(why, Catch::Contains("a whole number of bytes, got '1.5B' (1.5 bytes)"));
+  CHECK_FALSE(u::parse_size("0.3B", &why));
+  // 1.5 KiB = 1536 B, 0.1 MB = 100000 B, 2.5 KB = 2500 B: whole.
+  CHECK(*u::parse_size("1.5KiB", &why) == 1536ULL);
+  CHECK(*u::parse_size("0.1MB", &why) == 100'000ULL);
+  CHECK(*u::parse_size("2.5KB", &why) == 2500ULL);
+  // 1.0001 KiB = 1024.1024 B: not whole.
+  CHECK_FALSE(u::parse_size("1.0001KiB", &why));
+}
+
 TEST_CASE("byte counts print in the largest binary unit", "[units]") {
   CHECK(u::format_bytes(512) == "512B");
   CHECK(u::format_bytes(4096) == "4KiB");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -54,7 +55,7 @@ std::string names(const std::vector<std::pair<std::string, double>>& table) {
 
 template <class T>
 std::optional<T> parse_with(const std::string& s, std::string* why, const char* what,
-                            const std::vector<std::pair<std::string, double>>& table) {
+                            const std::vector<std::pair<std::string, double>>& table, bool whole = false) {
   double v = 0;
   std::string unit;
   if (!split(s, &v, &unit, why)) {
@@ -71,6 +72,10 @@ std::optional<T> parse_with(const std::string& s, std::string* why, const char* 
     return std::nullopt;
   }
   const double r = std::round(v * f);
+  if (whole && std::abs(v * f - r) > 1e-9 * std::max(1.0, r)) {
+    *why = fmt::format("a whole number of bytes, got '{}' ({:g} bytes)", s, v * f);
+    return std::nullopt;
+  }
   if (r >= 9.2e18) {
     *why = fmt::format("a {} below 2^63 in base units, got '{}'", what, s);
     return std::nullopt;
@@ -122,7 +127,7 @@ std::optional<Time> parse_time(const std::string& s, std::string* why) {
 }
 
 std::optional<std::uint64_t> parse_size(const std::string& s, std::string* why) {
-  return parse_with<std::uint64_t>(s, why, "size", kSize);
+  return parse_with<std::uint64_t>(s, why, "size", kSize, true);
 }
 
 std::optional<double> parse_flops(const std::string& s, std::string* why) {
