@@ -155,7 +155,7 @@ void add_calibrate(CLI::App& app) {
       "(--import-nccl-tests), fit them, and write a calibration file for --calibration; with --fit-machine, fit "
       "the topology's link efficiencies and latencies instead and write a topology overlay for --overlay");
   auto a = std::make_shared<Args>();
-  c->add_option("--import-nccl-tests", a->files,
+  auto* import = c->add_option("--import-nccl-tests", a->files,
                 "nccl-tests outputs, text or -J JSON (all_reduce_perf, alltoall_perf, ...)")
       ->check(CLI::ExistingFile);
   c->add_option("--backend", a->backend,
@@ -172,25 +172,29 @@ void add_calibrate(CLI::App& app) {
       ->capture_default_str()
       ->check(int_in(1, 100000));
   c->add_flag("--quick", a->quick, "a smaller grid of layers (for tests)");
-  c->add_option("--op", a->op, "the collective, when neither the file nor its name says");
+  c->add_option("--op", a->op, "the collective, when neither the file nor its name says")->needs(import);
   c->add_option("-t,--topology", a->topology,
                 "the cluster the measurements come from: a name recorded in the calibration, or (--fit-machine) its "
                 "topology file");
-  c->add_option("--hold-out", a->hold_out,
+  auto* hold_out = c->add_option("--hold-out", a->hold_out,
                 "a size (e.g. 64MiB) left out of every imported table's fit and reported (default: each size left out "
                 "in turn)");
-  c->add_flag("--fit-machine", a->fit_machine,
+  hold_out->needs(import);
+  auto* fit = c->add_flag("--fit-machine", a->fit_machine,
               "fit the topology's link efficiencies (nvlink, pcie, network) on the large sizes and nccl.launch / "
               "nccl.net_latency on the small ones to the simulator, and write them as a topology overlay (-o)");
   c->add_option("--evaluate", a->evaluate,
                 "with --fit-machine: nccl-tests outputs not fitted, whose error before and after is reported")
-      ->check(CLI::ExistingFile);
-  c->add_option("--topo-set", a->topo_set, "with --fit-machine: override topology keys, e.g. nodes=2");
+      ->check(CLI::ExistingFile)
+      ->needs(fit);
+  c->add_option("--topo-set", a->topo_set, "with --fit-machine: override topology keys, e.g. nodes=2")->needs(fit);
   add_overlay_option(c, a->overlay);
   c->add_option("--fit-large-from", a->large_from, "with --fit-machine: efficiencies are fitted on sizes >= this")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(fit);
   c->add_option("--fit-small-to", a->small_to, "with --fit-machine: latencies are fitted on sizes <= this")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(fit);
   c->add_option("-o,--output", a->out, "calibration YAML to write (with --fit-machine: the topology overlay)");
   c->callback([a] {
     // Before measuring or fitting anything: the output is not an input, a link, a directory or a device.
@@ -245,7 +249,6 @@ void add_calibrate(CLI::App& app) {
       return;
     }
     if (a->fit_machine) return fit_machine_cmd(*a);
-    if (!a->evaluate.empty()) throw UserError("calibrate: --evaluate goes with --fit-machine");
     std::optional<double> held;
     if (!a->hold_out.empty()) held = static_cast<double>(parse_sizes(a->hold_out, "--hold-out").at(0));
     std::string yaml =

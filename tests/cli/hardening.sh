@@ -48,6 +48,8 @@ check_refusal() {
 # refused: a checked error (exit 1, one line). rejected: an option check (CLI11, exit 105).
 refused() { check_refusal 1 "$@"; }
 rejected() { check_refusal 105 "$@"; }
+# needless: an option that has no effect without another (CLI11's needs(), exit 107).
+needless() { check_refusal 107 "$@"; }
 
 D=tests/data
 T=topologies/dgx-h100.yaml
@@ -103,6 +105,13 @@ E="$bin execute --backend cpu --schedule s1 --trace"
 refused execute-trace-dir "--trace: '$tmp/dir' is a directory" -- $E "$tmp/dir"
 refused execute-sidecar-link "--trace (its .json sidecar): '$tmp/link.json' is a symbolic link" -- $E "$tmp/link"
 
+# Options with no effect in context are refused, not ignored (class I): they need the option named.
+needless calibrate-op-without-import "--op requires --import-nccl-tests" -- "$bin" calibrate --op allreduce -o "$tmp/c.yaml"
+needless calibrate-hold-out-without-import "--hold-out requires --import-nccl-tests" -- "$bin" calibrate --hold-out 1MiB
+needless calibrate-fit-option-without-fit "--fit-small-to requires --fit-machine" -- \
+  "$bin" calibrate --import-nccl-tests "$tmp/ar.txt" --fit-small-to 1MiB
+needless calibrate-topo-set-without-fit "--topo-set requires --fit-machine" -- \
+  "$bin" calibrate --import-nccl-tests "$tmp/ar.txt" --topo-set nodes=2
 refused calibrate-output-is-input "--output: '$tmp/ar.txt' is an --import-nccl-tests input" -- \
   "$bin" calibrate --import-nccl-tests "$tmp/ar.txt" -o "$tmp/ar.txt"
 refused calibrate-output-link "--output: '$tmp/link.csv' is a symbolic link" -- \
