@@ -15,6 +15,7 @@
 #include "cli/measured_trace.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
+#include "sim/io/csv.hpp"
 #include "sim/io/output.hpp"
 #include "sim/io/yaml_reader.hpp"
 #include "sim/topo/topology_io.hpp"
@@ -136,7 +137,7 @@ void add_compare(CLI::App& app) {
       }
       fmt::print("{}\n", row);
       ++counted;
-      csv += fmt::format("{},{:.6f},{:.6f}", name, k.measured, std::max(k.predicted.back(), 1e-6));
+      csv += fmt::format("{},{:.6f},{:.6f}", csv_field(name), k.measured, std::max(k.predicted.back(), 1e-6));
       if (W > 1)
         for (double v : k.predicted) csv += fmt::format(",{:.6f}", std::max(v, 1e-6));
       csv += "\n";

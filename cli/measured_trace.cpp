@@ -9,6 +9,7 @@
 
 #include "cli/common.hpp"
 #include "sim/core/error.hpp"
+#include "sim/io/csv.hpp"
 #include "sim/io/yaml_reader.hpp"
 
 namespace parmsim::cli {
@@ -17,13 +18,6 @@ namespace {
 
 // The executors' bound on ranks (cmd_exec.cpp's --gpus).
 constexpr int kMaxRanks = 1024;
-
-std::vector<std::string> csv_fields(const std::string& line) {
-  std::vector<std::string> f;
-  std::stringstream ss(line);
-  for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
-  return f;
-}
 
 }  // namespace
 
@@ -74,7 +68,7 @@ MeasuredRows read_trace_rows(const std::string& csv_text, const std::string& nam
   int lineno = 1;
   while (std::getline(in, line)) {
     ++lineno;
-    const auto fl = csv_fields(line);
+    const auto fl = split_csv(line, fmt::format("{}:{}", name, lineno));
     std::size_t id = 0;
     try {
       if (fl.size() != columns) throw std::invalid_argument("x");

@@ -20,6 +20,10 @@
 
 #include "cli/common.hpp"
 #include "sim/core/error.hpp"
+#include "sim/engine/simulator.hpp"
+#include "cli/measured_trace.hpp"
+#include "sim/engine/trace_writer.hpp"
+#include "sim/io/csv.hpp"
 #include "sim/graph/graph_io.hpp"
 #include "sim/io/output.hpp"
 #include "sim/io/yaml_reader.hpp"
@@ -574,4 +578,51 @@ TEST_CASE("a bad size names its option", "[hardening]") {
   CHECK_THROWS_WITH(cli::parse_sizes("1MiB:1.5B", "--bytes"),
                     Catch::StartsWith("--bytes: expected a whole number of bytes"));
   CHECK(cli::parse_sizes("1KiB:4KiB", "--bytes") == std::vector<std::uint64_t>{1024, 2048, 4096});
+}
+
+// Damaged CSV (class G, in part): fields are written as RFC 4180 quotes them and
+// read back by the one reader (split_csv).
+TEST_CASE("CSV fields with commas or quotes are quoted and read back whole", "[hardening][csv]") {
+  for (const std::string v : {"plain", "a,b", "say \"hi\"", "", "dgx-h100[nodes=1,link_efficiency.network=0.5]"}) {
+    CAPTURE(v);
+    CHECK(split_csv(csv_field(v) + "," + csv_field("x"), "t") == std::vector<std::string>{v, "x"});
+  }
+  CHECK(csv_field("plain") == "plain");      // names without commas are written as before
+  CHECK(csv_field("a,b") == "\"a,b\"");
+  CHECK(csv_field("q\"") == "\"q\"\"\"");
+}
+
+TEST_CASE("a sweep whose topology grid has two keys writes rows of the header's width", "[hardening][csv][sweep]") {
+  const sweep::Spec s = sweep::parse_spec_text(
+      "name: t\ntopologies: [{file: ../topologies/parm-32gpu.yaml, grid: {nodes: [8], link_efficiency.network: [0.5]}}]\n"
+      "grid: {B: [1], L: [256], chunks: [1], split: [after_order], gather: [before_iorder]}\n",
+      std::string(PARMSIM_SOURCE_DIR) + "/experiments/t.yaml");
+  REQUIRE(s.configs.size() == 1);
+  const std::size_t width = split_csv(sweep::csv_header().substr(0, sweep::csv_header().size() - 1), "h").size();
+  const std::string rows = sweep::run_config(s, s.configs[0]);
+  std::istringstream in(rows);
+  int n = 0;
+  for (std::string line; std::getline(in, line); ++n) {
+    const auto f = split_csv(line, "row");
+    CHECK(f.size() == width);
+    CHECK(f[1] == "parm-32gpu[nodes=8,link_efficiency.network=0.5]");
+    CHECK(f[16].find("[chunks=1;split=after_order;gather=before_iorder]") != std::string::npos);
+  }
+  CHECK(n == 3);
+}
+
+TEST_CASE("a trace CSV with a comma in a task name reads back", "[hardening][csv]") {
+  const TaskGraph g = parse_task_graph_text(R"(ranks: 1
+streams: ["comp,ute"]
+tasks:
+  - {name: "copy,1", rank: 0, op: copy, bytes: 1MiB}
+  - {name: "say \"b\"", rank: 0, op: copy, bytes: 1MiB}
+)",
+                                            "t.yaml");
+  const SimResult r = simulate(g, load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml"));
+  std::ostringstream os;
+  write_trace_csv(os, g, r);
+  const cli::MeasuredRows m = cli::read_trace_rows(os.str(), "t.csv", g);
+  CHECK(m.end[1] == Approx(r.trace[1].end.to_us()));
+  CHECK(m.duration[0] == Approx((r.trace[0].end - r.trace[0].start).to_us()));
 }

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sim/io/csv.hpp"
 #include "sim/io/output.hpp"
 
 namespace parmsim {
@@ -21,8 +22,8 @@ void write_trace_csv(std::ostream& os, const TaskGraph& g, const SimResult& r) {
   for (const TraceRow& row : r.trace) {
     const Task& t = g.task(row.task);
     const std::string op = t.kind == TaskKind::compute ? to_string(t.op) : g.collective(t.collective).name;
-    os << fmt::format("{},{},{},{},{},{},{},{},{},{},{}", t.id, t.name, t.rank, g.streams(t.rank)[t.stream],
-                      kind_of(g, t), op, us_exact(row.start), us_exact(row.end), us_exact(row.end - row.start),
+    os << fmt::format("{},{},{},{},{},{},{},{},{},{},{}", t.id, csv_field(t.name), t.rank,
+                      csv_field(g.streams(t.rank)[t.stream]), kind_of(g, t), csv_field(op), us_exact(row.start), us_exact(row.end), us_exact(row.end - row.start),
                       row.bytes, row.flops);
     if (spread)
       os << fmt::format(",{},{}", us_exact(r.spread.at(row.task).first), us_exact(r.spread.at(row.task).second));

@@ -7,12 +7,16 @@
 #include <initializer_list>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace parmsim {
 
 // Splits one line; throws UserError "WHERE: unterminated quoted field".
 std::vector<std::string> split_csv(const std::string& line, const std::string& where);
+// One field as RFC 4180 writes it: as is, or in double quotes (quotes doubled)
+// when it holds a comma, a quote or a line break. split_csv reads it back.
+std::string csv_field(std::string_view v);
 std::string trim(const std::string& s);
 // Parse a whole field or throw UserError "WHERE: column 'COL': 'V' is not a positive ...".
 std::int64_t positive_int(const std::string& v, const std::string& col, const std::string& where);

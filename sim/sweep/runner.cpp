@@ -23,6 +23,7 @@
 
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
+#include "sim/io/csv.hpp"
 #include "sim/io/output.hpp"
 #include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
@@ -42,7 +43,7 @@ namespace {
 
 // The leading columns that identify a configuration (used to check --resume).
 std::string key_columns(const Spec& spec, const Config& c) {
-  return fmt::format("{},{},{},{},{}", c.index, spec.topologies[c.topology].label,
+  return fmt::format("{},{},{},{},{}", c.index, csv_field(spec.topologies[c.topology].label),
                      spec.topologies[c.topology].topo->num_gpus(), moe::layer_key_values(c.layer, ","), spec.network);
 }
 
@@ -73,8 +74,8 @@ std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* 
   for (std::size_t i = 0; i < res.size(); ++i) {
     const auto& r = res[i];
     out +=
-        fmt::format("{},{}{},{},{},{},{:.6f},{:.6f},{:.6f},{},{},{},{},{}\n", key, spec.schedules[i],
-                    options.empty() ? "" : "[" + options + "]", us_exact(r.forward),
+        fmt::format("{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{},{},{},{}\n", key,
+                    csv_field(spec.schedules[i] + (options.empty() ? "" : "[" + options + "]")), us_exact(r.forward),
                     us_exact(r.backward), us_exact(r.total()), r.model_total_s() * 1e6, base / r.total().to_seconds(),
                     base_model / r.model_total_s(), spec.schedules[i] == chosen ? 1 : 0, us_exact(r.compute_rank0),
                     us_exact(r.exposed_comm()), r.intra_node_bytes, r.inter_node_bytes);
