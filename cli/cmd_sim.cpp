@@ -35,7 +35,7 @@ struct TopoArgs {
   std::string overlay;
   void add(CLI::App* c) {
     c->add_option("--topology,-t", file, "topology YAML file (see topologies/)")->required()->check(CLI::ExistingFile);
-    c->add_option("--topo-set", set, "override topology keys, e.g. nodes=16,fabric.oversubscription=2");
+    c->add_option("--topo-set", set, "override topology keys, e.g. nodes=16,link_efficiency.network=0.9 (a key the file has; see --help-config)");
     add_overlay_option(c, overlay);
     add_calibration_option(c, calibration);
   }

@@ -123,3 +123,14 @@ TEST_CASE("a 16,384-GPU topology loads without a GPUs x devices table and routes
   // Inside a node: GPU -> NVSwitch -> GPU.
   CHECK(t.route(16376, 16383).links.size() == 2);
 }
+
+// `topology --help` gives "nodes=16,link_efficiency.network=0.9" as its
+// --topo-set example: the second key exists on every shipped topology (the
+// first on every one with a fabric).
+TEST_CASE("the --topo-set example of topology --help names keys every shipped topology has", "[topo]") {
+  for (const char* name : {"cpu-host", "dgx-a100", "dgx-h100", "fat-tree-1024", "h200-cluster", "nvl72", "parm-32gpu",
+                           "pcie-8gpu", "switch-1024"}) {
+    CAPTURE(name);
+    CHECK(load_topology(topo_path(name), {"link_efficiency.network=0.9"}).efficiency().network == 0.9);
+  }
+}
