@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "sim/core/registry.hpp"
+
 namespace parmsim {
 
 namespace {
@@ -40,15 +42,11 @@ constexpr std::array<CollAlgorithm, 12> kAlgorithms = {{
 
 std::span<const CollAlgorithm> collective_algorithms() { return kAlgorithms; }
 
-const CollAlgorithm* find_algorithm(std::string_view name) {
-  for (const CollAlgorithm& a : kAlgorithms)
-    if (a.name == name) return &a;
-  return nullptr;
-}
+const CollAlgorithm* find_algorithm(std::string_view name) { return find_named(collective_algorithms(), name); }
 
 std::vector<std::string> algorithm_names() {
   std::vector<std::string> v;
-  for (const CollAlgorithm& a : kAlgorithms) v.emplace_back(a.name);
+  for (std::string_view n : names_of(collective_algorithms())) v.emplace_back(n);
   return v;
 }
 

@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "sim/core/error.hpp"
-#include "sim/core/join.hpp"
+#include "sim/core/registry.hpp"
 #include "sim/io/yaml_reader.hpp"
 
 namespace parmsim::moe {
@@ -193,11 +193,7 @@ const SectionRegistrar reg(kLayerFile);
 
 std::span<const LayerKey> layer_keys() { return kKeys; }
 
-const LayerKey* find_layer_key(std::string_view name) {
-  for (const LayerKey& k : kKeys)
-    if (k.name == name) return &k;
-  return nullptr;
-}
+const LayerKey* find_layer_key(std::string_view name) { return find_named(layer_keys(), name); }
 
 std::string layer_key_columns(std::string_view sep) {
   std::vector<std::string_view> v;

@@ -12,7 +12,7 @@
 #include <span>
 
 #include "sim/core/error.hpp"
-#include "sim/core/join.hpp"
+#include "sim/core/registry.hpp"
 
 namespace parmsim::moe {
 
@@ -55,31 +55,25 @@ std::span<const SchedulePreset> schedule_presets() { return kPresets; }
 
 std::vector<std::string> preset_names() {
   std::vector<std::string> v;
-  for (const SchedulePreset& p : kPresets) v.emplace_back(p.name);
+  for (std::string_view n : names_of(schedule_presets())) v.emplace_back(n);
   return v;
 }
 
 std::string schedule_choices(std::initializer_list<std::string_view> extra, std::string_view sep,
                              std::string_view last) {
-  std::vector<std::string_view> all;
-  for (const SchedulePreset& p : kPresets) all.push_back(p.name);
+  std::vector<std::string_view> all = names_of(schedule_presets());
   all.insert(all.end(), extra.begin(), extra.end());
   return join_names(all, sep, last);
 }
 
-bool is_preset(std::string_view name) {
-  for (const SchedulePreset& p : kPresets)
-    if (p.name == name) return true;
-  return false;
-}
+bool is_preset(std::string_view name) { return find_named(schedule_presets(), name) != nullptr; }
 
 ScheduleOptions preset(const std::string& name) {
-  for (const SchedulePreset& p : kPresets)
-    if (p.name == name) {
-      ScheduleOptions o = p.make();
-      o.name = name;
-      return o;
-    }
+  if (const SchedulePreset* p = find_named(schedule_presets(), name)) {
+    ScheduleOptions o = p->make();
+    o.name = name;
+    return o;
+  }
   throw UserError(fmt::format("unknown schedule '{}': expected {}", name, schedule_choices({"auto", "all"}, ", ", " or ")));
 }
 

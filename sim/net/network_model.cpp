@@ -8,7 +8,7 @@
 #include <set>
 
 #include "sim/core/error.hpp"
-#include "sim/core/join.hpp"
+#include "sim/core/registry.hpp"
 #include "sim/core/event_queue.hpp"
 #include "sim/net/maxmin.hpp"
 #include "sim/net/rate_memo.hpp"
@@ -682,21 +682,14 @@ constexpr std::array<NetworkModelInfo, 2> kModels = {{
 
 std::span<const NetworkModelInfo> network_models() { return kModels; }
 
-bool is_network_model(std::string_view name) {
-  for (const NetworkModelInfo& m : kModels)
-    if (m.name == name) return true;
-  return false;
-}
+bool is_network_model(std::string_view name) { return find_named(network_models(), name) != nullptr; }
 
 std::string network_model_names(std::string_view sep, std::string_view last) {
-  std::vector<std::string_view> v;
-  for (const NetworkModelInfo& m : kModels) v.push_back(m.name);
-  return join_names(v, sep, last);
+  return join_names(names_of(network_models()), sep, last);
 }
 
 std::unique_ptr<NetworkModel> make_network(const std::string& name, const Topology& topo) {
-  for (const NetworkModelInfo& m : kModels)
-    if (m.name == name) return m.make(topo);
+  if (const NetworkModelInfo* m = find_named(network_models(), name)) return m->make(topo);
   throw UserError(fmt::format("unknown network model '{}': expected {}", name, network_model_names(", ", " or ")));
 }
 
