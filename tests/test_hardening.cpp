@@ -241,9 +241,17 @@ TEST_CASE("a repeated key is refused with file:line:col and the key path", "[har
 
 TEST_CASE("many aliases of aliases are checked in linear time", "[hardening][yaml]") {
   // 2^30 paths through 30 levels of aliases; walked naively this never ends.
+  // The event scan sizes each anchor once: level i expands to 2^(i+2) - 1 nodes
+  // and the levels so far to about 2^(i+3), past 2^22 at level 20 (line 21):
+  // refused there, without walking any path.
   std::string t = "l0: &l0 [1, 2]\n";
   for (int i = 1; i <= 30; ++i) t += fmt::format("l{}: &l{} [*l{}, *l{}]\n", i, i, i - 1, i - 1);
-  CHECK_NOTHROW(YamlReader::load_string(t, "laughs.yaml"));
+  CHECK_THROWS_WITH(YamlReader::load_string(t, "laughs.yaml"),
+                    Catch::StartsWith("laughs.yaml:") && Catch::Contains("aliases expand the document past"));
+  CHECK_THROWS_WITH(YamlReader::load_string(t, "laughs.yaml"), Catch::StartsWith("laughs.yaml:21:"));
+  // Levels 0 to 18 (about 2^21 nodes) are within the bound, and load.
+  const std::string fewer = t.substr(0, t.find("l19:"));
+  CHECK(YamlReader::load_string(fewer, "fewer.yaml").at("l18").size() == 2);
 }
 
 TEST_CASE("a second YAML document is refused rather than ignored", "[hardening][yaml]") {
@@ -625,4 +633,41 @@ tasks:
   const cli::MeasuredRows m = cli::read_trace_rows(os.str(), "t.csv", g);
   CHECK(m.end[1] == Approx(r.trace[1].end.to_us()));
   CHECK(m.duration[0] == Approx((r.trace[0].end - r.trace[0].start).to_us()));
+}
+
+// Stack overflow (class A): an alias inside the node it names was walked
+// without end (2.8 GB, then SIGSEGV, through an overlay); aliases of aliases
+// expand exponentially. Every YAML loader scans the document's events first.
+TEST_CASE("YAML aliases: a self-reference is refused at the alias, an exponential expansion past its bound",
+          "[hardening][yaml]") {
+  // The alias `*x` sits in the mapping `&x` opens: line 1, column 30 (1-based).
+  CHECK_THROWS_WITH(YamlReader::load_string("link_efficiency: &x {nvlink: *x}\n", "o.yaml"),
+                    Catch::StartsWith("o.yaml:1:30: an alias inside the node it names"));
+  CHECK_THROWS_WITH(YamlReader::load_string("a: &x [1, [2, *x]]\n", "l.yaml"),
+                    Catch::StartsWith("l.yaml:1:15: an alias inside the node it names"));
+  CHECK_THROWS_WITH(YamlReader::load_string("a: &x\n  b:\n    c: *x\n", "n.yaml"),
+                    Catch::StartsWith("n.yaml:3:8: an alias inside the node it names"));
+  // 10 levels of 10 aliases of the level below: 10^10 nodes, refused once past 2^22.
+  std::string lol = "a0: &a0 [1,1,1,1,1,1,1,1,1,1]\n";
+  for (int i = 1; i < 10; ++i) {
+    lol += fmt::format("a{}: &a{} [", i, i);
+    for (int j = 0; j < 10; ++j) lol += fmt::format("{}*a{}", j ? "," : "", i - 1);
+    lol += "]\n";
+  }
+  CHECK_THROWS_WITH(YamlReader::load_string(lol, "lol.yaml"), Catch::Contains("aliases expand the document past"));
+  // Five levels (10^5 nodes) and an alias used after its node closed are fine.
+  std::string five = lol.substr(0, lol.find("a5:"));
+  CHECK(YamlReader::load_string(five, "five.yaml").at("a4").size() == 10);
+  const YamlReader ok = YamlReader::load_string("a: &x {p: 1}\nb: *x\nc: [*x, *x]\n", "ok.yaml");
+  CHECK(ok.at("b").at("p").as_int() == 1);
+  // Through the loaders that walk the tree: an overlay, and a sweep spec's topology list.
+  const std::string dir = std::string(PARMSIM_SOURCE_DIR);
+  const auto tmp = std::filesystem::temp_directory_path() / "parmsim-alias-overlay.yaml";
+  std::ofstream(tmp) << "link_efficiency: &x {nvlink: *x}\n";
+  CHECK_THROWS_WITH(load_topology_overlay(tmp.string()), Catch::Contains("an alias inside the node it names"));
+  std::filesystem::remove(tmp);
+  CHECK_THROWS_WITH(
+      sweep::parse_spec_text("name: s\ntopologies: &t [{file: x.yaml, set: *t}]\ngrid: {B: [1]}\n",
+                             dir + "/experiments/t.yaml"),
+      Catch::Contains("an alias inside the node it names"));
 }

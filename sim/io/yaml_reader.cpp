@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
@@ -93,34 +95,87 @@ void check_json_syntax(const std::string& text, const std::string& name) {
 // yaml-cpp 0.7 reports nothing and its LoadAll returns an empty document there
 // again and again, growing without end (yaml-cpp issue 1040), so the stream is
 // checked with its Parser before anything is loaded.
+//
+// The same scan bounds aliases, for every loader that walks the tree: an
+// alias inside the node it names (`&x {a: *x}`) would be walked without end,
+// and aliases of aliases ("billion laughs") expand exponentially. Each node's
+// size counts the nodes it expands to; a document past kMaxExpandedNodes is refused.
+constexpr std::uint64_t kMaxExpandedNodes = std::uint64_t{1} << 22;
+
 struct DocumentScan : YAML::EventHandler {
+  explicit DocumentScan(const std::string& name) : name_(name) {}
   YAML::Mark start, root;  // where the document and its root node start
   bool empty = true;       // the root is null
   int events = 0;
-  void OnDocumentStart(const YAML::Mark& m) override { start = m, root = m, empty = true, events = 0; }
+  void OnDocumentStart(const YAML::Mark& m) override {
+    start = m, root = m, empty = true, events = 0;
+    open_.clear(), size_of_.clear(), total_ = 0;
+  }
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { node(m, true); }
-  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { node(m, false); }
-  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override {
+  void OnNull(const YAML::Mark& m, YAML::anchor_t a) override { leaf(m, a, true); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t a) override {
     node(m, false);
+    for (const Open& o : open_)
+      if (o.anchor == a)
+        throw UserError(fmt::format("{}:{}:{}: an alias inside the node it names (a self-reference, which would "
+                                    "never end); copy the values instead",
+                                    name_, m.line + 1, m.column + 1));
+    const auto it = size_of_.find(a);
+    add(m, it == size_of_.end() ? 1 : it->second);
   }
-  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t a, const std::string&) override {
+    leaf(m, a, false);
+  }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t a, YAML::EmitterStyle::value) override {
     node(m, false);
+    open_.push_back({a, 1, m});
   }
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t a, YAML::EmitterStyle::value) override {
     node(m, false);
+    open_.push_back({a, 1, m});
   }
-  void OnMapEnd() override {}
+  void OnMapEnd() override { close(); }
+
+ private:
+  struct Open {
+    YAML::anchor_t anchor;
+    std::uint64_t size;  // nodes it expands to so far, itself included
+    YAML::Mark mark;
+  };
   void node(const YAML::Mark& m, bool null) {
     if (events++ == 0) root = m, empty = null;
   }
+  void leaf(const YAML::Mark& m, YAML::anchor_t a, bool null) {
+    node(m, null);
+    if (a != YAML::NullAnchor) size_of_[a] = 1;
+    add(m, 1);
+  }
+  void close() {
+    const Open o = open_.back();
+    open_.pop_back();
+    if (o.anchor != YAML::NullAnchor) size_of_[o.anchor] = o.size;
+    add(o.mark, o.size);
+  }
+  // `n` more nodes in the innermost open node (or the document).
+  void add(const YAML::Mark& m, std::uint64_t n) {
+    std::uint64_t& s = open_.empty() ? total_ : open_.back().size;
+    s += n;
+    if (s > kMaxExpandedNodes)
+      throw UserError(fmt::format("{}:{}:{}: aliases expand the document past {} nodes (aliases of aliases grow "
+                                  "exponentially); copy fewer levels",
+                                  name_, m.line + 1, m.column + 1, kMaxExpandedNodes));
+  }
+  const std::string& name_;
+  std::vector<Open> open_;
+  std::map<YAML::anchor_t, std::uint64_t> size_of_;
+  std::uint64_t total_ = 0;
 };
 
 void check_documents(const std::string& text, const std::string& name) {
   std::istringstream in(text);
   YAML::Parser parser(in);
-  DocumentScan scan;
+  DocumentScan scan(name);
   int documents = 0, last = -1;
   while (parser.HandleNextDocument(scan)) {
     const YAML::Mark m = scan.start;
