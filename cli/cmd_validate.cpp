@@ -1,4 +1,5 @@
-// parmsim validate gemm [FILE]: the GEMM model against published measurements.
+// parmsim validate gemm|nccl|moe [FILE]: the GEMM model, the collectives and whole MoE
+// layers against published measurements.
 #include <fmt/format.h>
 
 #include <memory>
@@ -7,6 +8,7 @@
 #include "cli/common.hpp"
 #include "sim/validation/nccl_validation.hpp"
 #include "sim/validation/gemm_validation.hpp"
+#include "sim/validation/moe_validation.hpp"
 
 namespace parmsim::cli {
 
@@ -98,6 +100,75 @@ nlohmann::json nccl_json(const NcclValidation& v, const std::string& file) {
           {"mape_pct_by_fabric", v.mape_fabric}};
 }
 
+
+void print_moe_table(const MoeValidation& v, const std::string& file) {
+  fmt::print("MoE layers (flow network, uncalibrated) vs published measurements ({}, {} rows)\n", file, v.rows.size());
+  fmt::print("{:>5} {:<18} {:<18} {:<9} {:>4} {:<5} {:<13} {:>12} {:>12} {:>8}  {}\n", "line", "source",
+             "parmsim_system", "gpu", "gpus", "dtype", "what", "measured_ms", "predicted_ms", "error%", "layer");
+  for (const MoeValidationRow& r : v.rows) {
+    const std::string pred = r.status == "not predicted" ? "-" : fmt::format("{:.3f}", r.predicted_ms);
+    const std::string err = r.status == "not predicted" ? r.why : fmt::format("{:+.1f}", r.error_pct);
+    fmt::print("{:>5} {:<18} {:<18} {:<9} {:>4} {:<5} {:<13} {:>12.3f} {:>12} {:>8}  {}{}\n", r.m.line, r.m.source_id,
+               r.m.parmsim_system->name, r.m.gpu, r.m.gpus, r.m.dtype, r.m.what, r.m.measured_ms, pred, err,
+               r.m.layer, r.status == "nearest" ? "  (nearest)" : "");
+  }
+  fmt::print("\nMAPE over the {} rows of modelled systems: {:.1f}%\n", v.counted, v.mape);
+  fmt::print("by source (modelled systems):\n");
+  for (const auto& [k, x] : v.mape_source_modelled)
+    fmt::print("  {:<22} {:6.1f}% ({} rows)\n", k, x, v.count_source_modelled.at(k));
+  fmt::print("by system (rows run as their nearest marked *):\n");
+  for (const MoeSystem& s : moe_systems()) {
+    const std::string k(s.name);
+    if (!v.mape_system.count(k)) continue;
+    fmt::print("  {:<22} {:6.1f}% ({} rows){}\n", k, v.mape_system.at(k), v.count_system.at(k), s.modelled ? "" : " *");
+  }
+  if (v.counted_nearest)
+    fmt::print("MAPE over the {} rows of unmodelled systems run as their nearest: {:.1f}%\n", v.counted_nearest,
+               v.mape_nearest);
+  int skipped = 0;
+  for (const MoeValidationRow& r : v.rows) skipped += r.status == "not predicted";
+  if (skipped) fmt::print("{} rows not predicted (an unmodelled system or dtype)\n", skipped);
+}
+
+nlohmann::json moe_json(const MoeValidation& v, const std::string& file) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const MoeValidationRow& r : v.rows) {
+    nlohmann::json j = {{"line", r.m.line},
+                        {"source_id", r.m.source_id},
+                        {"system", r.m.system},
+                        {"parmsim_system", r.m.parmsim_system->name},
+                        {"modelled", r.m.parmsim_system->modelled},
+                        {"status", r.status},
+                        {"gpu", r.m.gpu},
+                        {"gpus", r.m.gpus},
+                        {"gpus_per_node", r.m.gpus_per_node},
+                        {"node", r.m.node},
+                        {"dtype", r.m.dtype},
+                        {"layer", r.m.layer},
+                        {"what", r.m.what},
+                        {"measured_ms", r.m.measured_ms},
+                        {"source", r.m.source}};
+    if (r.status == "not predicted") {
+      j["why"] = r.why;
+      j["predicted_ms"] = nullptr;
+      j["error_pct"] = nullptr;
+    } else {
+      j["ran"] = r.ran;
+      j["predicted_ms"] = r.predicted_ms;
+      j["error_pct"] = r.error_pct;
+    }
+    rows.push_back(std::move(j));
+  }
+  return {{"file", file},
+          {"rows", rows},
+          {"mape_pct", v.mape},
+          {"counted", v.counted},
+          {"mape_pct_by_source", v.mape_source_modelled},
+          {"mape_pct_by_system", v.mape_system},
+          {"mape_pct_nearest", v.mape_nearest},
+          {"counted_nearest", v.counted_nearest}};
+}
+
 }  // namespace
 
 void add_validate(CLI::App& app) {
@@ -135,6 +206,30 @@ void add_validate(CLI::App& app) {
   n->add_flag("--textbook", *textbook,
               "the model before NCCL's, for comparison: one flat ring (AllReduce, AllGather, ReduceScatter), "
               "direct AlltoAll, links at line rate");
+  auto m = std::make_shared<Args>();
+  m->file = "validation/moe.csv";
+  std::string systems;
+  for (const MoeSystem& s : moe_systems())
+    systems += fmt::format("\n  {:<18} {}{}", s.name, s.modelled ? "" : "[not modelled] ", s.help);
+  auto* mo = c->add_subcommand(
+      "moe",
+      "whole MoE layers against published measurements: each row's cluster is generated from its hardware columns, "
+      "the layer is simulated uncalibrated as parmsim models the system that ran it, and the table gives per-row "
+      "error and the MAPE by source and by system. Rows of systems parmsim does not model are run as their "
+      "nearest and reported apart, or not predicted. The systems (column parmsim_system):" + systems);
+  mo->add_option("file", m->file,
+                 "CSV of measurements: source_id, system, parmsim_system, system_version, gpu, gpus, gpus_per_node, "
+                 "node (single|nvswitch|pcie), B, L, M, H, E, k, f (empty: dropless), mp, ep, dtype, what "
+                 "(layer_fwd|layer_bwd|layer_fwd_bwd), measured_ms, source")
+      ->capture_default_str();
+  mo->add_flag("--json", m->json, "print JSON instead of a table");
+  mo->callback([m] {
+    const MoeValidation v = validate_moe(load_moe_measurements(m->file));
+    if (m->json)
+      fmt::print("{}\n", moe_json(v, m->file).dump(2));
+    else
+      print_moe_table(v, m->file);
+  });
   n->callback([b, all, textbook] {
     const NcclValidation v = validate_nccl(load_nccl_measurements(b->file), *textbook);
     if (b->json)

@@ -109,11 +109,11 @@ inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool back
   switch (o.kind) {
     case MoeStep::gate: {
       if (lean) {  // parmsim's earlier gate: one GEMM in the layer's dtype, one softmax/top-k
+        // Backward: the data and weight gradients as one kernel of twice the
+        // work, a batch of two GEMMs of the forward's shape (the tile model
+        // times a GEMM by its shape: doubling only its FLOPs would not count).
         const u64 w = backward ? 2 : 1;
-        Kernel g = gemm("gate_gemm", t, E, M, 1, b);
-        g.flops *= w;
-        g.bytes *= w;
-        return emit(out, g, mem("softmax_topk", OpKind::topk, 2 * t * E * b));
+        return emit(out, gemm("gate_gemm", t, E, M, w, b), mem("softmax_topk", OpKind::topk, 2 * t * E * b));
       }
       // DeepSpeed-MoE: "Everything is in fp32 in this function": the input is
       // cast to fp32 (L433) and the logits are an fp32 GEMM (L437).
@@ -170,13 +170,8 @@ inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool back
       Kernel act = mem("expert_act", OpKind::activation, (backward ? 3 : 2) * rows * h * b * batch);
       if (!backward)
         return emit(out, gemm("expert_fc1", rows, h, M, batch, b), act, gemm("expert_fc2", rows, M, h, batch, b));
-      if (lean) {  // parmsim's earlier backward: data and weight gradients as one kernel of twice the work
-        Kernel fc2 = gemm("expert_fc2", rows, M, h, batch, b), fc1 = gemm("expert_fc1", rows, h, M, batch, b);
-        for (Kernel* x : {&fc2, &fc1}) {
-          x->flops *= 2;
-          x->bytes *= 2;
-        }
-        return emit(out, fc2, act, fc1);
+      if (lean) {  // parmsim's earlier backward: data and weight gradients as one batched kernel of twice the work
+        return emit(out, gemm("expert_fc2", rows, M, h, 2 * batch, b), act, gemm("expert_fc1", rows, h, M, 2 * batch, b));
       }
       return emit(out, gemm("expert_fc2_dgrad", rows, h, M, 1, b), gemm("expert_fc2_wgrad", h, M, rows, 1, b), act,
               gemm("expert_fc1_dgrad", rows, M, h, 1, b), gemm("expert_fc1_wgrad", M, h, rows, 1, b));

@@ -460,5 +460,13 @@ for extra in "-o $tmp/count.csv" "--resume" "-j 2"; do
   if [ $rc != 0 ] && [[ $out == *"excludes"* ]] && [ ! -e "$tmp/count.csv" ]; then ok; else bad "sweep --count $extra: exit $rc: $out"; fi
 done
 
+# validate moe: a row with an unknown system or a missing field names the file, the line and the column.
+head -1 validation/moe.csv > "$tmp/moe.csv"
+sed -n 2p validation/moe.csv | sed 's/,tutel,/,tutel2,/' >> "$tmp/moe.csv"
+refused validate-moe-system "$tmp/moe.csv:2: column 'parmsim_system': unknown system 'tutel2'" -- "$bin" validate moe "$tmp/moe.csv"
+head -1 validation/moe.csv > "$tmp/moe2.csv"
+sed -n 2p validation/moe.csv | sed 's/,layer_fwd_bwd,[0-9.]*,/,layer_fwd_bwd,,/' >> "$tmp/moe2.csv"
+refused validate-moe-missing "$tmp/moe2.csv:2: column 'measured_ms'" -- "$bin" validate moe "$tmp/moe2.csv"
+
 echo "hardening: $passes passed, $fails failed ($cases refused inputs)"
 [ "$fails" = 0 ]

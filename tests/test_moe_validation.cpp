@@ -1,0 +1,149 @@
+// parmsim validate moe: the loader's checks, the generated cluster, how each
+// system is run, and the statistics.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "sim/core/error.hpp"
+#include "sim/moe/layer_keys.hpp"
+#include "sim/moe/layer_sim.hpp"
+#include "sim/topo/topology_io.hpp"
+#include "sim/validation/moe_validation.hpp"
+
+using namespace parmsim;
+
+namespace {
+
+const char* const kHeader =
+    "source_id,system,parmsim_system,system_version,gpu,gpus,gpus_per_node,node,B,L,M,H,E,k,f,mp,ep,dtype,what,"
+    "measured_ms,source\n";
+
+// A CSV of `rows` under the header, in a temporary file removed on destruction.
+struct Csv {
+  std::string path;
+  explicit Csv(const std::string& rows) {
+    path = (std::filesystem::temp_directory_path() /
+            ("parmsim-moe-validation-" + std::to_string(std::hash<std::string>{}(rows)) + ".csv"))
+               .string();
+    std::ofstream(path) << kHeader << rows;
+  }
+  ~Csv() { std::remove(path.c_str()); }
+};
+
+// The message load_moe_measurements throws for `rows`, or "" when it loads.
+std::string load_error(const std::string& rows) {
+  const Csv c(rows);
+  try {
+    load_moe_measurements(c.path);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const std::string kH100Row = "s,Megatron,megatron-alltoall,v,h100,8,8,nvswitch,1,4096,4096,14336,8,2,,1,8,bf16,";
+
+}  // namespace
+
+TEST_CASE("validate moe refuses a bad row with its file, line and column", "[moe][validation]") {
+  using Catch::Matchers::Contains;
+  // Line 2 is the first row (line 1 is the header).
+  CHECK_THAT(load_error(kH100Row + "layer_fwd,4.3,src\n"), Catch::Matchers::Equals(std::string()));
+  CHECK_THAT(load_error("s,X,no-such-system,v,h100,8,8,nvswitch,1,4096,4096,14336,8,2,,1,8,bf16,layer_fwd,4.3,src\n"),
+             Contains(":2: column 'parmsim_system': unknown system 'no-such-system'") && Contains("tutel"));
+  CHECK_THAT(load_error("s,X,tutel,v,tpu9,1,1,single,1,4096,4096,14336,8,2,,1,1,bf16,layer_fwd,4.3,src\n"),
+             Contains(":2: column 'gpu': unknown GPU 'tpu9'"));
+  CHECK_THAT(load_error(kH100Row + "layer_all,4.3,src\n"), Contains(":2: column 'what'"));
+  CHECK_THAT(load_error(kH100Row + "layer_fwd,,src\n"), Contains(":2: column 'measured_ms'"));
+  CHECK_THAT(load_error(kH100Row + "layer_fwd,4.3,\n"), Contains(":2: column 'source' is empty"));
+  // mp x ep must be the row's GPUs: 2 x 8 = 16 on 8.
+  CHECK_THAT(load_error("s,X,megatron-alltoall,v,h100,8,8,nvswitch,1,4096,4096,14336,8,2,,2,8,bf16,layer_fwd,4.3,s\n"),
+             Contains(":2: columns 'mp' x 'ep' = 2 x 8"));
+  CHECK_THAT(load_error("s,X,megatron-alltoall,v,h100,8,8,single,1,4096,4096,14336,8,2,,1,8,bf16,layer_fwd,4.3,s\n"),
+             Contains(":2: column 'node'"));
+  // A layer key the registry refuses (k = 0) names the row.
+  CHECK_THAT(load_error("s,X,megatron-alltoall,v,h100,8,8,nvswitch,1,4096,4096,14336,8,0,,1,8,bf16,layer_fwd,4.3,s\n"),
+             Contains(":2") && Contains("k"));
+  // A missing column names the file.
+  {
+    const std::string path = (std::filesystem::temp_directory_path() / "parmsim-moe-validation-short.csv").string();
+    std::ofstream(path) << "source_id,system\na,b\n";
+    CHECK_THROWS_WITH(load_moe_measurements(path), Contains("parmsim_system"));
+    std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("validate moe runs a row on the cluster its columns describe", "[moe][validation]") {
+  // One HGX H100 node written by hand: 8 GPUs on an NVSwitch at 900 / 2 = 450 GB/s
+  // per direction (NVIDIA H100 datasheet: 900 GB/s bidirectional), PCIe Gen5 x16
+  // (63 GB/s per direction) to the host. The generated topology must time the
+  // layer the same; the system megatron-alltoall runs parmsim's baseline with
+  // the lean gate and index dispatch, dropless (f empty) as f = 1.0.
+  const std::string yaml =
+      "name: hand\ngpu: h100\nnodes: 1\nnode:\n  gpus: 8\n  devices:\n"
+      "    - {name: sw, kind: nvswitch}\n    - {name: p, kind: pcie_switch}\n    - {name: c, kind: host_bridge}\n"
+      "  links:\n    - {a: [gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7], b: sw, bandwidth: 450GBps, latency: "
+      "700ns}\n    - {a: [gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7], b: p, bandwidth: 63GBps, latency: 500ns}\n"
+      "    - {a: p, b: c, bandwidth: 63GBps, latency: 500ns}\n";
+  const Topology topo = parse_topology_text(yaml, "hand.yaml");
+  moe::LayerSpec spec;
+  moe::ScheduleKeys keys;
+  moe::apply_keys(&spec, &keys,
+                  {"B=1", "L=4096", "M=4096", "H=14336", "E=8", "k=2", "f=1.0", "mp=1", "dtype=bf16", "ds_moe=lean",
+                   "dispatch=index"},
+                  "test");
+  const moe::ScheduleResult want = moe::run_schedule({topo, spec}, moe::schedule_options("baseline", keys));
+
+  const Csv c(kH100Row + "layer_fwd,4.0,src\n" + kH100Row + "layer_bwd,8.0,src\n" + kH100Row +
+              "layer_fwd_bwd,12.0,src\n");
+  const MoeValidation v = validate_moe(load_moe_measurements(c.path));
+  REQUIRE(v.rows.size() == 3);
+  CHECK(v.rows[0].status == "modelled");
+  CHECK(v.rows[0].predicted_ms == Approx(want.forward.to_seconds() * 1e3).epsilon(1e-12));
+  CHECK(v.rows[1].predicted_ms == Approx(want.backward.to_seconds() * 1e3).epsilon(1e-12));
+  CHECK(v.rows[2].predicted_ms == Approx(want.total().to_seconds() * 1e3).epsilon(1e-12));
+  // The error and the MAPE from the predictions: 100 (p - m) / m, then the mean of |e|.
+  double sum = 0;
+  const double measured[] = {4.0, 8.0, 12.0};
+  for (int i = 0; i < 3; ++i) {
+    const double e = 100 * (v.rows[i].predicted_ms - measured[i]) / measured[i];
+    CHECK(v.rows[i].error_pct == Approx(e));
+    sum += std::abs(e);
+  }
+  CHECK(v.counted == 3);
+  CHECK(v.mape == Approx(sum / 3));
+  CHECK(v.mape_source_modelled.at("s") == Approx(sum / 3));
+}
+
+TEST_CASE("validate moe reports unmodelled systems and dtypes apart", "[moe][validation]") {
+  const Csv c(kH100Row + "layer_fwd,4.0,src\n" +
+              "s,DeepEP,megatron-deepep,v,h100,8,8,nvswitch,1,4096,4096,14336,8,2,,1,8,bf16,layer_fwd,2.0,src\n" +
+              "s,Comet,flux-comet,v,h100,8,8,nvswitch,1,1024,8192,8192,8,2,,8,1,bf16,layer_fwd,2.0,src\n" +
+              "s,Megatron,megatron-alltoall,v,h100,8,8,nvswitch,1,4096,4096,14336,8,2,,1,8,fp8,layer_fwd,2.0,src\n");
+  const MoeValidation v = validate_moe(load_moe_measurements(c.path));
+  REQUIRE(v.rows.size() == 4);
+  CHECK(v.rows[0].status == "modelled");
+  // DeepEP runs as its nearest, the AlltoAll dispatcher: the same prediction, reported apart.
+  CHECK(v.rows[1].status == "nearest");
+  CHECK(v.rows[1].predicted_ms == v.rows[0].predicted_ms);
+  CHECK(v.rows[2].status == "not predicted");
+  CHECK(v.rows[3].status == "not predicted");
+  CHECK(v.rows[3].why == "dtype fp8 not modelled");
+  CHECK(v.counted == 1);
+  CHECK(v.mape == Approx(std::abs(v.rows[0].error_pct)));
+  CHECK(v.counted_nearest == 1);
+  CHECK(v.mape_nearest == Approx(std::abs(v.rows[1].error_pct)));
+}
+
+TEST_CASE("validation/moe.csv: at least 30 rows from 4 sources, every system known", "[moe][validation]") {
+  const std::vector<MoeMeasurement> rows =
+      load_moe_measurements(std::string(PARMSIM_SOURCE_DIR) + "/validation/moe.csv");
+  std::set<std::string> sources;
+  for (const MoeMeasurement& m : rows) sources.insert(m.source_id);
+  CHECK(rows.size() >= 30);
+  CHECK(sources.size() >= 4);
+}
