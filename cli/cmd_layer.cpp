@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "sim/io/yaml_reader.hpp"
 #include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
+#include "sim/moe/sensitivity.hpp"
 #include "sim/net/network_model.hpp"
 #include "sim/topo/topology_io.hpp"
 
@@ -38,7 +40,8 @@ void add_layer(CLI::App& app) {
   c->footer(moe::layer_keys_help());
   struct Args {
     std::string topo, topo_set, overlay, set, layer_file, schedule = "all", network = "flow", trace, calibration;
-    bool search = false, json = false;
+    bool search = false, json = false, sensitivity = false;
+    std::vector<std::string> vary;
   };
   auto a = std::make_shared<Args>();
   c->add_option("--topology,-t", a->topo, "topology YAML file")->required()->check(CLI::ExistingFile);
@@ -58,7 +61,16 @@ void add_layer(CLI::App& app) {
                 ".backward inserted before the extension");
   c->add_flag("--search", a->search, "try every combination of the builder's options and report the best");
   c->add_flag("--json", a->json, "print JSON instead of tables");
+  c->add_flag("--sensitivity", a->sensitivity,
+              "vary each uncertain input over its sourced range, one at a time (link efficiencies, NCCL's "
+              "per-operation latency, the modelling choices saa, dispatch, ds_moe and S2's gather), and report auto's "
+              "speedup over the baseline at each end and whether auto's choice or the simulator's S1/S2 winner flips");
+  c->add_option("--vary", a->vary,
+                "with --sensitivity: KEY=LOW:HIGH, a topology key's range (replaces its default range or adds one), "
+                "e.g. link_efficiency.network=0.6:1.0 or nccl.launch=0us:50us; repeatable");
   c->callback([a] {
+    if (!a->vary.empty() && !a->sensitivity)
+      throw UserError("--vary: needs --sensitivity (it sets a range --sensitivity varies)");
     check_network_option(a->network);
     if (a->schedule != "all" && a->schedule != "auto" && !moe::is_preset(a->schedule))
       throw UserError(fmt::format("--schedule: unknown schedule '{}': expected {}", a->schedule,
@@ -151,6 +163,35 @@ void add_layer(CLI::App& app) {
       }
     }
 
+    std::optional<moe::Sensitivity> sens;
+    if (a->sensitivity) {
+      std::vector<moe::SensitivityInput> inputs = moe::default_sensitivity_inputs(topo);
+      for (const std::string& v : a->vary) {
+        moe::SensitivityInput in = moe::parse_vary(v, "--vary");
+        auto same = [&](const moe::SensitivityInput& x) { return x.parameter == in.parameter; };
+        if (auto it = std::find_if(inputs.begin(), inputs.end(), same); it != inputs.end())
+          *it = in;
+        else
+          inputs.push_back(in);
+      }
+      const std::vector<std::string> base_set = split_assignments(a->topo_set, "--topo-set");
+      const std::vector<std::string> overlay = load_overlay_arg(a->overlay);
+      // The varied key goes last of the overlay (which may add maps the file lacks, as
+      // nccl: for nccl.launch), and a --topo-set of the same key gives way to it.
+      auto load = [&](const std::vector<std::string>& extra) {
+        std::vector<std::string> set, over = overlay;
+        for (const std::string& x : base_set) {
+          const std::string key = x.substr(0, x.find('='));
+          bool varied = false;
+          for (const std::string& e : extra) varied = varied || e.substr(0, e.find('=')) == key;
+          if (!varied) set.push_back(x);
+        }
+        over.insert(over.end(), extra.begin(), extra.end());
+        return load_topology(a->topo, set, over);
+      };
+      sens = moe::layer_sensitivity(load, spec, keys, inputs, a->network);
+    }
+
     if (a->json) {
       nlohmann::json j;
       j["topology"] = topo.name();
@@ -184,6 +225,26 @@ void add_layer(CLI::App& app) {
                        {"gain_vs_s1", r1 ? r1->total().to_seconds() / best->total().to_seconds() : 0.0},
                        {"gain_vs_s2", r2 ? r2->total().to_seconds() / best->total().to_seconds() : 0.0}};
       }
+      if (sens) {
+        j["sensitivity_nominal"] = {{"speedup", sens->nominal.speedup},
+                                    {"auto", sens->nominal.choice},
+                                    {"simulator_pick", sens->nominal.winner}};
+        nlohmann::json rows = nlohmann::json::array();
+        for (const moe::SensitivityRow& r : sens->rows)
+          rows.push_back({{"parameter", r.input.parameter},
+                          {"low", r.input.low.empty() ? "as given" : r.input.low},
+                          {"high", r.input.high.empty() ? "as given" : r.input.high},
+                          {"speedup_low", r.low.speedup},
+                          {"speedup_high", r.high.speedup},
+                          {"auto_low", r.low.choice},
+                          {"auto_high", r.high.choice},
+                          {"simulator_pick_low", r.low.winner},
+                          {"simulator_pick_high", r.high.winner},
+                          {"flips", r.flips},
+                          {"simulator_pick_flips", r.winner_flips},
+                          {"source", r.input.source}});
+        j["sensitivity"] = rows;
+      }
       std::cout << j.dump(1) << "\n";
       return;
     }
@@ -215,6 +276,23 @@ void add_layer(CLI::App& app) {
         if (names[i] == chosen)
           fmt::print(", {:.3f}x vs auto", results[i].total().to_seconds() / best->total().to_seconds());
       fmt::print("\n");
+    }
+    if (sens) {
+      fmt::print("\nsensitivity: auto's speedup over the baseline, each input at the ends of its range, the rest as "
+                 "given (nominal {:.2f}x; auto picks {}, the simulator finds {} faster)\n",
+                 sens->nominal.speedup, sens->nominal.choice, sens->nominal.winner);
+      fmt::print("{:<24} {:>12} {:>34} {:>10} {:>10} {:>9} {:>9}  {}\n", "parameter", "low", "high", "speedup_lo",
+                 "speedup_hi", "auto", "faster", "flips");
+      for (const moe::SensitivityRow& r : sens->rows) {
+        const std::string flips = r.flips && r.winner_flips ? "auto, simulator"
+                                  : r.flips                 ? "auto"
+                                  : r.winner_flips          ? "simulator"
+                                                            : "-";
+        fmt::print("{:<24} {:>12} {:>34} {:>9.2f}x {:>9.2f}x {:>9} {:>9}  {}\n", r.input.parameter,
+                   r.input.low.empty() ? "as given" : r.input.low, r.input.high.empty() ? "as given" : r.input.high,
+                   r.low.speedup, r.high.speedup, r.low.choice + "/" + r.high.choice,
+                   r.low.winner + "/" + r.high.winner, flips);
+      }
     }
   });
 }

@@ -11,6 +11,8 @@ Reads, when present in --results:
   *.trace.csv                         timeline (Gantt per rank and stream) of a task trace
   compare*.csv                        simulated against measured times
                                       (columns: name, measured_us, predicted_us)
+  sensitivity-*.json                  tornado: auto's speedup at each end of each input's range
+                                      (parmsim layer --sensitivity --json)
 A figure whose input is missing is skipped with a note, never faked.
 """
 import argparse
@@ -258,6 +260,28 @@ def compare(path, out, made):
     save(fig, out, f"{os.path.splitext(os.path.basename(path))[0]}.png", made)
 
 
+def tornado(path, out, made):
+    j = json.load(open(path))
+    rows = j["sensitivity"]
+    nominal = j["sensitivity_nominal"]["speedup"]
+    # Widest swing on top.
+    rows = sorted(rows, key=lambda r: abs(r["speedup_high"] - r["speedup_low"]))
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
+    for i, r in enumerate(rows):
+        lo, hi = r["speedup_low"], r["speedup_high"]
+        ax.barh(i, lo - nominal, left=nominal, color="#1f77b4", alpha=0.8)
+        ax.barh(i, hi - nominal, left=nominal, color="#d62728", alpha=0.8)
+        mark = " (flips)" if r["flips"] or r["simulator_pick_flips"] else ""
+        ax.text(max(lo, hi, nominal), i, f" {r['low']} .. {r['high']}{mark}", va="center", fontsize=7)
+    ax.axvline(nominal, color="black", lw=1)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r["parameter"] for r in rows], fontsize=8)
+    ax.set_xlabel(f"auto's speedup over the baseline (nominal {nominal:.2f}x; blue: low end, red: high end)")
+    ax.set_title(f"What moves the verdict: {j['topology']}, {j['layer']}", fontsize=9)
+    name = "tornado-" + os.path.basename(path)[len("sensitivity-"):-len(".json")] + ".png"
+    save(fig, out, name, made)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", default="out", help="folder with parmsim outputs (default: out)")
@@ -283,6 +307,11 @@ def main():
         compare(p, out, made)
     if not comps:
         skipped.append("compare*.csv (from the calibration comparison)")
+    sens = sorted(glob.glob(os.path.join(a.results, "sensitivity-*.json")))
+    for p in sens:
+        tornado(p, out, made)
+    if not sens:
+        skipped.append("sensitivity-*.json (parmsim layer --sensitivity --json)")
     for m in made:
         print(f"wrote {m}")
     for s in skipped:

@@ -25,6 +25,17 @@ done
 echo "== the paper-like layer on the 32-GPU cluster, with S2's timeline"
 $bin layer -t topologies/parm-32gpu.yaml --set B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4 --search \
   --schedule s2 --trace "$out/layer.trace.csv"
+echo "== what decides the verdict: the paper-like layer under each uncertain input (layer --sensitivity)"
+L=B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4
+for t in parm-32gpu pcie-8gpu; do
+  $bin layer -t topologies/$t.yaml --set $L --sensitivity --json > "$out/sensitivity-$t.json.tmp"
+  mv "$out/sensitivity-$t.json.tmp" "$out/sensitivity-$t.json"
+done
+$bin layer -t topologies/dgx-h100.yaml --topo-set nodes=4 --set B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=8,dtype=bf16 --sensitivity --json \
+  > "$out/sensitivity-dgx-h100-4nodes.json.tmp"
+mv "$out/sensitivity-dgx-h100-4nodes.json.tmp" "$out/sensitivity-dgx-h100-4nodes.json"
+/usr/bin/python3 scripts/sensitivity_table.py --out "$out/sensitivity.md" "$out"/sensitivity-parm-32gpu.json \
+  "$out"/sensitivity-pcie-8gpu.json "$out"/sensitivity-dgx-h100-4nodes.json
 $bin simulate -t topologies/dgx-h100.yaml -g experiments/graphs/overlap-demo.yaml \
   --trace "$out/overlap-demo.trace.json" --csv "$out/overlap-demo.trace.csv" > /dev/null
 echo "== calibration loop on the CPU executor: calibrate, execute a held-out layer, compare"
@@ -34,6 +45,8 @@ $bin compare --measured "$out/cpu-exec.csv" -t topologies/cpu-host.yaml --calibr
   -o "$out/compare-cpu.csv"
 echo "== GEMM model against published measurements"
 $bin validate gemm validation/gemm.csv | tail -n 12
+echo "== whole MoE layers against published measurements"
+$bin validate moe validation/moe.csv | sed -n '/^MAPE/,$p'
 echo "== collective model (NCCL's choice) against published nccl-tests runs"
 $bin validate nccl validation/nccl-tests.csv | sed -n '/^MAPE/,$p' 
 echo "== the paper side by side, and the ablation (also in $out/paper-comparison.md)"

@@ -468,5 +468,12 @@ head -1 validation/moe.csv > "$tmp/moe2.csv"
 sed -n 2p validation/moe.csv | sed 's/,layer_fwd_bwd,[0-9.]*,/,layer_fwd_bwd,,/' >> "$tmp/moe2.csv"
 refused validate-moe-missing "$tmp/moe2.csv:2: column 'measured_ms'" -- "$bin" validate moe "$tmp/moe2.csv"
 
+# layer --sensitivity: an empty or inverted range, and --vary without --sensitivity.
+refused layer-vary-inverted "--vary: link_efficiency.network: the range 1.0:0.5 is inverted" -- \
+  "$bin" layer -t $T --sensitivity --vary link_efficiency.network=1.0:0.5
+refused layer-vary-empty "--vary: nccl.launch: the range 5us:5us is empty" -- \
+  "$bin" layer -t $T --sensitivity --vary nccl.launch=5us:5us
+refused layer-vary-alone "--vary: needs --sensitivity" -- "$bin" layer -t $T --vary nccl.launch=0us:5us
+
 echo "hardening: $passes passed, $fails failed ($cases refused inputs)"
 [ "$fails" = 0 ]
