@@ -213,6 +213,7 @@ void add_layer(CLI::App& app) {
                          {"intra_node_bytes", r.intra_node_bytes},
                          {"inter_node_bytes", r.inter_node_bytes},
                          {"exposed_comm_us", r.exposed_comm().to_us()},
+                         {"host_us", r.host_rank0.to_us()},
                          {"options", r.options.describe()}};
       }
       j["schedules"] = sch;
@@ -262,6 +263,13 @@ void add_layer(CLI::App& app) {
                  units::format_bytes(r.intra_node_bytes), units::format_bytes(r.inter_node_bytes),
                  r.exposed_comm().to_us());
     }
+    if (spec.host_op > Time::zero())
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        const auto& r = results[i];
+        fmt::print("host {:<8} rank 0's host issues for {:.1f} us, its GPU computes for {:.1f} us{}\n", names[i],
+                   r.host_rank0.to_us(), r.compute_rank0.to_us(),
+                   r.host_rank0 > r.compute_rank0 ? ": launch-bound" : "");
+      }
     fmt::print("auto (alpha-beta model) picks {}", chosen);
     if (!sim_pick.empty())
       fmt::print("; the simulator finds {} faster: {}\n", sim_pick, sim_pick == chosen ? "agrees" : "DISAGREES");

@@ -195,6 +195,7 @@ ComputeRates::ComputeRates(const GpuProfile& g) : gpu(g), mem_rate(g.hbm_bandwid
 
 Time model_compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
                         std::span<const std::int64_t> shape) {
+  if (op == OpKind::host) return Time::zero();
   if (op == OpKind::gemm && (flops > 0 || !shape.empty())) {
     if (gpu.sm_count < 1) {
       const Time math = duration_for_rate(static_cast<double>(flops), gpu.sustained(dtype));

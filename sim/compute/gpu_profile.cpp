@@ -188,6 +188,7 @@ std::string_view task_kind(std::string_view task_name) {
 
 Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
                   const Calibration* cal, std::string_view kind, std::span<const std::int64_t> shape) {
+  if (op == OpKind::host) return Time::zero();  // the host's time is the task's host_wait
   if (cal && !kind.empty())
     if (const KernelTable* k = cal->kernel(kind, dtype))
       return k->time(static_cast<double>(k->op == OpKind::gemm ? flops : bytes));

@@ -90,6 +90,8 @@ const char* to_string(OpKind k) {
       return "copy";
     case OpKind::slice:
       return "slice";
+    case OpKind::host:
+      return "host";
   }
   return "?";
 }

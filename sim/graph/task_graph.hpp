@@ -35,8 +35,11 @@ bool parse_coll_op(const std::string& s, CollOp* out);
 // algorithms take one: direct and p2p, and hierarchical's AlltoAll.
 std::string window_unused(CollOp op, const std::string& algo);
 
-// Compute op kinds. gemm is costed as compute-bound, the rest as memory-bound.
-enum class OpKind { gemm, softmax, topk, order, iorder, activation, elementwise, copy, slice };
+// Compute op kinds. gemm is costed as compute-bound, the rest as memory-bound;
+// host is time on the host thread that issues the GPU's work (no GPU work:
+// its task's host_wait is its duration; made by the MoE layer's builder, not
+// read from graph files).
+enum class OpKind { gemm, softmax, topk, order, iorder, activation, elementwise, copy, slice, host };
 const char* to_string(OpKind k);
 bool parse_op_kind(const std::string& s, OpKind* out);
 

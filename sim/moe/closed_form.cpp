@@ -253,6 +253,11 @@ struct Clock {
     }
   }
   double sum(std::span<const MoeOp> ops) const {
+    if (s.host_op > Time::zero()) {
+      HostRun st;
+      for (const MoeOp& o : ops) hosted(st, o, o.backward);
+      return st.gpu;
+    }
     double t = 0;
     for (const MoeOp& o : ops) t += op(o, o.backward);
     return t;
@@ -260,9 +265,90 @@ struct Clock {
   // A backward list as backward_plan gives it: the same sum as over the
   // MoeOps backward_ops writes out.
   double sum(std::span<const BackwardOp> ops) const {
+    if (s.host_op > Time::zero()) {
+      HostRun st;
+      for (const BackwardOp& b : ops)
+        if (b.src)
+          hosted(st, *b.src, true);
+        else
+          hosted_coll(st, b.kind, coll(b.kind, b.group, b.elems, b.then, b.chunks), b.chunks);
+      return st.gpu;
+    }
     double t = 0;
     for (const BackwardOp& b : ops) t += b.src ? op(*b.src, true) : coll(b.kind, b.group, b.elems, b.then, b.chunks);
     return t;
+  }
+
+  // ---- the host (LayerSpec::host_op > 0), as the graph builder's host tasks
+  // run it on each rank: the host issues every kernel launch and collective
+  // call in order, host_op each; the GPU runs a task once the host issued it
+  // (layer_kernels.hpp: host_split) and after the task before it.
+  struct HostRun {
+    double gpu = 0, host = 0;  // when the GPU is free, and when the host is
+  };
+  double host_s() const { return s.host_op.to_seconds(); }
+  double ktime(const Kernel& k, bool backward) const {
+    std::string kind;  // only needed to look up a calibration table
+    if (ab.calibration) kind = backward ? std::string("bwd_") + k.name : std::string(k.name);
+    return kernel_time(k, s.dtype, gpu, ab.calibration, kind).to_seconds();
+  }
+  void hosted_kernel(HostRun& st, const Kernel& k, bool backward) const {
+    const HostSplit h = host_split(k);
+    st.host += host_s();
+    st.gpu = std::max(st.gpu, st.host) + ktime(h.main, backward);
+    if (h.last.launches > 0) {
+      st.host += (k.launches - 1) * host_s();
+      st.gpu = std::max(st.gpu, st.host) + ktime(h.last, backward);
+    }
+    if (h.sync) st.host = std::max(st.host, st.gpu);
+  }
+  // A collective step taking `t`: one call each (a ReduceScatter pipelined
+  // into an AlltoAll or SAA: two per chunk, the first starting the pair).
+  void hosted_coll(HostRun& st, MoeStep kind, double t, int chunks) const {
+    int calls = 0;
+    switch (kind) {
+      case MoeStep::a2a:
+      case MoeStep::ag:
+      case MoeStep::rs:
+      case MoeStep::ar:
+      case MoeStep::saa:
+        calls = 1;
+        break;
+      case MoeStep::rs_then:
+        calls = 2 * chunks;
+        break;
+      default:
+        return;  // a view: no task
+    }
+    st.host += host_s();
+    st.gpu = std::max(st.gpu, st.host) + t;
+    st.host += (calls - 1) * host_s();
+  }
+  void hosted(HostRun& st, const MoeOp& o, bool backward) const {
+    switch (o.kind) {
+      case MoeStep::gate:
+      case MoeStep::order:
+      case MoeStep::iorder:
+      case MoeStep::kernel:
+      case MoeStep::slot_slice:
+      case MoeStep::experts: {
+        MoeOp copy = o;
+        copy.backward = backward;
+        const KernelList ks = kernel_list(copy, s, d);
+        const std::int64_t n = o.kind == MoeStep::experts ? expert_repeats(s, d) : 1;
+        for (std::int64_t e = 0; e < n; ++e) {
+          if (o.kind == MoeStep::kernel)
+            hosted_kernel(st, ks[0], backward);
+          else
+            for (const Kernel& k : ks) hosted_kernel(st, k, backward);
+          if (o.kind == MoeStep::experts && o.allreduce_each)
+            hosted_coll(st, MoeStep::ar, c.ar(static_cast<double>(expert_elems(o, s, d)) * bytes), 1);
+        }
+        return;
+      }
+      default:
+        return hosted_coll(st, o.kind, coll(o.kind, o.group, o.elems, o.then, o.chunks), o.chunks);
+    }
   }
 };
 

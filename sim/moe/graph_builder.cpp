@@ -39,6 +39,10 @@ class GraphBuilder {
     b_.add_stream_all("compute");
     b_.add_stream_all("comm");
     b_.add_stream_all("rs");
+    if (host_on()) {
+      b_.add_stream_all("host");
+      sync_.assign(static_cast<std::size_t>(d.P), -1);
+    }
     const std::int64_t M = s.M, h = s.H / d.G;
     buf("x", d.S * M);
     buf("Wg", M * s.E);
@@ -142,10 +146,30 @@ class GraphBuilder {
     prev_[rank] = task;
   }
 
+  bool host_on() const { return s_.host_op > Time::zero(); }
+
+  // The host's task on rank r issuing `launches` kernel launches or collective
+  // calls (stream host, which runs them in issue order); after a sync it first
+  // waits for the GPU to reach the sync.
+  int host_task(int r, int launches) {
+    Task& t = b_.new_task();
+    format_into(t.name, FMT_COMPILE("host#{}@{}"), host_n_++, r);
+    t.rank = r;
+    t.stream = kHostStream;
+    t.op = OpKind::host;
+    t.dtype = s_.dtype;
+    t.host_wait = s_.host_op * launches;
+    const int id = t.id;
+    if (sync_[r] >= 0) b_.add_dep(id, sync_[r]);
+    sync_[r] = -1;
+    return id;
+  }
+
   // One compute task per rank from a Kernel, with data bindings.
   void compute(const Kernel& k, bool bwd, const std::string& kname, const std::vector<std::string>& in,
                const std::vector<std::string>& out, const std::function<std::vector<std::int64_t>(int)>& args) {
     if (dry_) return;
+    if (host_on()) return compute_hosted(k, bwd, kname, in, out, args);
     for (int r = 0; r < d_.P; ++r) {
       Task& t = b_.new_task();
       format_into(t.name, FMT_COMPILE("{}{}#{}@{}"), bwd ? "bwd_" : "", k.name, n_++, r);
@@ -165,6 +189,48 @@ class GraphBuilder {
         t.iargs = args(r);
       }
       chain(r, t.id);
+    }
+  }
+  // compute() with the host modelled (layer_kernels.hpp: host_split): the
+  // host issues the first launch, the GPU runs the kernel's first L - 1
+  // launches, and its last once the host has issued the rest.
+  void compute_hosted(const Kernel& k, bool bwd, const std::string& kname, const std::vector<std::string>& in,
+                      const std::vector<std::string>& out,
+                      const std::function<std::vector<std::int64_t>(int)>& args) {
+    const HostSplit hs = host_split(k);
+    for (int r = 0; r < d_.P; ++r) {
+      const int h1 = host_task(r, 1);
+      auto gpu_task = [&](const Kernel& part) {
+        Task& t = b_.new_task();
+        format_into(t.name, FMT_COMPILE("{}{}#{}@{}"), bwd ? "bwd_" : "", part.name, n_++, r);
+        t.rank = r;
+        t.stream = 0;
+        t.op = part.op;
+        t.flops = part.flops;
+        t.bytes = part.bytes;
+        t.dtype = part.dtype.value_or(s_.dtype);
+        if (!part.dims().empty()) t.shape.assign(part.shape.begin(), part.shape.end());
+        t.launches = part.launches;
+        return t.id;
+      };
+      const int main = gpu_task(hs.main);
+      if (data_) {
+        Task& t = b_.task(main);
+        t.kernel = kname;
+        t.inputs = in;
+        t.outputs = out;
+        t.iargs = args(r);
+      }
+      b_.add_dep(main, h1);
+      chain(r, main);
+      int last = main;
+      if (hs.last.launches > 0) {
+        const int h2 = host_task(r, k.launches - 1);
+        last = gpu_task(hs.last);
+        b_.add_dep(last, h2);
+        chain(r, last);
+      }
+      if (hs.sync) sync_[r] = last;
     }
   }
   // Timing-only kernels of an op (the extra kernels of a fused op).
@@ -415,10 +481,15 @@ class GraphBuilder {
         c.bytes = 0;
       }
       const std::string prefix = c.name;
+      // With the host modelled, each member's host issues its call first.
+      std::vector<int> issued;
+      if (host_on())
+        for (int r : groups[gi]) issued.push_back(host_task(r, 1));
       const auto ids = b_.add_collective_tasks(std::move(c), stream, prefix);
       for (std::size_t m = 0; m < ids.size(); ++m) {
         const int r = groups[gi][m];
         if (!extra.empty() && extra[r] >= 0) b_.add_dep(ids[m], extra[r]);
+        if (!issued.empty()) b_.add_dep(ids[m], issued[m]);
         chain(r, ids[m]);
       }
     }
@@ -438,6 +509,9 @@ class GraphBuilder {
   std::string cur_ = "x", route_ = "route", ein_, comb_, dx_ = "dx";
   std::int64_t C_ = 0, full_C_ = 0, count_ = 0, icount_ = 0;
   int layout_ = 0;
+  static constexpr int kHostStream = 3;  // after compute, comm and rs
+  std::vector<int> sync_;                // per rank: the sync the next host task waits for, or -1
+  int host_n_ = 0;
   bool slot_split_ = false, in_backward_ = false, offset_next_ = false, dx_started_ = false, dry_ = false;
 };
 

@@ -57,6 +57,10 @@ struct LayerSpec {
   // The fused AlltoAll+AllGather's algorithm (sim/coll): "released" (the Parm
   // authors' kernel) or "pipelined" (rail-wise rounds, parmsim's earlier reading).
   std::string saa_algo = "released";
+  // The host's time per kernel launch and per collective call, as eager
+  // PyTorch issues them one at a time (docs/moe-costs.md, "The host"). Zero:
+  // the host keeps ahead of the GPU, as parmsim modelled it before.
+  Time host_op;
 };
 
 enum class Split { before_gate, after_order };

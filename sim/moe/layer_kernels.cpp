@@ -193,6 +193,25 @@ inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool back
 }
 
 
+HostSplit host_split(const Kernel& k) {
+  HostSplit h;
+  h.main = k;
+  h.sync = k.host_wait > Time::zero();
+  h.main.host_wait = Time::zero();
+  h.last.launches = 0;
+  if (k.launches > 1) {
+    const auto L = static_cast<std::uint64_t>(k.launches);
+    h.last = h.main;
+    h.last.launches = 1;
+    h.last.bytes = k.bytes / L;
+    h.last.flops = k.flops / L;
+    h.main.launches = k.launches - 1;
+    h.main.bytes = k.bytes - h.last.bytes;
+    h.main.flops = k.flops - h.last.flops;
+  }
+  return h;
+}
+
 std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d) {
   std::vector<Kernel> v;
   each_kernel(o, o.backward, s, d, [&v](const Kernel& k) { v.push_back(k); });

@@ -105,6 +105,19 @@ struct Kernel {
 inline constexpr std::int64_t kHostSyncNs = 10'000;
 
 
+// The host (LayerSpec::host_op > 0): eager PyTorch issues a kernel's L
+// launches one at a time, host_op each. The GPU starts the kernel's first
+// L - 1 launches (`main`) once the first is issued and runs them as they come;
+// its last launch (`last`, launches 0 when L = 1) waits for the host to have
+// issued all L. Bytes and FLOPs are shared in proportion. A sync (host_wait
+// > 0) loses its fixed wait: the host now waits for the GPU to reach it
+// (`sync`), and the GPU idles until the host issues what follows.
+struct HostSplit {
+  Kernel main, last;
+  bool sync = false;
+};
+HostSplit host_split(const Kernel& k);
+
 // What the simulator charges for one task made of this kernel (the engine's
 // rule, with_launches in sim/compute/gpu_profile.hpp).
 // `task_kind` names a calibration table ("bwd_expert_fc1"); empty: none.

@@ -10,6 +10,7 @@
 
 #include "sim/core/error.hpp"
 #include "sim/core/registry.hpp"
+#include "sim/core/units.hpp"
 #include "sim/io/yaml_reader.hpp"
 
 namespace parmsim::moe {
@@ -99,6 +100,15 @@ void set_gather(const Key& k, LayerSpec&, ScheduleOptions& o, const std::string&
   o.gather = static_cast<Gather>(choose(k, v, w));
   o.name = "custom";
 }
+// A time of at least 0 and at most 1 s ("7us", "0").
+void set_host_op(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  std::string why;
+  const std::optional<Time> t = v == "0" ? std::optional<Time>(Time{}) : units::parse_time(v, &why);
+  if (!t || t->count_ps() < 0 || *t > Time::ms(1000))
+    throw UserError(fmt::format("{}: key '{}': expected a time in [0, 1s] such as 7us, got '{}'{}", w, k.name, v,
+                                why.empty() ? "" : " (" + why + ")"));
+  s.host_op = *t;
+}
 void set_fuse_dispatch(const Key& k, LayerSpec&, ScheduleOptions& o, const std::string& v, const std::string& w) {
   o.fuse_dispatch = parse_bool(k, v, w);
   o.name = "custom";
@@ -137,6 +147,7 @@ std::string get_dtype(const LayerSpec& s, const ScheduleOptions&) { return to_st
 std::string get_ds_moe(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.ds_moe); }
 std::string get_dispatch(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.dispatch); }
 std::string get_saa(const LayerSpec& s, const ScheduleOptions&) { return s.saa_algo; }
+std::string get_host_op(const LayerSpec& s, const ScheduleOptions&) { return fmt::format("{}us", static_cast<double>(s.host_op.count_ps()) / 1e6); }
 std::string get_split(const LayerSpec&, const ScheduleOptions& o) { return std::string(kSplit[static_cast<int>(o.split)]); }
 std::string get_gather(const LayerSpec&, const ScheduleOptions& o) {
   return std::string(kGather[static_cast<int>(o.gather)]);
@@ -150,7 +161,7 @@ constexpr KeyScope L = KeyScope::layer, S = KeyScope::schedule;
 
 // The defaults shown are LayerSpec's and s1's (layer.hpp); tests/test_registries.cpp checks them.
 // The layer keys' order is the order of spec_string() and of the sweep CSV's columns.
-constexpr std::array<LayerKey, 18> kKeys = {{
+constexpr std::array<LayerKey, 19> kKeys = {{
     {"B", "int", "4", "samples per GPU (B*L tokens enter the layer on each GPU)", L, {}, set_count<&LayerSpec::B>, get_count<&LayerSpec::B>, true},
     {"L", "int", "512", "tokens per sample", L, {}, set_count<&LayerSpec::L>, get_count<&LayerSpec::L>, true},
     {"M", "int", "1024", "model (embedding) size", L, {}, set_count<&LayerSpec::M>, get_count<&LayerSpec::M>, true},
@@ -169,6 +180,9 @@ constexpr std::array<LayerKey, 18> kKeys = {{
     {"saa", "string", "released",
      "fused AlltoAll+AllGather: released (the Parm authors' kernel) | pipelined (rail-wise rounds)", L, kSaa,
      set_saa, get_saa},
+    {"host_op", "time", "0us",
+     "host time per kernel launch and per collective call, eager PyTorch's (0: the host keeps ahead of the GPU; "
+     "docs/moe-costs.md)", L, {}, set_host_op, get_host_op},
     {"split", "string", "before_gate", "Parm MP-Split: before_gate | after_order", S, kSplit, set_split, get_split,
      false, true},
     {"gather", "string", "schedule", "MP-AllGather: after_iorder (O) | before_iorder (D)", S, kGather, set_gather,

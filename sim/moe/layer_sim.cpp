@@ -5,11 +5,13 @@
 namespace parmsim::moe {
 
 namespace {
-Time rank0_compute(const TaskGraph& g, const SimResult& r) {
+// Rank 0's busy time on the GPU's compute stream, or (`host`) on the host
+// thread that issues the work (the builder's host tasks, LayerSpec::host_op).
+Time rank0_compute(const TaskGraph& g, const SimResult& r, bool host = false) {
   Time t;
   for (const TraceRow& row : r.trace) {
     const Task& k = g.task(row.task);
-    if (k.rank == 0 && k.kind == TaskKind::compute) t += row.end - row.start;
+    if (k.rank == 0 && k.kind == TaskKind::compute && (k.op == OpKind::host) == host) t += row.end - row.start;
   }
   return t;
 }
@@ -44,6 +46,7 @@ ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimRe
   res.intra_node_bytes = fr.intra_node_bytes + br.intra_node_bytes;
   res.inter_node_bytes = fr.inter_node_bytes + br.inter_node_bytes;
   res.compute_rank0 = rank0_compute(fg, fr) + rank0_compute(bg, br);
+  res.host_rank0 = rank0_compute(fg, fr, true) + rank0_compute(bg, br, true);
   if (fwd_trace) *fwd_trace = std::move(fr);
   if (bwd_trace) *bwd_trace = std::move(br);
   if (fwd_graph) *fwd_graph = std::move(fg);

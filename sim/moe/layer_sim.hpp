@@ -16,6 +16,9 @@ struct ScheduleResult {
   double model_forward_s = 0, model_backward_s = 0;
   std::uint64_t intra_node_bytes = 0, inter_node_bytes = 0;  // all ranks, forward + backward
   Time compute_rank0;                                        // busy time of rank 0's compute stream, forward + backward
+  // Time rank 0's host spends issuing kernels and collective calls (0 unless
+  // LayerSpec::host_op > 0); above compute_rank0, the layer is launch-bound.
+  Time host_rank0;
   Time total() const { return forward + backward; }
   // Time rank 0 spends with its compute stream idle: communication not hidden.
   Time exposed_comm() const { return total() - compute_rank0; }

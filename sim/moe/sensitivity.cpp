@@ -80,6 +80,11 @@ std::vector<SensitivityInput> default_sensitivity_inputs(const Topology& topo) {
   // (validation/nccl-tests.csv line 217, azure-ndm-a100-v4-2node): 27.4 us unexplained.
   v.push_back({"nccl.launch", true, num(topo.hints().launch_us) + "us", num(topo.hints().launch_us + 27.4) + "us",
                "0 to the 27.4 us a published 16-rank AlltoAll of 1 KiB took beyond the model (validation/nccl-tests.csv:217)"});
+  // The host's time per kernel launch or collective call, eager PyTorch's: 0 (the host
+  // keeps ahead) to 45 us (a whole eager model, facebookresearch/sam2#768: 53.7 ms per
+  // frame for 1185 launches; docs/moe-costs.md, "The host").
+  v.push_back({"host_op", false, "host_op=0us", "host_op=45us",
+               "0 (the host keeps ahead) to 45 us per launch (an eager model, sam2#768; pytorch#41383: 5-7 us per op)"});
   // The modelling choices docs/moe-costs.md and docs/parm.md mark as our reading.
   v.push_back({"saa", false, "", "saa=pipelined",
                "S2's fused AlltoAll+AllGather: the Parm authors' released kernel, or rail-wise pipelined rounds"});

@@ -23,8 +23,9 @@ namespace {
 // `index`: the dispatch and combine as row gathers. This is what Tutel's
 // fast_encode/fast_decode with its batched-matmul experts and Megatron-Core's
 // permute/unpermute with TE grouped GEMM do; the AlltoAll is NCCL's grouped
-// send/recv (torch all_to_all_single) in both.
-constexpr std::string_view kGatherExperts = "ds_moe=lean,dispatch=index";
+// send/recv (torch all_to_all_single) in both. Both run eager PyTorch: the host issues each call
+// in about 7 us (the simplest op with autograd, pytorch/pytorch#41383; docs/moe-costs.md, "The host").
+constexpr std::string_view kGatherExperts = "ds_moe=lean,dispatch=index,host_op=7us";
 
 constexpr std::array<MoeSystem, 9> kSystems = {{
     {"deepspeed-moe",

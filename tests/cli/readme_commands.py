@@ -37,7 +37,7 @@ BUILT = [(r"\bmpirun\b", os.environ.get("PARMSIM_TEST_MPI", "1") == "1"),
 COLL_HEADER = r"#\s+size\(B\)\s+time\(us\)\s+algbw\(GB/s\)\s+busbw\(GB/s\)\s+algorithm/protocol/channels"
 LAYER_HEADER = r"schedule\s+forward_us\s+backward_us\s+total_us\s+speedup\s+model_us\s+intra_node\s+inter_node\s+exposed_us"
 TRACE_COLS = "task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops"
-SWEEP_COLS = ("config,topology,gpus,B,L,M,H,E,k,f,mp,dtype,ds_moe,dispatch,saa,network,schedule,forward_us,backward_us,total_us,model_us,"
+SWEEP_COLS = ("config,topology,gpus,B,L,M,H,E,k,f,mp,dtype,ds_moe,dispatch,saa,host_op,network,schedule,forward_us,backward_us,total_us,model_us,"
               "speedup_vs_baseline,model_speedup_vs_baseline,chosen_by_model,compute_us,exposed_comm_us,"
               "intra_node_bytes,inter_node_bytes")
 
@@ -127,6 +127,8 @@ CHECKS = [
     (r"collective ", has(COLL_HEADER)),
     (r"validate nccl", has(r"MAPE")),
     (r"validate gemm", has(r"MAPE")),
+    (r"validate moe", has(r"^MAPE over the \d+ rows of modelled systems", r"^  tutel-ut ")),
+    (r"layer .*--sensitivity", has(LAYER_HEADER, r"^sensitivity: auto's speedup", r"^nccl\.launch\s+0us\s+50us")),
     (r"simulate .*--trace out/demo\.json --csv out/demo\.csv", both(files("demo.json"), files("demo.csv", head=TRACE_COLS))),
     (r"topology .*--route 0 --to 5", has(r"gpu0", r"gpu5|n1")),
     (r"layer .*--search --json", layer_json),
