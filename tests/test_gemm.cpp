@@ -142,8 +142,8 @@ TEST_CASE("bad validation files are rejected with file and line", "[gemm][valida
   const std::string nan = write_csv("gemm-nan.csv", head + "h100,bf16,12x,64,64,1,5,,t,,s\n");
   CHECK_THROWS_WITH(load_gemm_measurements(nan),
                     Catch::Contains("gemm-nan.csv:2: column 'm': '12x' is not a positive integer"));
-  const std::string gpu = write_csv("gemm-gpu.csv", head + "# comment\nv100,fp16,64,64,64,1,5,,t,,s\n");
-  CHECK_THROWS_WITH(load_gemm_measurements(gpu), Catch::Contains("gemm-gpu.csv:3: unknown GPU profile 'v100'"));
+  const std::string gpu = write_csv("gemm-gpu.csv", head + "# comment\np100,fp16,64,64,64,1,5,,t,,s\n");
+  CHECK_THROWS_WITH(load_gemm_measurements(gpu), Catch::Contains("gemm-gpu.csv:3: unknown GPU profile 'p100'"));
   const std::string both = write_csv("gemm-both.csv", head + "h100,bf16,64,64,64,1,5,700,t,,s\n");
   CHECK_THROWS_WITH(load_gemm_measurements(both), Catch::Contains("gemm-both.csv:2: give exactly one"));
   const std::string bf = write_csv("gemm-bf16.csv", head + "rtx2080ti,bf16,64,64,64,1,5,,t,,s\n");

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 
@@ -295,6 +296,7 @@ TEST_CASE("every GPU profile carries its per-GPU facts; topologies take them fro
     CHECK(g.nvlink_efficiency <= 1);
     CHECK(g.compute_capability >= 0);
     CHECK((g.name == "cpu") == (g.compute_capability == 0));
+    CHECK(g.memory_bytes > 0);
   }
   // NCCL's architecture class follows the compute capability (NCCL's compCapIndex):
   // H100 9.0 -> 2 (Hopper), A100 8.0 -> 1, the 2080 Ti 7.5 -> 0, B200 10.0 -> 3.
@@ -307,9 +309,30 @@ TEST_CASE("every GPU profile carries its per-GPU facts; topologies take them fro
     const std::string text = "name: t\ngpu: " + g.name +
                              "\nnodes: 1\nnode:\n  gpus: 2\n  devices: [{name: sw, kind: nvswitch}]\n"
                              "  links: [{a: [gpu0, gpu1], b: sw, bandwidth: 100GBps, latency: 1us}]\n";
-    CHECK(parse_topology_text(text, "t.yaml").efficiency().nvlink == g.nvlink_efficiency);
+    const Topology t = parse_topology_text(text, "t.yaml");
+    CHECK(t.efficiency().nvlink == g.nvlink_efficiency);
+    // Every profile has a known NCCL architecture class (NVIDIA/nccl@5067397c src/graph/tuning.cc
+    // L263-266: >= 100 Blackwell 3, >= 90 Hopper 2, >= 80 Ampere 1, else Volta 0), typed per GPU here
+    // from its compute capability (Volta 7.0, Turing 7.5, Ampere 8.0/8.6, Ada 8.9, Hopper 9.0,
+    // Blackwell 10.0); a profile missing from this table fails.
+    const std::map<std::string, int> arch = {{"v100", 0}, {"rtx2080ti", 0}, {"cpu", 0},  {"a100", 1},
+                                             {"rtx_a6000", 1}, {"l20", 1},    {"h100", 2}, {"h200", 2},
+                                             {"h800", 2},      {"b200", 3}};
+    REQUIRE(arch.count(g.name) == 1);
+    CHECK(nccl_system({0, 1}, t).arch == arch.at(g.name));
   }
+  // Memory capacities, read as GiB: 11 GiB = 11 * 2^30 = 11'811'160'064 bytes on the 2080 Ti,
+  // 80 * 2^30 = 85'899'345'920 on H100 and H800, 32 * 2^30 = 34'359'738'368 on the V100.
+  CHECK(gpu_profile("rtx2080ti").memory_bytes == 11'811'160'064ULL);
+  CHECK(gpu_profile("h100").memory_bytes == 85'899'345'920ULL);
+  CHECK(gpu_profile("h800").memory_bytes == 85'899'345'920ULL);
+  CHECK(gpu_profile("v100").memory_bytes == 34'359'738'368ULL);
+  // H800 is H100 compute; its NVLink cut lives in topologies, so the profile's NVLink efficiency is H100's.
+  CHECK(gpu_profile("h800").sustained(DType::bf16) == gpu_profile("h100").sustained(DType::bf16));
+  CHECK(gpu_profile("h800").nvlink_efficiency == gpu_profile("h100").nvlink_efficiency);
+  // V100 has no BF16 tensor cores (the profile refuses bf16, as the 2080 Ti's does).
+  CHECK_THROWS_AS(gpu_profile("v100").peak(DType::bf16), UserError);
   CHECK(gpu_profile("h100").nvlink_efficiency == 20.6 / 25.0);
   CHECK(gpu_profile("a100").nvlink_efficiency == 20.0 / 25.0);
-  CHECK_THROWS_WITH(gpu_profile("h800"), Catch::Contains("known profiles: h100, h200"));
+  CHECK_THROWS_WITH(gpu_profile("tpu"), Catch::Contains("known profiles: h100, h200"));
 }

@@ -40,6 +40,10 @@ struct GpuProfile {
   // The fraction of an NVLink's line rate NCCL counts per link (NVIDIA/nccl
   // src/graph/topo.h); the default of a topology's link_efficiency.nvlink.
   double nvlink_efficiency = 1.0;
+  // Device memory capacity, bytes: the datasheet figure, read as GiB (DRAM capacities are
+  // binary; see gpu_profile.cpp). The whole card, before the CUDA context and the caching
+  // allocator take their share. A topology's gpu_memory key overrides it.
+  std::uint64_t memory_bytes = 0;
 
   // throws if the dtype is unsupported
   double peak(DType d) const {
