@@ -16,6 +16,10 @@ struct ScheduleResult {
   double model_forward_s = 0, model_backward_s = 0;
   std::uint64_t intra_node_bytes = 0, inter_node_bytes = 0;  // all ranks, forward + backward
   Time compute_rank0;                                        // busy time of rank 0's compute stream, forward + backward
+  // Peak device memory per GPU over forward + backward (sim/moe/memory.hpp), and whether it
+  // is within the topology's gpu_memory (or its GPU profile's capacity).
+  std::uint64_t peak_memory_bytes = 0;
+  bool fits = true;
   Time total() const { return forward + backward; }
   // Time rank 0 spends with its compute stream idle: communication not hidden.
   Time exposed_comm() const { return total() - compute_rank0; }

@@ -17,6 +17,9 @@ const Section kTop{"topology",
                    {{"name", "string", "required", "topology name"},
                     {"description", "string", "\"\"", "where the figures come from"},
                     {"gpu", "string", "required", "GPU profile (" + gpu_profile_names() + ")"},
+                    {"gpu_memory", "size", "the profile's",
+                     "device memory per GPU, e.g. 11GiB (a what-if card; layer and sweep report whether each "
+                     "schedule's peak memory fits)"},
                     {"nodes", "int", "required", "number of servers"},
                     {"node", "map", "required", "one server (topology.node)"},
                     {"fabric", "map", "kind: none", "network between servers (topology.fabric)"},
@@ -295,6 +298,11 @@ Topology build(const YamlReader& top) {
     nc->check_keys(kNccl);
     if (auto v = nc->opt("launch")) t.hints().launch_us = v->as_time().to_us();
     if (auto v = nc->opt("net_latency")) t.hints().net_latency_us = v->as_time().to_us();
+  }
+  if (auto m = top.opt("gpu_memory")) {
+    const std::uint64_t v = m->as_size();
+    if (v == 0) m->fail("a memory size above 0, e.g. 11GiB");
+    t.set_gpu_memory(v);
   }
   if (auto cpu = top.opt("cpu")) {
     const std::string v = cpu->as_string();
