@@ -317,13 +317,17 @@ Topology build(const YamlReader& top) {
   return t;
 }
 
+// An override may add gpu_memory to a file without it (a what-if card on any topology:
+// --topo-set gpu_memory=48GiB, a sweep's set or grid); every other key must exist already.
+bool adds_allowed(const std::string& o) { return o.rfind("gpu_memory=", 0) == 0; }
+
 }  // namespace
 
 Topology parse_topology_text(const std::string& text, const std::string& name,
                              const std::vector<std::string>& overrides, const std::vector<std::string>& overlay) {
   YamlReader r = YamlReader::load_string(text, name);
   for (const auto& o : overlay) apply_override(r.node(), o, name + ": overlay", true, true);
-  for (const auto& o : overrides) apply_override(r.node(), o, name + ": override", false);
+  for (const auto& o : overrides) apply_override(r.node(), o, name + ": override", adds_allowed(o));
   return build(r);
 }
 
@@ -331,7 +335,7 @@ Topology load_topology(const std::string& file, const std::vector<std::string>& 
                        const std::vector<std::string>& overlay) {
   YamlReader r = YamlReader::load_file(file);
   for (const auto& o : overlay) apply_override(r.node(), o, file + ": overlay", true, true);
-  for (const auto& o : overrides) apply_override(r.node(), o, file + ": override", false);
+  for (const auto& o : overrides) apply_override(r.node(), o, file + ": override", adds_allowed(o));
   return build(r);
 }
 
