@@ -33,6 +33,9 @@ std::string with_suffix(const std::string& path, const std::string& suffix) {
   return path.substr(0, dot) + "." + suffix + path.substr(dot);
 }
 
+// Bytes as GiB with two decimals: peak memory is rarely a whole number of MiB.
+std::string gib(std::uint64_t b) { return fmt::format("{:.2f}GiB", static_cast<double>(b) / (1ULL << 30)); }
+
 }  // namespace
 
 void add_layer(CLI::App& app) {
@@ -214,15 +217,20 @@ void add_layer(CLI::App& app) {
                          {"inter_node_bytes", r.inter_node_bytes},
                          {"exposed_comm_us", r.exposed_comm().to_us()},
                          {"host_us", r.host_rank0.to_us()},
+                         {"peak_memory_bytes", r.peak_memory_bytes},
+                         {"fits", r.fits},
                          {"options", r.options.describe()}};
       }
       j["schedules"] = sch;
+      j["gpu_memory_bytes"] = topo.gpu_memory();
       j["auto"] = chosen;
       if (!sim_pick.empty()) j["simulator_pick"] = sim_pick;
       if (best) {
         j["search"] = {{"tried", tried},
                        {"best_options", best->options.describe()},
                        {"best_total_us", best->total().to_us()},
+                       {"best_peak_memory_bytes", best->peak_memory_bytes},
+                       {"best_fits", best->fits},
                        {"gain_vs_s1", r1 ? r1->total().to_seconds() / best->total().to_seconds() : 0.0},
                        {"gain_vs_s2", r2 ? r2->total().to_seconds() / best->total().to_seconds() : 0.0}};
       }
@@ -253,15 +261,18 @@ void add_layer(CLI::App& app) {
                dims.P, dims.G, dims.n_ep, topo.gpu_model(), a->network);
     fmt::print("tokens/GPU S={}, capacity T={} (baseline) / {} (Parm, per S/G), experts/EP rank {}\n", dims.S,
                dims.T_base, dims.T_parm, dims.E_local);
-    fmt::print("{:<10} {:>12} {:>12} {:>12} {:>8} {:>12} {:>11} {:>11} {:>12}\n", "schedule", "forward_us",
-               "backward_us", "total_us", "speedup", "model_us", "intra_node", "inter_node", "exposed_us");
+    fmt::print("GPU memory {} per GPU{}\n", gib(topo.gpu_memory()),
+               topo.gpu_memory() == gpu.memory_bytes ? " (the GPU profile's)" : " (topology key gpu_memory)");
+    fmt::print("{:<10} {:>12} {:>12} {:>12} {:>8} {:>12} {:>11} {:>11} {:>12} {:>11} {:>4}\n", "schedule",
+               "forward_us", "backward_us", "total_us", "speedup", "model_us", "intra_node", "inter_node", "exposed_us",
+               "peak_memory", "fits");
     for (std::size_t i = 0; i < names.size(); ++i) {
       const auto& r = results[i];
-      fmt::print("{:<10} {:>12.1f} {:>12.1f} {:>12.1f} {:>7.2f}x {:>12.1f} {:>11} {:>11} {:>12.1f}\n",
+      fmt::print("{:<10} {:>12.1f} {:>12.1f} {:>12.1f} {:>7.2f}x {:>12.1f} {:>11} {:>11} {:>12.1f} {:>11} {:>4}\n",
                  r.options.name == "custom" ? names[i] : r.options.name, r.forward.to_us(), r.backward.to_us(),
                  r.total().to_us(), base.to_seconds() / r.total().to_seconds(), r.model_total_s() * 1e6,
                  units::format_bytes(r.intra_node_bytes), units::format_bytes(r.inter_node_bytes),
-                 r.exposed_comm().to_us());
+                 r.exposed_comm().to_us(), gib(r.peak_memory_bytes), r.fits ? "yes" : "no");
     }
     if (spec.host_op > Time::zero())
       for (std::size_t i = 0; i < names.size(); ++i) {
@@ -276,8 +287,9 @@ void add_layer(CLI::App& app) {
     else
       fmt::print("\n");
     if (best) {
-      fmt::print("search: {} option combinations; best {} at {:.1f} us", tried, best->options.describe(),
-                 best->total().to_us());
+      fmt::print("search: {} option combinations; best {} at {:.1f} us, peak memory {}{}", tried,
+                 best->options.describe(), best->total().to_us(), gib(best->peak_memory_bytes),
+                 best->fits ? "" : " (does not fit)");
       if (r1) fmt::print(", {:.3f}x vs s1", r1->total().to_seconds() / best->total().to_seconds());
       if (r2) fmt::print(", {:.3f}x vs s2", r2->total().to_seconds() / best->total().to_seconds());
       for (std::size_t i = 0; i < names.size(); ++i)

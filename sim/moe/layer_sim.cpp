@@ -1,6 +1,7 @@
 #include "sim/moe/layer_sim.hpp"
 
 #include "sim/compute/gpu_profile.hpp"
+#include "sim/moe/memory.hpp"
 
 namespace parmsim::moe {
 
@@ -47,6 +48,8 @@ ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimRe
   res.inter_node_bytes = fr.inter_node_bytes + br.inter_node_bytes;
   res.compute_rank0 = rank0_compute(fg, fr) + rank0_compute(bg, br);
   res.host_rank0 = rank0_compute(fg, fr, true) + rank0_compute(bg, br, true);
+  res.peak_memory_bytes = peak_memory(fops, run.spec, d).peak();
+  res.fits = res.peak_memory_bytes <= run.topo.gpu_memory();
   if (fwd_trace) *fwd_trace = std::move(fr);
   if (bwd_trace) *bwd_trace = std::move(br);
   if (fwd_graph) *fwd_graph = std::move(fg);

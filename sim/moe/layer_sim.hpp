@@ -19,6 +19,10 @@ struct ScheduleResult {
   // Time rank 0's host spends issuing kernels and collective calls (0 unless
   // LayerSpec::host_op > 0); above compute_rank0, the layer is launch-bound.
   Time host_rank0;
+  // Peak device memory per GPU over forward + backward (sim/moe/memory.hpp), and whether it
+  // is within the topology's gpu_memory (or its GPU profile's capacity).
+  std::uint64_t peak_memory_bytes = 0;
+  bool fits = true;
   Time total() const { return forward + backward; }
   // Time rank 0 spends with its compute stream idle: communication not hidden.
   Time exposed_comm() const { return total() - compute_rank0; }

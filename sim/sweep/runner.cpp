@@ -27,6 +27,7 @@
 #include "sim/io/output.hpp"
 #include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
+#include "sim/moe/memory.hpp"
 #include "sim/mpi/mpi_shim.hpp"
 #include "sim/version.hpp"
 
@@ -36,10 +37,23 @@ std::string csv_header() {
   return "config,topology,gpus," + moe::layer_key_columns(",") +
          ",network,schedule,forward_us,backward_us,total_us,model_us,"
          "speedup_vs_baseline,model_speedup_vs_baseline,chosen_by_model,compute_us,exposed_comm_us,"
-         "intra_node_bytes,inter_node_bytes\n";
+         "intra_node_bytes,inter_node_bytes,peak_memory_bytes,fits\n";
 }
 
 namespace {
+// The rows a configuration writes: one per schedule, less those skip_oom leaves out
+// (the memory model alone decides, without simulating).
+std::size_t rows_of(const Spec& spec, const Config& c) {
+  if (!spec.skip_oom) return spec.schedules.size();
+  const Topology& topo = *spec.topologies[c.topology].topo;
+  const moe::Dims d = moe::make_dims(c.layer, topo.num_gpus(), topo.gpus_per_node());
+  std::size_t n = 0;
+  for (const std::string& s : spec.schedules) {
+    const auto fops = moe::forward_ops(c.layer, d, moe::schedule_options(s, c.keys));
+    n += moe::peak_memory(fops, c.layer, d).peak() <= topo.gpu_memory() ? 1 : 0;
+  }
+  return n;
+}
 
 // The leading columns that identify a configuration (used to check --resume).
 std::string key_columns(const Spec& spec, const Config& c) {
@@ -73,12 +87,14 @@ std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* 
   std::string out;
   for (std::size_t i = 0; i < res.size(); ++i) {
     const auto& r = res[i];
+    if (spec.skip_oom && !r.fits) continue;  // left out, counted in run.json (skipped_oom)
     out +=
-        fmt::format("{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{},{},{},{}\n", key,
+        fmt::format("{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{},{},{},{},{},{}\n", key,
                     csv_field(spec.schedules[i] + (options.empty() ? "" : "[" + options + "]")), us_exact(r.forward),
                     us_exact(r.backward), us_exact(r.total()), r.model_total_s() * 1e6, base / r.total().to_seconds(),
                     base_model / r.model_total_s(), spec.schedules[i] == chosen ? 1 : 0, us_exact(r.compute_rank0),
-                    us_exact(r.exposed_comm()), r.intra_node_bytes, r.inter_node_bytes);
+                    us_exact(r.exposed_comm()), r.intra_node_bytes, r.inter_node_bytes, r.peak_memory_bytes,
+                    r.fits ? 1 : 0);
   }
   return out;
 }
@@ -227,8 +243,17 @@ std::pair<std::size_t, std::size_t> scan_partial(const Spec& spec, const std::st
     if (text.size() - head < header.size()) return {0, 0};
     throw UserError(fmt::format("{}: its header is not this version's; remove it or run without --resume", path));
   }
-  const std::size_t per = spec.schedules.size();
   std::size_t pos = head + header.size(), configs = 0, rows_in_config = 0, good_end = pos;
+  // Rows per configuration: every schedule's, less those skip_oom leaves out (none at all for some).
+  std::size_t per = configs < spec.configs.size() ? rows_of(spec, spec.configs[configs]) : 0;
+  auto skip_empty = [&] {
+    while (per == 0 && configs < spec.configs.size()) {
+      ++configs;
+      good_end = pos;
+      per = configs < spec.configs.size() ? rows_of(spec, spec.configs[configs]) : 0;
+    }
+  };
+  skip_empty();
   while (pos < text.size()) {
     const std::size_t nl = text.find('\n', pos);
     if (nl == std::string::npos) break;  // half-written row: dropped
@@ -245,6 +270,8 @@ std::pair<std::size_t, std::size_t> scan_partial(const Spec& spec, const std::st
       ++configs;
       rows_in_config = 0;
       good_end = pos;
+      per = configs < spec.configs.size() ? rows_of(spec, spec.configs[configs]) : 0;
+      skip_empty();
     }
   }
   return {configs, good_end};
@@ -303,7 +330,9 @@ void write_run_json(const Spec& spec, const RunOptions& opt, const RunSummary& s
                       {"schedules", spec.schedules},
                       {"configurations", spec.configs.size()},
                       {"skipped_invalid", spec.skipped},
-                      {"rows", spec.configs.size() * spec.schedules.size()},
+                      {"skip_oom", spec.skip_oom},
+                      {"skipped_oom", s.skipped_oom},
+                      {"rows", s.rows},
                       {"results", out.filename().string()},
                       {"threads", opt.threads},
                       {"mpi_ranks", opt.mpi_size},
@@ -505,7 +534,10 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
     }
     progress.update(n - start, true);
     sum.configs_run = n - start;
-    sum.rows = n * spec.schedules.size();
+    // Rows left out by skip_oom, counted from the memory model alone (cheap: no simulation),
+    // so resumed and MPI-sharded runs count every configuration.
+    for (const Config& c : spec.configs) sum.skipped_oom += spec.schedules.size() - rows_of(spec, c);
+    sum.rows = n * spec.schedules.size() - sum.skipped_oom;
     if (root) {
       // The results and their run.json appear together: both are written to
       // temporaries, then renamed; the partial file goes last.

@@ -37,7 +37,7 @@ std::string csv_header();
 std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* model = nullptr);
 
 struct RunSummary {
-  std::size_t configs_run = 0, configs_resumed = 0, rows = 0;
+  std::size_t configs_run = 0, configs_resumed = 0, rows = 0, skipped_oom = 0;
   double seconds = 0;
 };
 RunSummary run_sweep(const Spec& spec, const RunOptions& opt);

@@ -30,7 +30,10 @@ const Section kSweep{
       "layer key -> list of values: " + moe::layer_key_names(moe::KeyScope::layer) +
           ", experts_per_gpu (E = value * GPUs); schedule options " + moe::layer_key_names(moe::KeyScope::schedule) +
           " (they refine s1 and s2, whose rows are then named like s1[chunks=2])"},
-     {"skip_invalid", "bool", "false", "leave out impossible combinations instead of failing"}}};
+     {"skip_invalid", "bool", "false", "leave out impossible combinations instead of failing"},
+     {"skip_oom", "bool", "false",
+      "leave out rows whose schedule's peak memory per GPU does not fit the GPU (its profile, or the topology's "
+      "gpu_memory); counted in run.json as skipped_oom"}}};
 const Section kTopo{"sweep.topologies[]",
                     "A topology file, with fixed overrides and a grid of overrides crossed with the layer grid.",
                     {{"file", "string", "required", "topology YAML, relative to the spec file"},
@@ -174,6 +177,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
     s.schedules = moe::preset_names();
   }
   const bool skip = r.has("skip_invalid") && r.at("skip_invalid").as_bool();
+  s.skip_oom = r.has("skip_oom") && r.at("skip_oom").as_bool();
   const std::filesystem::path base = std::filesystem::path(file).parent_path();
 
   const YamlReader tops = r.at("topologies");

@@ -38,6 +38,7 @@ struct Spec {
   std::uint64_t count = 0;                         // valid configurations (configs.size() when expanded)
   std::uint64_t variants = 0;                      // topology variants
   std::size_t skipped = 0;                         // invalid combinations left out (skip_invalid: true)
+  bool skip_oom = false;                           // leave out rows whose peak memory does not fit (skip_oom: true)
   std::uint64_t input_hash = 0;                    // FNV-1a over the spec, every topology file and the calibration
   std::shared_ptr<const Calibration> calibration;  // measured collectives, or null
   std::string calibration_file;

@@ -8,6 +8,7 @@
 #include <boost/graph/filtered_graph.hpp>
 #include <boost/graph/reverse_graph.hpp>
 
+#include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 
 namespace parmsim {
@@ -44,6 +45,10 @@ const char* to_string(LinkClass c) {
 
 Topology::Topology(std::string name, std::string gpu_model, int gpus_per_node)
     : name_(std::move(name)), gpu_model_(std::move(gpu_model)), gpus_per_node_(gpus_per_node) {}
+
+std::uint64_t Topology::gpu_memory() const {
+  return gpu_memory_ > 0 ? gpu_memory_ : gpu_profile(gpu_model_).memory_bytes;
+}
 
 int Topology::add_device(Device d) {
   const int v = static_cast<int>(boost::add_vertex(d, graph_));

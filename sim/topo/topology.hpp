@@ -98,6 +98,9 @@ class Topology {
 
   const std::string& name() const { return name_; }
   const std::string& gpu_model() const { return gpu_model_; }
+  // Device memory per GPU, bytes: the topology's gpu_memory key, or its GPU profile's capacity.
+  std::uint64_t gpu_memory() const;
+  void set_gpu_memory(std::uint64_t bytes) { gpu_memory_ = bytes; }
   int num_gpus() const { return static_cast<int>(gpu_vertex_.size()); }
   int gpus_per_node() const { return gpus_per_node_; }
   int num_nodes() const { return num_gpus() / gpus_per_node_; }
@@ -120,6 +123,7 @@ class Topology {
  private:
   std::string name_, gpu_model_;
   int gpus_per_node_;
+  std::uint64_t gpu_memory_ = 0;  // 0: the profile's
   Graph graph_;
   std::vector<int> gpu_vertex_;  // rank -> vertex
   std::vector<Link> links_;      // by id

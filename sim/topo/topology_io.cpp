@@ -17,6 +17,9 @@ const Section kTop{"topology",
                    {{"name", "string", "required", "topology name"},
                     {"description", "string", "\"\"", "where the figures come from"},
                     {"gpu", "string", "required", "GPU profile (" + gpu_profile_names() + ")"},
+                    {"gpu_memory", "size", "the profile's",
+                     "device memory per GPU, e.g. 11GiB (a what-if card; layer and sweep report whether each "
+                     "schedule's peak memory fits)"},
                     {"nodes", "int", "required", "number of servers"},
                     {"node", "map", "required", "one server (topology.node)"},
                     {"fabric", "map", "kind: none", "network between servers (topology.fabric)"},
@@ -296,6 +299,11 @@ Topology build(const YamlReader& top) {
     if (auto v = nc->opt("launch")) t.hints().launch_us = v->as_time().to_us();
     if (auto v = nc->opt("net_latency")) t.hints().net_latency_us = v->as_time().to_us();
   }
+  if (auto m = top.opt("gpu_memory")) {
+    const std::uint64_t v = m->as_size();
+    if (v == 0) m->fail("a memory size above 0, e.g. 11GiB");
+    t.set_gpu_memory(v);
+  }
   if (auto cpu = top.opt("cpu")) {
     const std::string v = cpu->as_string();
     if (v != "intel" && v != "amd") cpu->fail("intel or amd");
@@ -309,13 +317,17 @@ Topology build(const YamlReader& top) {
   return t;
 }
 
+// An override may add gpu_memory to a file without it (a what-if card on any topology:
+// --topo-set gpu_memory=48GiB, a sweep's set or grid); every other key must exist already.
+bool adds_allowed(const std::string& o) { return o.rfind("gpu_memory=", 0) == 0; }
+
 }  // namespace
 
 Topology parse_topology_text(const std::string& text, const std::string& name,
                              const std::vector<std::string>& overrides, const std::vector<std::string>& overlay) {
   YamlReader r = YamlReader::load_string(text, name);
   for (const auto& o : overlay) apply_override(r.node(), o, name + ": overlay", true, true);
-  for (const auto& o : overrides) apply_override(r.node(), o, name + ": override", false);
+  for (const auto& o : overrides) apply_override(r.node(), o, name + ": override", adds_allowed(o));
   return build(r);
 }
 
@@ -323,7 +335,7 @@ Topology load_topology(const std::string& file, const std::vector<std::string>& 
                        const std::vector<std::string>& overlay) {
   YamlReader r = YamlReader::load_file(file);
   for (const auto& o : overlay) apply_override(r.node(), o, file + ": overlay", true, true);
-  for (const auto& o : overrides) apply_override(r.node(), o, file + ": override", false);
+  for (const auto& o : overrides) apply_override(r.node(), o, file + ": override", adds_allowed(o));
   return build(r);
 }
 

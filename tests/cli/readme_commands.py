@@ -39,7 +39,7 @@ LAYER_HEADER = r"schedule\s+forward_us\s+backward_us\s+total_us\s+speedup\s+mode
 TRACE_COLS = "task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops"
 SWEEP_COLS = ("config,topology,gpus,B,L,M,H,E,k,f,mp,dtype,ds_moe,dispatch,saa,host_op,network,schedule,forward_us,backward_us,total_us,model_us,"
               "speedup_vs_baseline,model_speedup_vs_baseline,chosen_by_model,compute_us,exposed_comm_us,"
-              "intra_node_bytes,inter_node_bytes")
+              "intra_node_bytes,inter_node_bytes,peak_memory_bytes,fits")
 
 
 def out(p):

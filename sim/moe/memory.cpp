@@ -1,0 +1,214 @@
+// Peak device memory of one MoE layer (docs/memory.md). Line numbers are
+// DeepSpeed deepspeed/moe/sharded_moe.py at v0.14.4 (d254d75e) unless noted;
+// Parm's SAA kernel is Fragile-azalea/Parm@5e0bc314
+// test_overlap_alltoall_and_allgather/src/custom_kernel.cpp.
+#include "sim/moe/memory.hpp"
+
+#include <array>
+#include <limits>
+
+#include "sim/core/error.hpp"
+
+namespace parmsim::moe {
+
+namespace {
+
+using u128 = unsigned __int128;
+
+// What one forward op allocates and keeps, in bytes (docs/memory.md, "Per op").
+struct OpMem {
+  u128 out = 0;          // its new output buffer (the next op's input)
+  bool view = false;     // no new buffer: the output is (a view of) the input
+  bool keep_in = false;  // its input is saved for backward (autograd keeps it)
+  u128 saved = 0;        // tensors it makes and autograd keeps until its backward
+  u128 fwd_only = 0;     // tensors it makes that live until the layer's forward returns
+  u128 temp = 0;         // scratch alive during the op only
+  u128 bwd_temp = 0;     // scratch alive during its backward only
+  u128 pending = 0;      // a gradient its backward makes that lives until the gate's backward
+  bool gate = false;
+};
+
+u128 group_size(GroupKind g, const Dims& d) {
+  return g == GroupKind::ep ? static_cast<u128>(d.n_ep) : g == GroupKind::world ? static_cast<u128>(d.P)
+                                                                                 : static_cast<u128>(d.G);
+}
+
+// `in` is the logical size of the op's input buffer.
+OpMem describe(const MoeOp& o, const LayerSpec& s, const Dims& d, u128 in) {
+  const u128 b = static_cast<u128>(d.dtype_bytes), M = static_cast<u128>(s.M), E = static_cast<u128>(s.E);
+  const u128 t = static_cast<u128>(o.tokens), n = static_cast<u128>(o.elems), G = static_cast<u128>(d.G);
+  const u128 h = static_cast<u128>(s.H / d.G);
+  const bool lean = s.ds_moe == DsMoe::lean, einsum = s.dispatch == Dispatch::einsum;
+  OpMem m;
+  switch (o.kind) {
+    case MoeStep::gate: {
+      // The gate reads the tokens and leaves them as they are; it makes the routing.
+      m.view = true;
+      m.gate = true;
+      const u128 C = static_cast<u128>(o.tokens == d.S ? d.T_base : d.T_parm);
+      const u128 sec = t * E * C;
+      if (lean) {
+        // parmsim's idealised gate: combine weights in the layer dtype, the bool mask.
+        m.saved = sec * b;
+        m.fwd_only = sec;
+        m.bwd_temp = t * M * b;
+        break;
+      }
+      // input.float() (L433): a new fp32 copy unless the input is fp32 already
+      // (then .float() returns it), saved by the gate GEMM (L437) for its weight gradient.
+      if (b != 4) m.saved = t * M * 4;
+      // combine_weights, fp32 [t, E, C] (top-2: combine1_sec + combine2_sec, L364-366;
+      // top-1: one einsum, L281): a local of MOELayer.forward (L530) until it returns, and
+      // saved by the combine einsum (L577) when type_as(input) is itself (an fp32 layer);
+      // otherwise its cast is what is saved (counted at I-Order) and it dies with the forward.
+      if (b == 4)
+        m.saved += sec * 4;
+      else
+        m.fwd_only += sec * 4;
+      // dispatch_mask = combine_weights.bool() (L367, L283): 1 byte per element, a local
+      // of MOELayer.forward until it returns.
+      m.fwd_only += sec;
+      // Top-2 (k > 1): combine1_sec and combine2_sec (L364-365) are alive beside their sum
+      // while the mask is made (L366-367); freed when top2gating returns (an add saves nothing).
+      // Wider k is read as top2gating generalised: k such tensors.
+      if (s.k > 1) m.temp = static_cast<u128>(s.k) * sec * 4;
+      // Backward: the fp32 gradient of input_fp32 and its cast back to the layer dtype.
+      m.bwd_temp = t * M * 4 + (b != 4 ? t * M * b : 0);
+      break;
+    }
+    case MoeStep::order:
+      m.out = n * b;
+      m.keep_in = einsum;  // the einsum keeps the tokens for the mask's side (they are the layer input)
+      // dispatch_mask.type_as(input) (L531): [t, E, C] in the layer dtype, saved by the einsum
+      // for the tokens' gradient. C = elems / (E*M), so t*E*C = t*elems/M.
+      if (einsum) m.saved = t * n / M * b;
+      break;
+    case MoeStep::slot_slice:
+      m.out = n * b;
+      break;
+    case MoeStep::split:
+    case MoeStep::mp_gather_free:
+    case MoeStep::ar:      // NCCL AllReduce in place
+    case MoeStep::kernel:  // dense parts of whole models: not part of a layer's op list
+      m.view = true;
+      break;
+    case MoeStep::a2a:
+      // _AllToAll (L545, L559): torch all_to_all_single into a new tensor of the input's size.
+      m.out = n * b;
+      break;
+    case MoeStep::ag:
+      m.out = n * b;  // nccl-tests convention: elems is the gathered size
+      break;
+    case MoeStep::rs:
+      m.out = n * b / group_size(o.group, d);
+      break;
+    case MoeStep::rs_then:
+      // ReduceScatter over ESP into elems/G, then an AlltoAll of that (out elems/G) or the
+      // SAA (AlltoAll + MP-AllGather, out elems). The ReduceScatter's output is the scratch.
+      m.temp = n * b / G;
+      m.out = o.then == MoeStep::saa ? n * b : n * b / G;
+      break;
+    case MoeStep::saa:
+      // The released SAA writes the AlltoAll's result straight into the gathered output
+      // (output.numel() = mp_size * input.numel(), L157; ncclRecv into output, L174-177):
+      // no buffer between.
+      m.out = G * n * b;
+      break;
+    case MoeStep::experts: {
+      // Experts.forward (deepspeed/moe/experts.py@d254d75e L28-38): inputs.chunk (views,
+      // which keep the whole input alive, saved by each fc1), per expert fc1 -> activation
+      // -> fc2, then torch.cat. Saved per expert: fc1's output (for the activation's
+      // gradient) and the activation's output (for fc2's weight gradient), [rows, H/G] each.
+      const u128 R = n / M;
+      const u128 reps = lean ? 1 : static_cast<u128>(d.E_local);
+      m.keep_in = true;
+      m.saved = 2 * R * h * b;
+      m.out = R * M * b;
+      // torch.cat copies: the experts' outputs and the concatenation are alive together.
+      if (!lean) m.temp = R * M * b;
+      // Backward, one expert at a time: the gradients of its activation output and fc1 output.
+      m.bwd_temp = 2 * (R / reps) * h * b;
+      break;
+    }
+    case MoeStep::iorder: {
+      m.out = t * M * b;
+      m.keep_in = true;  // the expert output: the combine weights' gradient needs it
+      if (!einsum) break;
+      const u128 sec = t * n / (static_cast<u128>(o.blocks) * M);  // t*E*C, C per block
+      // combine_weights.type_as(input) (L577), saved by the einsum: a new tensor unless the
+      // layer is fp32 and these are the gate's own weights (one block on the gate's tokens).
+      const bool own = b == 4 && o.blocks == 1;
+      if (!own) m.saved = sec * b;
+      // Backward: the combine weights' gradient, cast to fp32, waits for the gate's
+      // backward (autograd runs the gate's nodes last: they were made first).
+      m.pending = sec * 4;
+      if (b != 4) m.bwd_temp = sec * b;
+      break;
+    }
+  }
+  (void)in;
+  return m;
+}
+
+std::uint64_t sat(u128 v) {
+  return v > std::numeric_limits<std::uint64_t>::max() ? std::numeric_limits<std::uint64_t>::max()
+                                                        : static_cast<std::uint64_t>(v);
+}
+
+}  // namespace
+
+MemoryPeak peak_memory(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d) {
+  constexpr std::size_t kMaxOps = 64;  // a layer's forward list has about a dozen
+  if (fwd.size() > kMaxOps) throw InternalError("peak_memory: forward op list longer than 64");
+  const u128 b = static_cast<u128>(d.dtype_bytes), M = static_cast<u128>(s.M);
+  // Persistent: E_local experts, each fc1 [M, H/G] and fc2 [H/G, M] (sharded over ESP:
+  // layer_kernels.cpp uses h = H/G), and the gate's Linear(M, E) (L407), all in the layer
+  // dtype; their gradients the same again, in the backward pass.
+  const u128 weights = static_cast<u128>(d.E_local) * 2 * M * static_cast<u128>(s.H / d.G) * b +
+                       M * static_cast<u128>(s.E) * b;
+  const u128 input = static_cast<u128>(d.S) * M * b;
+  std::array<u128, kMaxOps> in_alloc{}, in_size{};
+  // Forward.
+  u128 saved = 0, fwd_only = 0, cur = 0 /* allocated bytes of the current buffer: 0 = the input */,
+       cur_size = input, peak_f = weights + input;
+  for (std::size_t j = 0; j < fwd.size(); ++j) {
+    const MoeOp& o = fwd[j];
+    const OpMem m = describe(o, s, d, cur_size);
+    in_alloc[j] = cur;
+    in_size[j] = cur_size;
+    const u128 live = weights + input + saved + fwd_only + cur + m.out + m.temp + m.saved + m.fwd_only;
+    if (live > peak_f) peak_f = live;
+    saved += m.saved + (m.keep_in ? cur : 0);
+    fwd_only += m.fwd_only;
+    if (o.kind == MoeStep::split) cur_size = cur_size / static_cast<u128>(d.G);
+    if (!m.view) {
+      cur = m.out;
+      cur_size = m.out;
+    }
+  }
+  // Backward: the same list in reverse. The layer's output gradient arrives; the
+  // forward-only tensors and the output itself are gone; the weight gradients exist.
+  u128 grad = cur_size, pending = 0, peak_b = 0;
+  for (std::size_t r = fwd.size(); r-- > 0;) {
+    const MoeOp& o = fwd[r];
+    const OpMem m = describe(o, s, d, in_size[r]);
+    u128 grad_in = 0;  // a new buffer for the input's gradient
+    if (o.kind == MoeStep::split) grad_in = in_size[r];  // its adjoint: an AllGather
+    else if (!m.view) grad_in = in_size[r];
+    const u128 live = 2 * weights + input + saved + pending + grad + grad_in + m.bwd_temp + m.pending;
+    if (live > peak_b) peak_b = live;
+    saved -= m.saved + (m.keep_in ? in_alloc[r] : 0);
+    pending += m.pending;
+    if (m.gate) pending = 0;
+    if (grad_in) grad = grad_in;
+  }
+  MemoryPeak p;
+  p.weights = sat(weights);
+  p.grads = sat(weights);
+  p.input = sat(input);
+  p.forward = sat(peak_f);
+  p.backward = sat(peak_b);
+  return p;
+}
+
+}  // namespace parmsim::moe
