@@ -88,7 +88,7 @@ TEST_CASE("pairwise alltoall costs (p-1)(alpha + S/(pB))", "[coll]") {
 TEST_CASE("two flows on one link each get half its bandwidth under flow", "[coll]") {
   // parm-32gpu, node 0: gpu0 -> gpu1 and gpu2 -> gpu1 share pcie0 -> gpu1 (13 GB/s).
   // 13 MB each at 6.5 GB/s = 2 ms, after the 1 us route latency.
-  const Topology t = topo("parm-32gpu");
+  const Topology t = topo("parm-32gpu-p2p");
   TaskGraphBuilder b(3);
   b.add_stream_all("s0");
   b.add_stream_all("s1");
@@ -108,9 +108,10 @@ TEST_CASE("two flows on one link each get half its bandwidth under flow", "[coll
 }
 
 TEST_CASE("an inter-node alltoall is bound by the NICs", "[coll]") {
-  // 32 GPUs, 8 nodes of 4, one 12.5 GB/s NIC per node. S = 64 MiB per GPU:
+  // 32 GPUs, 8 nodes of 4, one 12.5 GB/s NIC per node (the P2P variant: without P2P and
+  // GDR the switch uplink, shared with the intra-node traffic, binds first). S = 64 MiB per GPU:
   // each node sends 4 GPUs x S x 28/32 through its NIC = 234881024 B -> 18.79 ms.
-  const Topology t = topo("parm-32gpu");
+  const Topology t = topo("parm-32gpu-p2p");
   const std::uint64_t S = 64ULL << 20;
   const double nic_bound_s = 4.0 * S * 28 / 32 / 12.5e9;
   const SimResult r = run_one(t, coll(CollOp::alltoall, range(32), S), "flow");
@@ -306,7 +307,7 @@ TEST_CASE("closed form by hand: PCIe ring and hierarchical AllReduce across NICs
   // parm-32gpu: in a node GPU -> pcie0 -> GPU (2 x 0.5 us, 13 GB/s); across
   // nodes GPU -> pcie0 -> cpu0 -> nic0 -> switch -> nic -> cpu -> pcie -> GPU:
   // 6 x 0.5 us + 2 x 1 us = 5 us, bottleneck the 12.5 GB/s NIC.
-  const Topology t = topo("parm-32gpu");
+  const Topology t = topo("parm-32gpu-p2p");
   REQUIRE(t.route(0, 1).latency == Time::us(1));
   REQUIRE(t.route(0, 4).latency == Time::us(5));
   const double ai = 1e-6, Bi = 13e9, ax = 5e-6, Bx = 12.5e9;
@@ -538,7 +539,7 @@ TEST_CASE("staggered flows: the second flow halves the first's rate from when it
   // f2: 1.3 GB on the same route, started at 50 ms. f1 alone from 1 us to 50.001 ms sends
   // 0.65 GB; both then share 6.5 GB/s: f1's remaining 0.65 GB takes 100 ms -> 150.001 ms;
   // f2 has sent 0.65 GB by then and finishes the rest alone at 13 GB/s: 200.001 ms.
-  const Topology t = topo("parm-32gpu");
+  const Topology t = topo("parm-32gpu-p2p");
   auto net = make_network("flow", t);
   const Route r = t.route(0, 1);
   net->start(1, r, 1'300'000'000, Time::zero());

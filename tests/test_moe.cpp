@@ -262,7 +262,7 @@ TEST_CASE("with one MP member S1 and S2 are the baseline", "[moe][model]") {
   // mp = 1: no MP-Split, no ESP, the SAA has one inner member; S1 and S2 move
   // the same bytes through the same kernels as DeepSpeed-MoE (docs/parm.md). Within
   // 3% in the simulator and in the closed form.
-  const Topology t = topo("parm-32gpu");
+  const Topology t = topo("parm-32gpu-p2p");
   LayerSpec s = paper_layer();
   s.mp = 1;
   const Dims d = make_dims(s, 32, 4);

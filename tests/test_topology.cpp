@@ -22,7 +22,7 @@ TEST_CASE("every shipped topology loads and every GPU reaches every other", "[to
 }
 
 TEST_CASE("the paper's 32-GPU cluster has the shape of the paper", "[topology]") {
-  const Topology t = load_topology(topo_path("parm-32gpu"));
+  const Topology t = load_topology(topo_path("parm-32gpu-p2p"));
   CHECK(t.num_gpus() == 32);
   CHECK(t.gpus_per_node() == 4);
   CHECK(t.num_nodes() == 8);

@@ -163,22 +163,56 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
   s.amd_cpu = topo.hints().amd_cpu;
   s.launch_us = topo.hints().launch_us;
   s.net_latency_us = topo.hints().net_latency_us;
-  // Inside a node: the slowest route between consecutive ranks, and whether every such route is NVLink.
+  // Inside a node: NCCL's ring search charges each ring edge's speed to every
+  // link of its path (src/graph/search.cc@5067397c followPath, lines 81-125),
+  // so a link that k edges share gives each 1/k; the ring's speed is the
+  // least link bandwidth over its charge. A path through a CPU (PATH_PHB, one
+  // host bridge, no CPU-CPU link) from a GPU on an Intel host is charged 6/5
+  // on its PCIe links (INTEL_P2P_OVERHEAD, src/graph/topo.h@5067397c line 39;
+  // search.cc lines 86-91). With p2p off every edge of a server takes such a
+  // path (Topology::route).
   s.nvlink = true;
   s.intra_bw = 0;
   bool any_intra = false;
+  const bool intel = !topo.hints().amd_cpu;
+  // Charges of one route (`from_gpu`: the path starts at a GPU, so NCCL's
+  // overhead applies), into `charge` by link id; `keep` filters the links.
+  std::map<int, double> charge;
+  auto add_route = [&](const Route& r, bool from_gpu, auto&& keep) {
+    int hbs = 0;
+    bool sys = false;
+    for (int l : r.links) {
+      const int to = topo.link_to(l), from = topo.link_from(l);
+      hbs += topo.device(to).kind == DeviceKind::host_bridge;
+      sys = sys || (topo.device(to).kind == DeviceKind::host_bridge &&
+                    topo.device(from).kind == DeviceKind::host_bridge);
+    }
+    const bool phb = hbs > 0 && !sys && from_gpu && intel;
+    for (int l : r.links)
+      if (keep(l)) charge[l] += (phb && topo.link_class(l) == LinkClass::pcie) ? 6.0 / 5.0 : 1.0;
+  };
+  auto all = [](int) { return true; };
+  auto least = [&](const std::map<int, double>& c) {
+    double bw = -1;
+    for (const auto& [l, k] : c) {
+      const double x = static_cast<double>(topo.link(l).bandwidth) / 1e9 / k;
+      bw = bw < 0 ? x : std::min(bw, x);
+    }
+    return bw;
+  };
   for (const auto& [n, v] : by_node) {
-    for (std::size_t i = 0; i + 1 < v.size() || (v.size() > 1 && i + 1 == v.size()); ++i) {
-      const int a = v[i], b = v[(i + 1) % v.size()];
-      const Route& r = topo.route(a, b);
-      double bw = static_cast<double>(r.bottleneck) / 1e9;
+    if (v.size() < 2) continue;
+    charge.clear();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const Route& r = topo.route(v[i], v[(i + 1) % v.size()]);
       bool nv = true;
       for (int l : r.links) nv = nv && topo.link_class(l) == LinkClass::nvlink;
       s.nvlink = s.nvlink && nv;
-      s.intra_bw = any_intra ? std::min(s.intra_bw, bw) : bw;
-      any_intra = true;
-      if (i + 1 == v.size()) break;
+      add_route(r, true, all);
     }
+    const double bw = least(charge);
+    s.intra_bw = any_intra ? std::min(s.intra_bw, bw) : bw;
+    any_intra = true;
   }
   if (!any_intra) s.nvlink = false;
   // Across nodes: the route between the same local GPU of two nodes (its rail).
@@ -186,6 +220,7 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
     auto it = by_node.begin();
     const auto& v0 = it->second;
     const auto& v1 = std::next(it)->second;
+    const auto& vl = by_node.rbegin()->second;
     s.nic_bw = 0;
     bool first = true;
     for (std::size_t i = 0; i < std::min(v0.size(), v1.size()); ++i) {
@@ -193,6 +228,22 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
       s.nic_bw = first ? bw : std::min(s.nic_bw, bw);
       first = false;
     }
+    // One ring's charges on the first node's links: its edges inside the
+    // node, the last GPU's path out to the next node and the path in to the
+    // first GPU. With gdr off both pass through the CPU (paths.cc lines
+    // 844-855) and the outgoing one, a PATH_PHB path from a GPU, is charged
+    // the overhead (search.cc line 88); with gdr on the key says NCCL reaches
+    // the NIC directly, uncharged.
+    const int n0 = it->first;
+    charge.clear();
+    auto mine = [&](int l) {
+      return topo.device(topo.link_from(l)).node == n0 || topo.device(topo.link_to(l)).node == n0;
+    };
+    for (std::size_t i = 0; i + 1 < v0.size(); ++i) add_route(topo.route(v0[i], v0[i + 1]), true, mine);
+    add_route(topo.route(v0.back(), v1.front()), !topo.hints().gdr, mine);
+    add_route(topo.route(vl.back(), v0.front()), false, mine);
+    const double bw = least(charge);
+    if (bw > 0) s.nic_bw = std::min(s.nic_bw, bw);
   }
   s.nvls = topo.hints().nvls && s.arch >= 2 && s.nvlink;
   s.ring_graph = nccl_ring_graph(s);

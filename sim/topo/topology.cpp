@@ -107,15 +107,16 @@ struct NoTransitThroughGpu {
 
 }  // namespace
 
-std::vector<int> Topology::bfs_to(int dst_gpu) const {
-  const int dv = gpu_vertex_[dst_gpu];
-  NoTransitThroughGpu pred{&graph_, dv};
+std::vector<int> Topology::bfs_to(int dst_gpu) const { return bfs_to_vertex(gpu_vertex_[dst_gpu]); }
+
+std::vector<int> Topology::bfs_to_vertex(int to) const {
+  NoTransitThroughGpu pred{&graph_, to};
   boost::filtered_graph<Graph, NoTransitThroughGpu> fg(graph_, pred);
   auto rg = boost::make_reverse_graph(fg);
   std::vector<int> dist(boost::num_vertices(graph_), -1);
-  dist[dv] = 0;
+  dist[to] = 0;
   boost::breadth_first_search(
-      rg, static_cast<Graph::vertex_descriptor>(dv),
+      rg, static_cast<Graph::vertex_descriptor>(to),
       boost::visitor(boost::make_bfs_visitor(boost::record_distances(dist.data(), boost::on_tree_edge()))));
   return dist;
 }
@@ -200,6 +201,33 @@ void Topology::finalize() {
       if (seen[r] != g) seen[r] = g, ++touched[r];
     }
   const bool all_reach = n == 1 || std::find(touched.begin(), touched.end(), n) != touched.end();
+  local_hb_.clear();
+  hb_dist_.clear();
+  if (!hints_.p2p || !hints_.gdr) {
+    // Each GPU's local host bridge: the nearest of its server's (NCCL's
+    // ncclGetLocalCpu, src/graph/paths.cc@5067397c: the CPU with the best path).
+    hb_dist_.assign(V, {});
+    std::vector<std::vector<int>> hbs(num_nodes());
+    for (int v = 0; v < V; ++v)
+      if (graph_[v].kind == DeviceKind::host_bridge && graph_[v].node >= 0 && graph_[v].node < num_nodes()) {
+        hb_dist_[v] = bfs_to_vertex(v);
+        hbs[graph_[v].node].push_back(v);
+      }
+    local_hb_.assign(n, -1);
+    for (int g = 0; g < n; ++g) {
+      int best = -1;
+      for (int hb : hbs[node_of(g)]) {
+        const int d = hb_dist_[hb][gpu_vertex_[g]];
+        if (d >= 0 && (best < 0 || d < hb_dist_[best][gpu_vertex_[g]])) best = hb;
+      }
+      const bool needed = !hints_.p2p ? gpus_per_node_ > 1 : num_nodes() > 1;
+      if (best < 0 && needed)
+        throw UserError(fmt::format("topology {}: {} is off, so traffic of GPU {} passes through its server's CPU, "
+                                    "but no host_bridge device reaches it (declare one in node.devices and link it)",
+                                    name_, !hints_.p2p ? "p2p" : "gdr", graph_[gpu_vertex_[g]].name));
+      local_hb_[g] = best;
+    }
+  }
   table_.clear();
   if (n <= kRouteTableGpus || !all_reach) {
     // Small clusters (and any whose reachability the shortcut cannot show):
@@ -250,10 +278,32 @@ void Topology::compute_route(int src_gpu, int dst_gpu, Route& r) const {
   r.latency = Time{};
   r.bottleneck = UINT64_MAX;
   if (src_gpu == dst_gpu) return;
-  const std::vector<int>& dist = dist_to(dst_gpu);
-  const int dv = gpu_vertex_.at(dst_gpu);
-  int v = gpu_vertex_.at(src_gpu);
+  const int sv = gpu_vertex_.at(src_gpu), dv = gpu_vertex_.at(dst_gpu);
   const unsigned pick = static_cast<unsigned>(src_gpu + dst_gpu);
+  const bool same = same_node(src_gpu, dst_gpu);
+  if (!hints_.p2p && same && local_hb_[dst_gpu] >= 0) {
+    // No peer-to-peer: up to the CPU local to the receiver, into host
+    // memory, and down again (NCCL's addInterStep through that CPU,
+    // src/graph/paths.cc@5067397c lines 763-773; the SHM transport's
+    // buffers live in host memory, src/transport/shm.cc@5067397c line 134).
+    const int hb = local_hb_[dst_gpu];
+    walk(sv, hb, hb_dist_[hb], pick, r);
+    walk(hb, dv, dist_to(dst_gpu), pick, r);
+    return;
+  }
+  if (!hints_.gdr && !same && local_hb_[src_gpu] >= 0 && local_hb_[dst_gpu] >= 0) {
+    // No GPUDirect RDMA: GPU -> local CPU -> NIC, NIC -> local CPU -> GPU
+    // (src/graph/paths.cc@5067397c lines 844-855).
+    const int hs = local_hb_[src_gpu], hd = local_hb_[dst_gpu];
+    walk(sv, hs, hb_dist_[hs], pick, r);
+    walk(hs, hd, hb_dist_[hd], pick, r);
+    walk(hd, dv, dist_to(dst_gpu), pick, r);
+    return;
+  }
+  walk(sv, dv, dist_to(dst_gpu), pick, r);
+}
+
+void Topology::walk(int v, int to, const std::vector<int>& dist, unsigned pick, Route& r) const {
   thread_local std::vector<int> cand;  // link ids
   while (dist[v] > 0) {
     cand.clear();
@@ -265,8 +315,8 @@ void Topology::compute_route(int src_gpu, int dst_gpu, Route& r) const {
     const OutLink* b = out_.data() + out_start_[v];
     const OutLink* e = out_.data() + out_start_[v + 1];
     if (dist[v] == 1) {
-      b = std::lower_bound(b, e, dv, [](const OutLink& o, int t) { return o.target < t; });
-      e = std::upper_bound(b, e, dv, [](int t, const OutLink& o) { return t < o.target; });
+      b = std::lower_bound(b, e, to, [](const OutLink& o, int t) { return o.target < t; });
+      e = std::upper_bound(b, e, to, [](int t, const OutLink& o) { return t < o.target; });
     }
     std::uint64_t best = 0;
     for (const OutLink* o = b; o != e; ++o) {

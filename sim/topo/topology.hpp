@@ -56,6 +56,17 @@ struct CollectiveHints {
   bool amd_cpu = false;   // host CPU vendor: NCCL's per-step network overhead is 2 us on AMD, 1 us otherwise
   double launch_us = 0;       // added to every NCCL collective and send/recv batch (topology key nccl.launch)
   double net_latency_us = 0;  // NIC-reported latency, added per network hop as NCCL adds latencyInter (nccl.net_latency)
+  // GPU peer-to-peer over PCIe (topology key p2p). Off (GeForce cards: the
+  // driver refuses peer access), NCCL diverts GPU-GPU traffic of a server
+  // through the CPU local to the receiving GPU (NVIDIA/nccl
+  // src/graph/paths.cc@5067397c lines 763-773) and moves it with the SHM
+  // transport: the sender's kernel writes into host memory, the receiver's
+  // reads it back (src/transport/shm.cc@5067397c lines 56, 134-135, 163, 188).
+  bool p2p = true;
+  // GPUDirect RDMA (topology key gdr). Off, NCCL stages NIC traffic in host
+  // memory local to the GPU: GPU -> CPU -> NIC and NIC -> CPU -> GPU
+  // (src/graph/paths.cc@5067397c lines 844-855).
+  bool gdr = true;
 };
 
 struct Route {
@@ -111,6 +122,9 @@ class Topology {
   int num_links() const { return static_cast<int>(links_.size()); }
   const Link& link(int id) const { return links_[id]; }
   std::string link_name(int id) const;
+  // The devices (vertices) a directed link leaves and enters.
+  int link_from(int id) const { return link_ends_[id].first; }
+  int link_to(int id) const { return link_ends_[id].second; }
   const Graph& graph() const { return graph_; }
 
   // Precomputed for clusters of up to kRouteTableGpus GPUs (the common
@@ -119,6 +133,10 @@ class Topology {
   // thread may overwrite (copy what you keep).
   const Route& route(int src_gpu, int dst_gpu) const;
   static constexpr int kRouteTableGpus = 256;
+  // The host bridge (CPU) local to a GPU: the nearest host_bridge of its
+  // server (fewest hops, then the first declared); -1 when its server has
+  // none. Routes of a topology with p2p or gdr off pass through it.
+  int local_host_bridge(int gpu) const { return local_hb_.empty() ? -1 : local_hb_[gpu]; }
 
  private:
   std::string name_, gpu_model_;
@@ -146,6 +164,15 @@ class Topology {
   std::vector<Route> table_;  // src * n + dst, when n <= kRouteTableGpus
   Route compute_route(int src_gpu, int dst_gpu) const;
   void compute_route(int src_gpu, int dst_gpu, Route& r) const;  // into r, reusing its storage
+  // Hops from every vertex to vertex `to` along links that transit no GPU.
+  std::vector<int> bfs_to_vertex(int to) const;
+  // Appends to r the shortest path from vertex `from` to vertex `to`
+  // (dist: bfs_to_vertex(to)), fastest links first, then ECMP by `pick`.
+  void walk(int from, int to, const std::vector<int>& dist, unsigned pick, Route& r) const;
+  // With p2p or gdr off: every GPU's local host bridge and, per host
+  // bridge, the hop distances to it (by host-bridge vertex).
+  std::vector<int> local_hb_;
+  std::vector<std::vector<int>> hb_dist_;  // by vertex; empty unless a host bridge
 };
 
 }  // namespace parmsim

@@ -26,6 +26,13 @@ const Section kTop{"topology",
                     {"link_efficiency", "map", "per GPU (below)",
                      "sustained fraction of line rate per link class (topology.link_efficiency)"},
                     {"cpu", "string", "intel", "host CPU vendor, intel | amd (NCCL's per-step network overhead)"},
+                    {"p2p", "bool", "true",
+                     "GPU peer-to-peer over PCIe. false (GeForce cards): GPU-GPU traffic of a server goes up to the "
+                     "receiver's host_bridge and down again (NCCL's SHM transport through host memory); refused with "
+                     "NVLink links"},
+                    {"gdr", "bool", "true",
+                     "GPUDirect RDMA. false: NIC traffic is staged in host memory, GPU -> its host_bridge -> NIC and "
+                     "back"},
                     {"nccl", "map", "{}", "latencies NCCL's model leaves to the machine (topology.nccl)"}}};
 const Section kNccl{
     "topology.nccl",
@@ -308,6 +315,17 @@ Topology build(const YamlReader& top) {
     const std::string v = cpu->as_string();
     if (v != "intel" && v != "amd") cpu->fail("intel or amd");
     t.hints().amd_cpu = v == "amd";
+  }
+  for (const char* key : {"p2p", "gdr"})
+    if (auto v = top.opt(key)) (std::string(key) == "p2p" ? t.hints().p2p : t.hints().gdr) = v->as_bool();
+  if (!t.hints().p2p) {
+    // NVLink is peer-to-peer: a server with NVLink links cannot be without it.
+    for (int id = 0; id < t.num_links(); ++id)
+      if (t.link_class(id) == LinkClass::nvlink) {
+        top.at("p2p").fail(fmt::format("true: the server has NVLink links ({}), and NVLink is peer-to-peer "
+                                       "(p2p: false describes GPUs on PCIe only)",
+                                       t.link_name(id)));
+      }
   }
   try {
     t.finalize();

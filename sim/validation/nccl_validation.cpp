@@ -24,8 +24,15 @@ std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path) {
     m.line = row.line;
     m.system = get("system");
     m.gpu = get("gpu");
-    if (m.gpu != "a100" && m.gpu != "h100" && m.gpu != "h200" && m.gpu != "b200")
-      throw UserError(fmt::format("{}: column 'gpu': expected a100, h100, h200 or b200, got '{}'", where, m.gpu));
+    if (m.gpu != "a100" && m.gpu != "h100" && m.gpu != "h200" && m.gpu != "b200" && m.gpu != "rtx2080ti")
+      throw UserError(
+          fmt::format("{}: column 'gpu': expected a100, h100, h200, b200 or rtx2080ti, got '{}'", where, m.gpu));
+    for (const char* c : {"p2p", "gdr"}) {
+      const std::string v = get(c);
+      if (v != "" && v != "true" && v != "false")
+        throw UserError(fmt::format("{}: column '{}': expected true, false or empty (true), got '{}'", where, c, v));
+      (std::string(c) == "p2p" ? m.p2p : m.gdr) = v != "false";
+    }
     m.nodes = static_cast<int>(positive_int(get("nodes"), "nodes", where));
     m.gpus_per_node = static_cast<int>(positive_int(get("gpus_per_node"), "gpus_per_node", where));
     if (m.nodes > 4096 || m.gpus_per_node > 72)
@@ -35,8 +42,8 @@ std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path) {
       m.nic_gbps = positive_number(get("nic_gbps"), "nic_gbps", where);
     } else {
       // Not published: the usual server of this GPU (DGX A100: 8 x 200 Gb/s; DGX/HGX H100, H200, B200: 8 x 400 Gb/s).
-      m.nics_per_node = 8;
-      m.nic_gbps = m.gpu == "a100" ? 200 : 400;
+      m.nics_per_node = m.gpu == "rtx2080ti" ? 1 : 8;
+      m.nic_gbps = m.gpu == "a100" ? 200 : m.gpu == "rtx2080ti" ? 100 : 400;
       m.nics_assumed = true;
     }
     m.fabric = get("fabric");
@@ -72,6 +79,26 @@ std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path) {
 }
 
 std::string nccl_validation_topology(const NcclMeasurement& m, bool line_rate) {
+  if (m.gpu == "rtx2080ti") {
+    // A PCIe-only server of GeForce cards: every GPU on a PCIe 3.0 x16 root
+    // port of one CPU, the NIC on another. PCIe 3.0 x16: 8 GT/s x 16 lanes x
+    // 128/130 / 8 = 15.75 GB/s per direction (PCI-SIG base specification 3.0);
+    // the default PCIe fraction 0.75 leaves 11.8 GB/s, NCCL's own PCI_BW for
+    // Gen3 x16 (12.0, NVIDIA/nccl src/graph/topo.h@5067397c line 25).
+    std::string y = fmt::format("name: {}\ngpu: rtx2080ti\nnodes: {}\np2p: {}\ngdr: {}\n", m.system, m.nodes,
+                                m.p2p ? "true" : "false", m.gdr ? "true" : "false");
+    if (line_rate) y += "link_efficiency: {nvlink: 1.0, pcie: 1.0, network: 1.0}\n";
+    y += fmt::format("node:\n  gpus: {}\n  devices:\n    - {{name: cpu0, kind: host_bridge}}\n", m.gpus_per_node);
+    if (m.nodes > 1) y += "    - {name: nic0, kind: nic}\n";
+    y += "  links:\n    - {a: [";
+    for (int i = 0; i < m.gpus_per_node; ++i) y += fmt::format("{}gpu{}", i ? ", " : "", i);
+    y += "], b: cpu0, bandwidth: 15.75GBps, latency: 500ns}\n";
+    if (m.nodes > 1) {
+      y += "    - {a: nic0, b: cpu0, bandwidth: 15.75GBps, latency: 500ns}\n";
+      y += fmt::format("fabric: {{kind: switch, bandwidth: {}Gbps, latency: 1us}}\n", m.nic_gbps);
+    }
+    return y;
+  }
   // Datasheet figures per direction: NVLink per GPU (A100 12 x 25 GB/s, H100/H200
   // 18 x 25, B200 18 x 50), PCIe Gen4 x16 32 GB/s (A100 servers), Gen5 x16 64.
   const double nvlink = m.gpu == "a100" ? 300 : m.gpu == "b200" ? 900 : 450;

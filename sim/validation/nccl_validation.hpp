@@ -25,6 +25,7 @@ struct NcclMeasurement {
   int nics_per_node = 0;  // 0 = not published: the GPU's usual (A100 8 x 200G, others 8 x 400G)
   double nic_gbps = 0;
   bool nics_assumed = false;
+  bool p2p = true, gdr = true;  // optional columns p2p, gdr (empty: true)
   CollOp op = CollOp::allreduce;
   std::uint64_t bytes = 0;
   double measured_us = 0;  // printed, or derived from busbw

@@ -1,0 +1,159 @@
+// Topologies without GPU peer-to-peer (p2p: false) or GPUDirect RDMA (gdr:
+// false): routes through the host bridge, NCCL's ring search charging the
+// shared PCIe links, and the SHM path's bandwidth derived by hand.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "sim/coll/nccl_model.hpp"
+#include "sim/core/error.hpp"
+#include "sim/engine/simulator.hpp"
+#include "sim/topo/topology_io.hpp"
+#include "sim/validation/nccl_validation.hpp"
+
+using namespace parmsim;
+
+namespace {
+
+// Two RTX 2080 Ti under one PCIe switch, the switch on the CPU's root port:
+// GPU links 13 GB/s, the switch's uplink 12 GB/s (numbers for the arithmetic,
+// not a machine), link_efficiency 1.
+std::string two_under_switch(bool p2p) {
+  return std::string("name: sw2\ngpu: rtx2080ti\nnodes: 1\np2p: ") + (p2p ? "true" : "false") +
+         "\nlink_efficiency: {nvlink: 1.0, pcie: 1.0, network: 1.0}\n"
+         "node:\n  gpus: 2\n  devices:\n    - {name: sw, kind: pcie_switch}\n    - {name: cpu0, kind: host_bridge}\n"
+         "  links:\n    - {a: [gpu0, gpu1], b: sw, bandwidth: 13GBps, latency: 500ns}\n"
+         "    - {a: sw, b: cpu0, bandwidth: 12GBps, latency: 500ns}\n";
+}
+
+std::string route_names(const Topology& t, int a, int b) {
+  std::string s;
+  for (int l : t.route(a, b).links) s += t.link_name(l) + " ";
+  return s;
+}
+
+double allreduce_us(const Topology& t, int p, std::uint64_t bytes) {
+  Collective c;
+  c.name = "ar";
+  c.op = CollOp::allreduce;
+  c.bytes = bytes;
+  for (int r = 0; r < p; ++r) c.group.push_back(r);
+  TaskGraphBuilder b(p);
+  b.add_stream_all("comm");
+  b.add_collective_tasks(c, "comm", "ar");
+  const TaskGraph g = std::move(b).build();
+  return simulate(g, t, {}).makespan.to_us();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("p2p: false routes GPU-GPU traffic up to the host bridge and down again", "[p2p][topology]") {
+  const Topology on = parse_topology_text(two_under_switch(true), "on.yaml");
+  const Topology off = parse_topology_text(two_under_switch(false), "off.yaml");
+  CHECK(route_names(on, 0, 1) == "n0.gpu0->n0.sw n0.sw->n0.gpu1 ");
+  CHECK(route_names(off, 0, 1) == "n0.gpu0->n0.sw n0.sw->n0.cpu0 n0.cpu0->n0.sw n0.sw->n0.gpu1 ");
+  CHECK(route_names(off, 1, 0) == "n0.gpu1->n0.sw n0.sw->n0.cpu0 n0.cpu0->n0.sw n0.sw->n0.gpu0 ");
+  CHECK(off.local_host_bridge(0) >= 0);
+  CHECK(off.device(off.local_host_bridge(0)).name == "n0.cpu0");
+  // The Parm cluster as shipped: every intra-node pair through its node's CPU.
+  const Topology parm = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
+  CHECK_THAT(route_names(parm, 4, 7), Catch::Contains("n1.pcie0->n1.cpu0 n1.cpu0->n1.pcie0"));
+  const Topology old = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu-p2p.yaml");
+  CHECK(route_names(old, 4, 7) == "n1.gpu0->n1.pcie0 n1.pcie0->n1.gpu3 ");
+}
+
+TEST_CASE("gdr: false stages NIC traffic through the GPU's host bridge", "[p2p][topology]") {
+  // The NIC under the GPUs' PCIe switch: with GPUDirect RDMA the route skips the CPU.
+  auto text = [](bool gdr) {
+    return std::string("name: g\ngpu: rtx2080ti\nnodes: 2\ngdr: ") + (gdr ? "true" : "false") +
+           "\nnode:\n  gpus: 1\n  devices:\n    - {name: sw, kind: pcie_switch}\n    - {name: cpu0, kind: host_bridge}\n"
+           "    - {name: nic0, kind: nic}\n  links:\n    - {a: [gpu0, nic0], b: sw, bandwidth: 13GBps, latency: 500ns}\n"
+           "    - {a: sw, b: cpu0, bandwidth: 13GBps, latency: 500ns}\n"
+           "fabric: {kind: switch, bandwidth: 100Gbps, latency: 1us}\n";
+  };
+  const Topology on = parse_topology_text(text(true), "on.yaml");
+  const Topology off = parse_topology_text(text(false), "off.yaml");
+  CHECK(route_names(on, 0, 1).find("cpu0") == std::string::npos);
+  CHECK(route_names(off, 0, 1) ==
+        "n0.gpu0->n0.sw n0.sw->n0.cpu0 n0.cpu0->n0.sw n0.sw->n0.nic0 n0.nic0->switch switch->n1.nic0 n1.nic0->n1.sw "
+        "n1.sw->n1.cpu0 n1.cpu0->n1.sw n1.sw->n1.gpu0 ");
+}
+
+TEST_CASE("SHM path bandwidth of a 2-GPU AllReduce, by hand", "[p2p][nccl]") {
+  const Topology on = parse_topology_text(two_under_switch(true), "on.yaml");
+  const Topology off = parse_topology_text(two_under_switch(false), "off.yaml");
+  const std::vector<int> g = {0, 1};
+  // P2P: each ring edge GPU -> switch -> GPU, no link shared: 13 GB/s. The
+  // Turing ladder (search.cc, speedArrayIntra 40 30 20 18 15 12 ...) gives 12
+  // GB/s x 1 channel (6 x 2 is no more); kept (below 25 GB/s, no duplication).
+  const NcclSystem son = nccl_system(g, on);
+  CHECK(son.intra_bw == Approx(13.0));
+  CHECK(son.ring_graph.channels == 1);
+  CHECK(son.ring_graph.bw_intra == Approx(12.0));
+  // SHM: both ring edges (0->1 and 1->0) climb the switch's uplink sw->cpu0
+  // and come down cpu0->sw, each a path through the CPU on an Intel host,
+  // charged 6/5 on PCIe links (INTEL_P2P_OVERHEAD): uplink 12 / (2 x 1.2) =
+  // 5 GB/s; the GPU links 13 / 1.2 = 10.8. Ladder: 5 GB/s x 1 channel
+  // (4 x 1, 3 x 1 are less; 10 or more does not fit).
+  const NcclSystem soff = nccl_system(g, off);
+  CHECK(soff.intra_bw == Approx(5.0));
+  CHECK(soff.ring_graph.channels == 1);
+  CHECK(soff.ring_graph.bw_intra == Approx(5.0));
+  // NCCL's choice at 1 GiB: ring Simple, algorithm bandwidth = 1 channel x
+  // 5 GB/s x n / (2 (n - 1)) = 5 x 2/2 = 5 GB/s (LL: 5 x 0.5 = 2.5; tree:
+  // 5 x 0.92 x 0.5 = 2.3), bus bandwidth the same at n = 2.
+  const double bytes = 1 << 30;
+  const NcclEstimate e = nccl_choose(CollOp::allreduce, soff, bytes);
+  CHECK(e.algo == NcclAlgo::ring);
+  CHECK(e.proto == NcclProto::simple);
+  CHECK(e.bw_GBps == Approx(5.0));
+  // The simulator: the two flows share the 12 GB/s uplink (6 GB/s each, above
+  // the model's 5), so the model's 5 GB/s sets the pace: 2^30 B / 5 GB/s =
+  // 214748 us, plus microseconds of latency.
+  const double t_off = allreduce_us(off, 2, 1 << 30);
+  CHECK(t_off == Approx(bytes / 5e3).epsilon(0.002));
+  // With P2P the same AllReduce runs at 12 GB/s: 89478 us.
+  CHECK(allreduce_us(on, 2, 1 << 30) == Approx(bytes / 12e3).epsilon(0.002));
+}
+
+TEST_CASE("p2p: false is refused on a server with NVLink", "[p2p][topology]") {
+  std::ifstream in(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml");
+  std::stringstream text;
+  text << in.rdbuf() << "p2p: false\n";
+  const std::string err = error_of([&] { parse_topology_text(text.str(), "dgx-nop2p.yaml"); });
+  CHECK_THAT(err, Catch::StartsWith("dgx-nop2p.yaml:") && Catch::Contains("p2p") && Catch::Contains("NVLink"));
+  // A PCIe server without a host bridge cannot route through one.
+  std::string t = two_under_switch(false);
+  for (const std::string cut : {"    - {name: cpu0, kind: host_bridge}\n", "    - {a: sw, b: cpu0, bandwidth: 12GBps, latency: 500ns}\n"})
+    t.erase(t.find(cut), cut.size());
+  CHECK_THAT(error_of([&] { parse_topology_text(t, "nohb.yaml"); }),
+             Catch::StartsWith("nohb.yaml:") && Catch::Contains("host_bridge"));
+}
+
+TEST_CASE("Validation rows of GeForce servers: a PCIe-only node, p2p from the row", "[p2p][validation]") {
+  NcclMeasurement m;
+  m.system = "two-2080ti";
+  m.gpu = "rtx2080ti";
+  m.nodes = 1;
+  m.gpus_per_node = 2;
+  m.p2p = false;
+  const Topology t = parse_topology_text(nccl_validation_topology(m), "gen.yaml");
+  CHECK_FALSE(t.hints().p2p);
+  CHECK(route_names(t, 0, 1) == "n0.gpu0->n0.cpu0 n0.cpu0->n0.gpu1 ");
+  // PCIe 3.0 x16 15.75 GB/s x 0.75 = 11.8125 GB/s; charged 6/5 through the
+  // CPU: 9.84 GB/s; ladder 9 GB/s x 1 channel (4 x 2 = 8 is less).
+  const NcclSystem s = nccl_system({0, 1}, t);
+  CHECK(s.intra_bw == Approx(11.8125 / 1.2));
+  CHECK(s.ring_graph.bw_intra == Approx(9.0));
+}
