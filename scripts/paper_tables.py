@@ -41,6 +41,24 @@ def load_grid(path):
     return by
 
 
+def memory(path):
+    """Per topology: layers (configs) with a schedule that does not fit, the largest peak per GPU, the rows."""
+    out = defaultdict(lambda: {"oom": set(), "peak": 0, "rows": 0})
+    with open(path, newline="") as f:
+        for line, r in enumerate(csv.DictReader(f), start=2):
+            if "peak_memory_bytes" not in r:
+                return {}
+            try:
+                m = out[r["topology"]]
+                m["rows"] += 1
+                m["peak"] = max(m["peak"], int(r["peak_memory_bytes"]))
+                if r["fits"] != "1":
+                    m["oom"].add((r["config"], r["schedule"]))
+            except (KeyError, ValueError) as e:
+                fail(f"{path}:{line}: {e}")
+    return out
+
+
 def summarise(by):
     """Per (topology, ds_moe, dispatch, saa): speedups of s1, s2, auto, best; confusion; model error."""
     out = defaultdict(lambda: {"s1": [], "s2": [], "auto": [], "best": [], "cm": defaultdict(int), "err": defaultdict(list)})
@@ -116,6 +134,12 @@ def main():
         L.append(f"| {key[0]} | {cm[('s1', 's1')]} | {cm[('s1', 's2')]} | {cm[('s2', 's1')]} | {cm[('s2', 's2')]} | "
                  f"{100 * ok / n:.1f}% | {errs} |")
     L.append("")
+    mem = memory(os.path.join(a.results, "paper-grid.csv"))
+    if mem:
+        L.append("Memory (`peak_memory_bytes`, `fits`; docs/memory.md): " + "; ".join(
+            f"{t}: {len(m['oom'])} of {m['rows']} rows do not fit, the largest peak is "
+            f"{m['peak'] / 2**30:.2f} GiB per GPU" for t, m in sorted(mem.items())) + ".")
+        L.append("")
     L.append("Ablation (experiments/ablation.yaml): the `auto` speedup range per testbed under each modelling choice.")
     L.append("")
     topos = sorted({k[0] for k in abl})

@@ -54,12 +54,16 @@ TEST_CASE("sensitivity: each end is the layer run with that value given by hand"
   CHECK(saa.flips == (saa.low.choice != s.nominal.choice || saa.high.choice != s.nominal.choice));
   // A topology key: the ends load the topology with the key set.
   const SensitivityRow& pcie = row(s, "link_efficiency.pcie");
-  // parm-32gpu gives measured figures at efficiency 1.0: the range is 4/13 = 0.3077 to 1.
-  CHECK(pcie.input.low == "0.3077");
+  // parm-32gpu gives measured figures at efficiency 1.0: the range is NCCL's 0.75 to 1.
+  CHECK(pcie.input.low == "0.75");
   CHECK(pcie.input.high == "1");
   CHECK(pcie.low.speedup ==
-        Approx(speedup_by_hand(load({"link_efficiency.pcie=0.3077"}), {}, &pick)).epsilon(1e-12));
+        Approx(speedup_by_hand(load({"link_efficiency.pcie=0.75"}), {}, &pick)).epsilon(1e-12));
   CHECK(pcie.low.choice == pick);
+  // GeForce cards without NVLink: peer-to-peer varied (off as shipped, on at the high end).
+  const SensitivityRow& p2p = row(s, "p2p");
+  CHECK(p2p.high.speedup == Approx(speedup_by_hand(load({"p2p=true"}), {}, &pick)).epsilon(1e-12));
+  CHECK(p2p.low.speedup == s.nominal.speedup);
   // 8 nodes: the network range is 1 - 20.3% = 0.797 to line rate; one server has none.
   CHECK(row(s, "link_efficiency.network").input.low == "0.797");
   for (const SensitivityInput& in : default_sensitivity_inputs(load_topology(kTopo, {"nodes=1"})))

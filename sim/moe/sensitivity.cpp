@@ -67,14 +67,22 @@ std::vector<SensitivityInput> default_sensitivity_inputs(const Topology& topo) {
     v.push_back({"link_efficiency.network", true, num(eff.network * (1 - 0.203)),
                  num(std::min(1.0, eff.network * 1.203)),
                  "the InfiniBand rows' MAPE of parmsim validate nccl, 20.3%, either side (at most line rate)"});
-  // PCIe: from peer-to-peer at the topology's figure down to what GPUs without it reach
-  // through host memory: 2 x RTX 2080 Ti without P2P measure about 4 GB/s bus bandwidth,
-  // against the 13 GB/s P2P copies reach through a PLX switch (topologies/parm-32gpu.yaml).
-  // Only where PCIe carries the GPUs' own traffic (no NVLink); on NVLink servers it carries
-  // GPU-NIC traffic, for which no such range is published.
+  // PCIe: from NCCL's own per-link figure over the line rate (24/32 and 48/64 GB/s on
+  // Gen4 and Gen5 x16, NVIDIA/nccl src/graph/topo.h: 0.75, the default link_efficiency.pcie)
+  // to the line rate.
+  v.push_back({"link_efficiency.pcie", true, num(std::min(eff.pcie, 0.75)), num(std::max(eff.pcie, 1.0)),
+               "NCCL's PCIe figure over the line rate (0.75, NVIDIA/nccl src/graph/topo.h) to the line rate"});
+  // The GPUs' peer-to-peer and GPUDirect RDMA (topology keys p2p, gdr): without them NCCL goes
+  // through host memory (docs/collectives.md). p2p only where no NVLink joins the GPUs
+  // (p2p: false with NVLink is refused); gdr where NICs carry the layer's traffic.
   if (!has_class(topo, LinkClass::nvlink))
-    v.push_back({"link_efficiency.pcie", true, num(eff.pcie * 4.0 / 13.0), num(eff.pcie),
-               "no P2P (NCCL through host memory, ~4 GB/s on 2 x RTX 2080 Ti) to the topology's P2P figure (13 GB/s)"});
+    v.push_back({"p2p", true, "false", "true",
+                 "GeForce cards have no PCIe peer-to-peer (topologies/parm-32gpu.yaml); datacenter cards do"});
+  bool host_bridge = false;  // gdr: false needs a host bridge to stage through
+  for (int i = 0; i < topo.num_devices(); ++i) host_bridge = host_bridge || topo.device(i).kind == DeviceKind::host_bridge;
+  if (topo.num_nodes() > 1 && host_bridge)
+    v.push_back({"gdr", true, "false", "true",
+                 "GPUDirect RDMA: Tesla/Quadro/datacenter cards only (NVIDIA GPUDirect RDMA manual)"});
   // NCCL's per-operation latency beyond its tuner's constants: a published 16-rank AlltoAll
   // of 1 KiB across two nodes took 49.8 us where the model gives 22.4 us
   // (validation/nccl-tests.csv line 217, azure-ndm-a100-v4-2node): 27.4 us unexplained.
