@@ -165,55 +165,43 @@ class GraphBuilder {
     return id;
   }
 
-  // One compute task per rank from a Kernel, with data bindings.
+  // Rank r's task of kernel k on the compute stream, after the rank's last
+  // task and, when the host is modelled, after the host task `issued`.
+  int gpu_task(int r, const Kernel& k, bool bwd, int issued) {
+    Task& t = b_.new_task();
+    format_into(t.name, FMT_COMPILE("{}{}#{}@{}"), bwd ? "bwd_" : "", k.name, n_++, r);
+    t.rank = r;
+    t.stream = 0;
+    t.op = k.op;
+    t.flops = k.flops;
+    t.bytes = k.bytes;
+    t.dtype = k.dtype.value_or(s_.dtype);
+    if (!k.dims().empty()) t.shape.assign(k.shape.begin(), k.shape.end());
+    t.launches = k.launches;
+    t.host_wait = k.host_wait;
+    const int id = t.id;
+    if (issued >= 0) b_.add_dep(id, issued);
+    chain(r, id);
+    return id;
+  }
+
+  // One compute task per rank from a Kernel, with data bindings. With the
+  // host modelled (layer_kernels.hpp: host_split) the host issues the first
+  // launch, the GPU runs the kernel's first L - 1 launches, and its last
+  // (a task of its own) once the host has issued the rest.
   void compute(const Kernel& k, bool bwd, const std::string& kname, const std::vector<std::string>& in,
                const std::vector<std::string>& out, const std::function<std::vector<std::int64_t>(int)>& args) {
     if (dry_) return;
-    if (host_on()) return compute_hosted(k, bwd, kname, in, out, args);
-    for (int r = 0; r < d_.P; ++r) {
-      Task& t = b_.new_task();
-      format_into(t.name, FMT_COMPILE("{}{}#{}@{}"), bwd ? "bwd_" : "", k.name, n_++, r);
-      t.rank = r;
-      t.stream = 0;
-      t.op = k.op;
-      t.flops = k.flops;
-      t.bytes = k.bytes;
-      t.dtype = k.dtype.value_or(s_.dtype);
-      if (!k.dims().empty()) t.shape.assign(k.shape.begin(), k.shape.end());
-      t.launches = k.launches;
-      t.host_wait = k.host_wait;
-      if (data_) {
-        t.kernel = kname;
-        t.inputs = in;
-        t.outputs = out;
-        t.iargs = args(r);
-      }
-      chain(r, t.id);
+    const bool host = host_on();
+    HostSplit hs;
+    if (host) {
+      hs = host_split(k);
+    } else {
+      hs.main = k;
+      hs.last.launches = 0;
     }
-  }
-  // compute() with the host modelled (layer_kernels.hpp: host_split): the
-  // host issues the first launch, the GPU runs the kernel's first L - 1
-  // launches, and its last once the host has issued the rest.
-  void compute_hosted(const Kernel& k, bool bwd, const std::string& kname, const std::vector<std::string>& in,
-                      const std::vector<std::string>& out,
-                      const std::function<std::vector<std::int64_t>(int)>& args) {
-    const HostSplit hs = host_split(k);
     for (int r = 0; r < d_.P; ++r) {
-      const int h1 = host_task(r, 1);
-      auto gpu_task = [&](const Kernel& part) {
-        Task& t = b_.new_task();
-        format_into(t.name, FMT_COMPILE("{}{}#{}@{}"), bwd ? "bwd_" : "", part.name, n_++, r);
-        t.rank = r;
-        t.stream = 0;
-        t.op = part.op;
-        t.flops = part.flops;
-        t.bytes = part.bytes;
-        t.dtype = part.dtype.value_or(s_.dtype);
-        if (!part.dims().empty()) t.shape.assign(part.shape.begin(), part.shape.end());
-        t.launches = part.launches;
-        return t.id;
-      };
-      const int main = gpu_task(hs.main);
+      const int main = gpu_task(r, hs.main, bwd, host ? host_task(r, 1) : -1);
       if (data_) {
         Task& t = b_.task(main);
         t.kernel = kname;
@@ -221,15 +209,8 @@ class GraphBuilder {
         t.outputs = out;
         t.iargs = args(r);
       }
-      b_.add_dep(main, h1);
-      chain(r, main);
       int last = main;
-      if (hs.last.launches > 0) {
-        const int h2 = host_task(r, k.launches - 1);
-        last = gpu_task(hs.last);
-        b_.add_dep(last, h2);
-        chain(r, last);
-      }
+      if (hs.last.launches > 0) last = gpu_task(r, hs.last, bwd, host_task(r, k.launches - 1));
       if (hs.sync) sync_[r] = last;
     }
   }
