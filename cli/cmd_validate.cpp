@@ -14,6 +14,12 @@ namespace parmsim::cli {
 
 namespace {
 
+// A MAPE over n rows: never "0.0%" (or nan) over none.
+std::string mape_text(double mape, std::size_t n) {
+  return n > 0 ? fmt::format("{:.1f}%", mape) : std::string("none (no rows to compare)");
+}
+nlohmann::json mape_json(double mape, std::size_t n) { return n > 0 ? nlohmann::json(mape) : nlohmann::json(nullptr); }
+
 void print_gemm_table(const GemmValidation& v, const std::string& file) {
   fmt::print("GEMM model vs published measurements ({}, {} rows)\n", file, v.rows.size());
   fmt::print("{:>5} {:<10} {:<5} {:>26} {:>12} {:>12} {:>8} {:>8} {:>6}\n", "line", "gpu", "dtype", "m x n x k (batch)",
@@ -26,7 +32,7 @@ void print_gemm_table(const GemmValidation& v, const std::string& file) {
                to_string(r.m.dtype), shape, r.m.measured_us, r.predicted_us, r.error_pct,
                fmt::format("{}x{}", r.plan.tile.m, r.plan.tile.n), r.plan.waves);
   }
-  fmt::print("\nMAPE overall: {:.1f}% ({} rows)\n", v.mape, v.rows.size());
+  fmt::print("\nMAPE overall: {} ({} rows)\n", mape_text(v.mape, v.rows.size()), v.rows.size());
   for (const auto& [g, x] : v.mape_gpu) fmt::print("MAPE {:<10} {:5.1f}% ({} rows)\n", g, x, v.count_gpu.at(g));
   for (const auto& [d, x] : v.mape_dtype) fmt::print("MAPE {:<10} {:5.1f}% ({} rows)\n", d, x, v.count_dtype.at(d));
 }
@@ -50,7 +56,7 @@ nlohmann::json gemm_json(const GemmValidation& v, const std::string& file) {
                     {"source", r.m.source}});
   return {{"file", file},
           {"rows", rows},
-          {"mape_pct", v.mape},
+          {"mape_pct", mape_json(v.mape, v.rows.size())},
           {"mape_pct_by_gpu", v.mape_gpu},
           {"mape_pct_by_dtype", v.mape_dtype}};
 }
@@ -66,7 +72,7 @@ void print_nccl_table(const NcclValidation& v, const std::string& file, bool all
                r.m.system, r.m.gpu, r.m.nodes * r.m.gpus_per_node, to_string(r.m.op), r.m.bytes, r.m.measured_us,
                r.predicted_us, r.error_pct, r.choice, r.m.quality, r.m.nics_assumed ? " (NICs assumed)" : "");
   }
-  fmt::print("\nMAPE over the {} rows marked ok: {:.1f}%\n", v.counted, v.mape);
+  fmt::print("\nMAPE over the {} rows marked ok: {}\n", v.counted, mape_text(v.mape, static_cast<std::size_t>(v.counted)));
   fmt::print("by size band:\n");
   for (const auto& [k, x] : v.mape_band) fmt::print("  {:<26} {:6.1f}% ({} rows)\n", k, x, v.count_band.at(k));
   fmt::print("by op:\n");
@@ -95,7 +101,7 @@ nlohmann::json nccl_json(const NcclValidation& v, const std::string& file) {
                     {"nics_assumed", r.m.nics_assumed},
                     {"source", r.m.source}});
   return {{"file", file},           {"rows", rows},
-          {"mape_pct", v.mape},     {"mape_pct_by_band", v.mape_band},
+          {"mape_pct", mape_json(v.mape, static_cast<std::size_t>(v.counted))},     {"mape_pct_by_band", v.mape_band},
           {"mape_pct_by_op", v.mape_op}, {"mape_pct_by_system", v.mape_system},
           {"mape_pct_by_fabric", v.mape_fabric}};
 }
@@ -112,7 +118,8 @@ void print_moe_table(const MoeValidation& v, const std::string& file) {
                r.m.parmsim_system->name, r.m.gpu, r.m.gpus, r.m.dtype, r.m.what, r.m.measured_ms, pred, err,
                r.m.layer, r.status == "nearest" ? "  (nearest)" : "");
   }
-  fmt::print("\nMAPE over the {} rows of modelled systems: {:.1f}%\n", v.counted, v.mape);
+  fmt::print("\nMAPE over the {} rows of modelled systems: {}\n", v.counted,
+             mape_text(v.mape, static_cast<std::size_t>(v.counted)));
   fmt::print("by source (modelled systems):\n");
   for (const auto& [k, x] : v.mape_source_modelled)
     fmt::print("  {:<22} {:6.1f}% ({} rows)\n", k, x, v.count_source_modelled.at(k));
@@ -161,11 +168,11 @@ nlohmann::json moe_json(const MoeValidation& v, const std::string& file) {
   }
   return {{"file", file},
           {"rows", rows},
-          {"mape_pct", v.mape},
+          {"mape_pct", mape_json(v.mape, static_cast<std::size_t>(v.counted))},
           {"counted", v.counted},
           {"mape_pct_by_source", v.mape_source_modelled},
           {"mape_pct_by_system", v.mape_system},
-          {"mape_pct_nearest", v.mape_nearest},
+          {"mape_pct_nearest", mape_json(v.mape_nearest, static_cast<std::size_t>(v.counted_nearest))},
           {"counted_nearest", v.counted_nearest}};
 }
 

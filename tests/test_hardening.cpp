@@ -21,6 +21,7 @@
 
 #include "cli/common.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/utf8.hpp"
 #include "sim/engine/simulator.hpp"
 #include "cli/measured_trace.hpp"
 #include "sim/engine/trace_writer.hpp"
@@ -675,4 +676,30 @@ TEST_CASE("YAML aliases: a self-reference is refused at the alias, an exponentia
       sweep::parse_spec_text("name: s\ntopologies: &t [{file: x.yaml, set: *t}]\ngrid: {B: [1]}\n",
                              dir + "/experiments/t.yaml"),
       Catch::Contains("an alias inside the node it names"));
+}
+
+// Class F: names that are not UTF-8 made every JSON writer fail with an
+// internal error. Every YAML and CSV input is now checked at load.
+TEST_CASE("utf8_error finds the first byte that is not UTF-8", "[hardening][utf8]") {
+  CHECK_FALSE(utf8_error("plain ascii"));
+  CHECK_FALSE(utf8_error("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"));  // é € 😀
+  CHECK(utf8_error("ab\xFF") == std::optional<std::size_t>(2));            // never a UTF-8 byte
+  CHECK(utf8_error("a\xC0\x80") == std::optional<std::size_t>(1));         // overlong NUL
+  CHECK(utf8_error("\xED\xA0\x80") == std::optional<std::size_t>(0));      // a surrogate, U+D800
+  CHECK(utf8_error("x\xE2\x82") == std::optional<std::size_t>(1));         // cut short
+  CHECK(utf8_error("\xF4\x90\x80\x80") == std::optional<std::size_t>(0));  // above U+10FFFF
+  CHECK(utf8_error("\xC3\xA9\x80") == std::optional<std::size_t>(2));      // a stray continuation byte
+}
+
+TEST_CASE("a YAML or CSV input that is not UTF-8 is refused at the bad byte", "[hardening][utf8]") {
+  using Catch::Matchers::Contains;
+  // Line 2, column 9: "name: ab" is 8 bytes before the 0xFF.
+  CHECK_THROWS_WITH(parse_topology_text("gpu: h100\nname: ab\xFF\n", "t.yaml"),
+                    Contains("t.yaml:2:9: byte 0xFF is not UTF-8"));
+  const std::string path = (std::filesystem::temp_directory_path() / "parmsim-utf8.csv").string();
+  std::ofstream(path) << "gpu,dtype\nh100,bf\xC3\n";
+  // Row 2: "h100,bf" is 7 bytes, the cut-short sequence starts at column 8.
+  CHECK_THROWS_WITH(read_csv_table(path, {"gpu", "dtype"}, [](const CsvRow&) {}),
+                    Contains(":2: column 8: byte 0xC3 is not UTF-8"));
+  std::remove(path.c_str());
 }

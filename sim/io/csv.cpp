@@ -7,10 +7,15 @@
 #include <fstream>
 
 #include "sim/core/error.hpp"
+#include "sim/core/utf8.hpp"
 
 namespace parmsim {
 
 std::vector<std::string> split_csv(const std::string& line, const std::string& where) {
+  // Every CSV reader splits its lines here: names reach the JSON writers only as UTF-8.
+  if (const auto bad = utf8_error(line))
+    throw UserError(fmt::format("{}: column {}: byte 0x{:02X} is not UTF-8; CSV files are UTF-8 text", where,
+                                *bad + 1, static_cast<unsigned char>(line[*bad])));
   std::vector<std::string> out;
   std::string cur;
   bool quoted = false;

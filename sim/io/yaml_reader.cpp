@@ -20,6 +20,7 @@
 
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
+#include "sim/core/utf8.hpp"
 #include "sim/io/output.hpp"
 
 namespace parmsim {
@@ -237,6 +238,9 @@ YamlReader YamlReader::load_file(const std::string& file) {
 }
 
 YamlReader YamlReader::load_string(const std::string& text, const std::string& name) {
+  if (const auto bad = utf8_error(text))
+    throw UserError(fmt::format("{}:{}: byte 0x{:02X} is not UTF-8; YAML and JSON files are UTF-8 text", name,
+                                text_position(text, *bad), static_cast<unsigned char>(text[*bad])));
   if (ends_with_ci(name, ".json")) check_json_syntax(text, name);
   try {
     check_documents(text, name);

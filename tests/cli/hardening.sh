@@ -475,5 +475,17 @@ refused layer-vary-empty "--vary: nccl.launch: the range 5us:5us is empty" -- \
   "$bin" layer -t $T --sensitivity --vary nccl.launch=5us:5us
 refused layer-vary-alone "--vary: needs --sensitivity" -- "$bin" layer -t $T --vary nccl.launch=0us:5us
 
+# Names that are not UTF-8 (class F): refused at the byte, before any JSON writer sees them.
+printf 'name: "ab\xff"\ngpu: h100\nnodes: 1\nnode:\n  gpus: 2\n  links:\n    - {a: gpu0, b: gpu1, bandwidth: 1GBps, latency: 1us}\n' > "$tmp/utf8.yaml"
+refused layer-json-utf8 "$tmp/utf8.yaml:1:10: byte 0xFF is not UTF-8" -- "$bin" layer -t "$tmp/utf8.yaml" --set mp=2 --json
+
+# validate over no rows (class J): no MAPE, never "0.0%" or nan.
+head -1 validation/moe.csv > "$tmp/moe0.csv"
+cases=$((cases + 1))
+out=$("$bin" validate moe "$tmp/moe0.csv" 2>&1); rc=$?
+if [ $rc = 0 ] && [[ $out == *"MAPE over the 0 rows of modelled systems: none"* ]] && [[ $out != *nan* ]]; then ok; else bad "validate moe, 0 rows: $out"; fi
+out=$("$bin" validate moe "$tmp/moe0.csv" --json 2>&1)
+[[ $out == *'"mape_pct": null'* ]] && ok || bad "validate moe --json, 0 rows: $out"
+
 echo "hardening: $passes passed, $fails failed ($cases refused inputs)"
 [ "$fails" = 0 ]
