@@ -29,4 +29,15 @@ class InternalError : public std::logic_error {
   explicit InternalError(const std::string& what) : std::logic_error(what) {}
 };
 
+// A value as an error message quotes it: whole up to 60 bytes, else its first
+// 60 bytes (cut at a UTF-8 character boundary) and how long it was, so a
+// message never echoes a whole misread file.
+inline std::string excerpt(const std::string& v) {
+  constexpr std::size_t kMax = 60;
+  if (v.size() <= kMax) return v;
+  std::size_t n = kMax;
+  while (n > 0 && (static_cast<unsigned char>(v[n]) & 0xC0) == 0x80) --n;  // not inside a character
+  return v.substr(0, n) + "... (" + std::to_string(v.size()) + " bytes)";
+}
+
 }  // namespace parmsim

@@ -264,7 +264,7 @@ void YamlReader::fail(const std::string& expected) const {
   if (expected.find("got ") != std::string::npos)
     ;  // the reason already quotes the value
   else if (node_.IsScalar())
-    got = fmt::format(", got '{}'", node_.Scalar());
+    got = fmt::format(", got '{}'", excerpt(node_.Scalar()));
   else if (node_.IsSequence())
     got = ", got a list";
   else if (node_.IsMap())

@@ -29,13 +29,13 @@ std::int64_t parse_int(const Key& key, const std::string& v, const std::string& 
     const long long x = std::stoll(v, &used);
     if (used != v.size()) throw std::invalid_argument("x");
     if (x < lo || x > hi)
-      throw UserError(fmt::format("{}: key '{}': expected an integer {}, got '{}'", where, key.name, range(), v));
+      throw UserError(fmt::format("{}: key '{}': expected an integer {}, got '{}'", where, key.name, range(), excerpt(v)));
     return x;
   } catch (const std::out_of_range&) {
     throw UserError(
-        fmt::format("{}: key '{}': expected an integer in [{}, {}], got '{}'", where, key.name, lo, hi, v));
+        fmt::format("{}: key '{}': expected an integer in [{}, {}], got '{}'", where, key.name, lo, hi, excerpt(v)));
   } catch (const std::logic_error&) {
-    throw UserError(fmt::format("{}: key '{}': expected an integer, got '{}'", where, key.name, v));
+    throw UserError(fmt::format("{}: key '{}': expected an integer, got '{}'", where, key.name, excerpt(v)));
   }
 }
 
@@ -46,13 +46,13 @@ std::size_t choose(const Key& key, const std::string& v, const std::string& wher
     if (v == key.choices[i]) return i;
     names += (i == 0 ? "" : i + 1 == key.choices.size() ? " or " : ", ") + std::string(key.choices[i]);
   }
-  throw UserError(fmt::format("{}: key '{}': expected {}, got '{}'", where, key.name, names, v));
+  throw UserError(fmt::format("{}: key '{}': expected {}, got '{}'", where, key.name, names, excerpt(v)));
 }
 
 bool parse_bool(const Key& key, const std::string& v, const std::string& where) {
   if (v == "1" || v == "true") return true;
   if (v == "0" || v == "false") return false;
-  throw UserError(fmt::format("{}: key '{}': expected true/false or 1/0, got '{}'", where, key.name, v));
+  throw UserError(fmt::format("{}: key '{}': expected true/false or 1/0, got '{}'", where, key.name, excerpt(v)));
 }
 
 // Setters, one per key. The positive integer keys share one.
@@ -72,7 +72,7 @@ void set_f(const Key&, LayerSpec& s, ScheduleOptions&, const std::string& v, con
     s.f = std::stod(v, &used);
     if (used != v.size() || !(s.f > 0) || !std::isfinite(s.f)) throw std::invalid_argument("x");
   } catch (const std::logic_error&) {
-    throw UserError(fmt::format("{}: key 'f': expected a capacity factor > 0, got '{}'", w, v));
+    throw UserError(fmt::format("{}: key 'f': expected a capacity factor > 0, got '{}'", w, excerpt(v)));
   }
 }
 void set_dtype(const Key&, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
@@ -105,7 +105,7 @@ void set_host_op(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string
   std::string why;
   const std::optional<Time> t = v == "0" ? std::optional<Time>(Time{}) : units::parse_time(v, &why);
   if (!t || t->count_ps() < 0 || *t > Time::ms(1000))
-    throw UserError(fmt::format("{}: key '{}': expected a time in [0, 1s] such as 7us, got '{}'{}", w, k.name, v,
+    throw UserError(fmt::format("{}: key '{}': expected a time in [0, 1s] such as 7us, got '{}'{}", w, k.name, excerpt(v),
                                 why.empty() ? "" : " (" + why + ")"));
   s.host_op = *t;
 }

@@ -487,5 +487,11 @@ if [ $rc = 0 ] && [[ $out == *"MAPE over the 0 rows of modelled systems: none"* 
 out=$("$bin" validate moe "$tmp/moe0.csv" --json 2>&1)
 [[ $out == *'"mape_pct": null'* ]] && ok || bad "validate moe --json, 0 rows: $out"
 
+# A file that is not the YAML asked for is quoted in a short excerpt, never whole (class K).
+python3 -c "print('x' * 100000)" > "$tmp/long.yaml"
+cases=$((cases + 1))
+out=$("$bin" layer -t "$tmp/long.yaml" 2>&1); rc=$?
+if [ $rc = 1 ] && [ ${#out} -lt 300 ] && [[ $out == *"... (100000 bytes)"* ]]; then ok; else bad "long value quoted whole: ${#out} bytes"; fi
+
 echo "hardening: $passes passed, $fails failed ($cases refused inputs)"
 [ "$fails" = 0 ]
