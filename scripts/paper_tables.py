@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The README's paper comparison and ablation tables, from what the main job ran.
 
-Reads RESULTS/paper-grid.csv, RESULTS/ablation.csv, RESULTS/bert-moe.json and
-RESULTS/gpt2-moe.json (scripts/run-main.sh writes them) and writes Markdown to
-OUT (default RESULTS/paper-comparison.md), printing it too.
+Reads RESULTS/paper-grid.csv, RESULTS/ablation.csv, RESULTS/bert-moe.json,
+RESULTS/gpt2-moe.json and RESULTS/model-range.csv (scripts/run-main.sh writes them;
+the last with scripts/model_range.py) and writes Markdown to OUT (default
+RESULTS/paper-comparison.md), printing it too.
 
     scripts/paper_tables.py --results out [--out out/paper-comparison.md]
 """
@@ -100,6 +101,89 @@ def model_rows(results):
     return rows
 
 
+def model_range(results):
+    """Rows of model-range.csv (scripts/model_range.py): the models under each moe_every, batch and testbed."""
+    p = os.path.join(results, "model-range.csv")
+    if not os.path.isfile(p):
+        fail(f"{p}: not found (run scripts/run-main.sh, or scripts/model_range.py --out {p})")
+    rows = []
+    with open(p, newline="") as f:
+        for line, r in enumerate(csv.DictReader(f), start=2):
+            try:
+                rows.append({"model": r["model"], "topology": r["topology"], "p2p": r["p2p"] == "1",
+                             "moe_every": int(r["moe_every"]), "batch": int(r["batch"]),
+                             "moe_layers": int(r["moe_layers"]), "shipped": r["shipped"] == "1",
+                             "it": max(float(r["iteration_speedup_s1"]), float(r["iteration_speedup_s2"])),
+                             "moe": max(float(r["moe_speedup_s1"]), float(r["moe_speedup_s2"]))})
+            except (KeyError, ValueError, TypeError) as e:
+                fail(f"{p}:{line}: {e}")
+    if not rows:
+        fail(f"{p}: no rows")
+    return rows
+
+
+def range_table(rows):
+    """The table and the sentences on what moves the models' speedup (the faster of S1 and S2)."""
+    topos = sorted({(r["p2p"], r["topology"]) for r in rows})
+    cell = {(r["model"], r["moe_every"], r["batch"], r["topology"]): r for r in rows}
+    L = ["The models' own choices (scripts/model_range.py; experiments/bert-moe.yaml and gpt2-moe.yaml cite each "
+         "value): the iteration speedup of the faster Parm schedule over the baseline, in brackets the MoE layers "
+         "alone, per block-MoE interval (`moe_every`) and batch per GPU; **bold**: the shipped setting.", ""]
+    L.append("| model | moe_every (MoE layers) | batch | " +
+             " | ".join(t for _, t in topos) + " |")
+    L.append("|---|---|---|" + "---|" * len(topos))
+    settings = sorted({(r["model"], r["moe_every"], r["batch"]) for r in rows})
+    for m, e, b in settings:
+        cells, layers = [], ""
+        for _, t in topos:
+            r = cell.get((m, e, b, t))
+            if r is None:
+                cells.append("-")
+                continue
+            layers = str(r["moe_layers"])
+            s = f"{r['it']:.2f}x ({r['moe']:.2f}x)"
+            cells.append(f"**{s}**" if r["shipped"] else s)
+        L.append(f"| {m} | {e} ({layers}) | {b} | " + " | ".join(cells) + " |")
+    L.append("")
+    spans = []
+    for p, t in topos:
+        x = [r for r in rows if r["topology"] == t]
+        spans.append(f"{t}{' (GPU peer-to-peer)' if p else ' (no GPU peer-to-peer)'}: iteration {min(r['it'] for r in x):.2f}x - "
+                     f"{max(r['it'] for r in x):.2f}x, MoE layers alone {min(r['moe'] for r in x):.2f}x - "
+                     f"{max(r['moe'] for r in x):.2f}x")
+    L.append("Against the paper's ~3x, over these settings: " + "; ".join(spans) + ".")
+    near = sorted((r for r in rows if r["it"] >= 0.9 * PAPER_MODEL), key=lambda r: -r["it"])
+    L.append(f"Within 10% of ~{PAPER_MODEL:g}x per iteration: " +
+             ("; ".join(f"{r['model']} with moe_every {r['moe_every']} and batch {r['batch']} on {r['topology']} "
+                        f"({r['it']:.2f}x)" for r in near) if near else "none") + ".")
+
+    def effect(name, split):
+        """Median ratio of the iteration speedup between the two values of one input, the others held."""
+        pairs = defaultdict(dict)
+        for r in rows:
+            side, rest = split(r)
+            if side is not None:
+                pairs[rest][side] = r["it"]
+        ratios = [v[1] / v[0] for v in pairs.values() if len(v) == 2]
+        return f"{name} {statistics.median(ratios):.2f}x" if ratios else None
+
+    def key_without(r, *drop):
+        return tuple(v for k, v in sorted(r.items()) if k not in drop + ("it", "moe", "shipped", "moe_layers"))
+
+    lo_b, hi_b = min(r["batch"] for r in rows), max(r["batch"] for r in rows)
+    eff = [effect("GPU peer-to-peer (the testbed's `p2p`: topologies/parm-32gpu-p2p.yaml against parm-32gpu.yaml)",
+                  lambda r: ((1 if r["p2p"] else 0), key_without(r, "p2p", "topology"))),
+           effect("an MoE layer in every block (`moe_every` 1 against 2)",
+                  lambda r: ({1: 1, 2: 0}.get(r["moe_every"]), key_without(r, "moe_every"))),
+           effect(f"batch {hi_b} against {lo_b} per GPU",
+                  lambda r: ({hi_b: 1, lo_b: 0}.get(r["batch"]) if hi_b != lo_b else None, key_without(r, "batch")))]
+    eff = [x for x in eff if x]
+    if eff:
+        L.append("What moves the iteration speedup (median ratio, the other settings held): " + "; ".join(eff) + ".")
+    L.append("")
+    return L
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default="out")
@@ -118,6 +202,7 @@ def main():
         L.append(f"| {m}, iteration (MoE layers alone) | ~3x | {it['s1']:.2f}x ({moe['s1']:.2f}x) | "
                  f"{it['s2']:.2f}x ({moe['s2']:.2f}x) | {max(it.values()):.2f}x |")
     L.append("")
+    L += range_table(model_range(a.results))
     L.append("`auto` against the simulator (rows: the schedule the simulator finds faster; columns: what the closed form picks), "
              "and the closed form's error against the simulator:")
     L.append("")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, sweeps the 1296-layer paper
-# grid and the what-if specs, runs the BERT-MoE and GPT-2-MoE models, writes a
-# layer timeline, and draws every figure. Results in out/ (override: OUT=dir); the
+# grid and the what-if specs, runs the BERT-MoE and GPT-2-MoE models (and their
+# moe_every/batch range), writes a layer timeline, and draws every figure. Results in out/ (override: OUT=dir); the
 # paper comparison and the measured figures also go to docs/generated/ and the README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,8 @@ for m in bert-moe gpt2-moe; do
   $bin model experiments/$m.yaml
   $bin model experiments/$m.yaml --json > "$out/$m.json.tmp" && mv "$out/$m.json.tmp" "$out/$m.json"
 done
+echo "== the models' own choices as a range: moe_every {1, 2} x batch {2, 4, 8}, without and with GPU P2P"
+/usr/bin/python3 scripts/model_range.py --bin "$bin" --out "$out/model-range.csv"
 echo "== the paper-like layer on the 32-GPU cluster, with S2's timeline"
 $bin layer -t topologies/parm-32gpu.yaml --set B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4 --search \
   --schedule s2 --trace "$out/layer.trace.csv"

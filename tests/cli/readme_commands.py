@@ -117,6 +117,8 @@ def both(*checks):
 
 
 # (pattern matched against the README command, check of its stdout, or a string: why it is skipped)
+MODEL_RANGE_COLS = ("model,topology,p2p,moe_every,batch,moe_layers,shipped,baseline_iteration_us,iteration_speedup_s1,"
+                    "iteration_speedup_s2,moe_speedup_s1,moe_speedup_s2")
 CHECKS = [
     (r"^bash scripts/run-main\.sh", "the main job (~5 min); its README blocks are checked by ctest readme_generated"),
     (r"^bash scripts/test\.sh", "runs this test"),
@@ -139,7 +141,9 @@ CHECKS = [
     (r"sweep experiments/ablation\.yaml -o out/ablation\.csv", sweep("ablation.csv")),
     (r"model experiments/bert-moe\.yaml", has(r"embedding_and_head", r"attention", r"dense_ffn", r"moe_layer",
                                               r"dp_grad_allreduce", r"hidden_us")),
-    (r"scripts/paper_tables\.py --results out", both(files("paper-comparison.md"), has(r"^\| grid, cluster-32gpu"))),
+    (r"scripts/model_range\.py --bin build/parmsim --out out/model-range\.csv",
+     both(has(r"^model_range: 24 runs -> "), files("model-range.csv", head=MODEL_RANGE_COLS))),
+    (r"scripts/paper_tables\.py --results out", both(files("paper-comparison.md"), has(r"^\| grid, cluster-32gpu", r"^\| bert-moe \| 2 \(6\) \| 8 \| \*\*"))),
     (r"plots/make_figures\.py --results out --out out/figures", lambda s: glob.glob(out("figures/*.png")) or
      (_ for _ in ()).throw(AssertionError("no out/figures/*.png"))),
     (r"^build/parmsim_bench$", has(r"BM_EventQueue", r"BM_FatTreeAlltoAll", r"BM_Switch1024", r"BM_LayerAllSchedules",
@@ -161,7 +165,8 @@ CHECKS = [
 # (the README shows these commands after a main-job run).
 PREPARE = {
     r"scripts/paper_tables\.py": ["build/parmsim model experiments/bert-moe.yaml --json > out/bert-moe.json",
-                                  "build/parmsim model experiments/gpt2-moe.yaml --json > out/gpt2-moe.json"],
+                                  "build/parmsim model experiments/gpt2-moe.yaml --json > out/gpt2-moe.json",
+                                  "scripts/model_range.py --bin build/parmsim --out out/model-range.csv"],
 }
 
 
