@@ -289,15 +289,50 @@ int pxn_via(int src, int dst, const Topology& topo) {
   return via == src ? -1 : via;
 }
 
-// Marks every transfer of `plan` as NCCL send/recv: p2p latency by path, PXN routes.
+// Marks every transfer of `plan` as NCCL send/recv: p2p latency by path, PXN
+// routes, and the proxy's launch of each network peer. The transfers whose
+// send steps have the same depth in the step DAG are one grouped batch (one
+// ncclGroupStart/End: all of direct/p2p's transfers, one window, one SAA
+// round). In a batch every network transfer is one proxy send, on the GPU it
+// leaves from (the PXN GPU, else the sender), and one proxy receive, on the
+// receiver; each proxy launches its operations one after another, in plan
+// order (the sender's peers in round order, as NCCL's p2p schedule visits
+// them), each nccl_p2p_net_overhead_us after the last. A transfer waits for
+// both its operations: its latency is the network p2p latency plus
+// max(j, j') overheads, j and j' its positions on the two proxies.
+// Intra-node transfers need no proxy (the P2P and SHM transports' kernels
+// move the data themselves) and keep the single latency.
 void as_p2p(CollPlan& plan, const Collective& c, const Topology& topo) {
   const NcclSystem sys = nccl_system(c.group, topo);
-  plan.latencies = {us_time(nccl_p2p_latency_us(sys, false)), us_time(nccl_p2p_latency_us(sys, true))};
+  const Time intra = us_time(nccl_p2p_latency_us(sys, false));
+  const double inter_us = nccl_p2p_latency_us(sys, true), overhead_us = nccl_p2p_net_overhead_us(sys);
+  plan.latencies = {intra};
+  // Depth of every step (dependencies precede their steps in every plan).
+  std::vector<int> depth(plan.steps.size(), 0);
+  for (std::size_t s = 0; s < plan.steps.size(); ++s)
+    for (int d : plan.steps[s].deps)
+      if (d >= 0) depth[s] = std::max(depth[s], depth[d] + 1);
+  // Per GPU: operations launched so far in the batch `batch[g]` (sends, receives).
+  const int G = topo.num_gpus();
+  std::vector<int> batch(G, -1), sends(G, 0), recvs(G, 0);
+  auto at = [&](int g, int d) {
+    if (batch[g] != d) batch[g] = d, sends[g] = 0, recvs[g] = 0;
+  };
   for (CollXfer& x : plan.xfers) {
     const int a = c.group[x.src], b = c.group[x.dst];
-    const bool inter = !topo.same_node(a, b);
-    x.lat = inter ? 1 : 0;
-    if (inter) x.via = pxn_via(a, b, topo);
+    if (topo.same_node(a, b)) {
+      x.lat = 0;
+      continue;
+    }
+    x.via = pxn_via(a, b, topo);
+    const int d = depth[x.send_step], proxy = x.via >= 0 ? x.via : a;
+    at(proxy, d);
+    at(b, d);
+    const int j = std::max(sends[proxy]++, recvs[b]++);
+    while (static_cast<int>(plan.latencies.size()) <= j + 1)
+      plan.latencies.push_back(
+          us_time(inter_us + static_cast<double>(plan.latencies.size() - 1) * overhead_us));
+    x.lat = j + 1;
   }
 }
 
