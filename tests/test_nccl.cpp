@@ -169,8 +169,9 @@ TEST_CASE("p2p AlltoAll: PXN sends through the NIC on the destination's rail", "
     bool nic3 = false;
     for (int l : r.links) nic3 = nic3 || t.link_name(l).find("n0.nic3") != std::string::npos;
     CHECK(nic3);
-    // Latency: ring Simple base 8.4 + one network Simple hop 14 = 22.4 us.
-    CHECK(r.latency.to_us() == Approx(22.4));
+    // Latency: ring Simple base 8.4 + one network Simple hop 14 = 22.4 us, plus
+    // the proxy's launch of the 7 other network peers, 7 x 3 us (Intel): 43.4 us.
+    CHECK(r.latency.to_us() == Approx(43.4));
   }
 }
 

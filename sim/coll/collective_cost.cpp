@@ -341,69 +341,33 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
   for (int l = 0; l < topo.num_links(); ++l) inv_bw[l] = 1.0 / static_cast<double>(topo.link(l).bandwidth);
   std::vector<CostLine> line(X);
   std::vector<int> touched;
-  // A round whose transfers start at different times (their latencies
-  // differ: intra- and inter-node send/recv, a proxy's queue of network
-  // peers, as_p2p) keeps each link busy from the first start while work is
-  // left: the last byte over a link leaves at max over the transfers j on it
-  // of (latency_j + bytes of the transfers starting no earlier than j / bw),
-  // the work-conserving makespan that max-min sharing gives. So transfer x's
-  // slope counts, on each of its links, the bytes of the round's transfers
-  // with a latency >= its own (all of them when the latencies are equal).
-  struct Part {
-    double lat;
-    int x;         // >= 0: transfer x of the plan; -1: a concurrent copy's
-    int lo, hi;    // its links: arena (x >= 0) or copy_arena (x < 0) [lo, hi)
-    double bytes;
-  };
-  std::vector<Part> parts;
-  std::vector<int> copy_arena;
   for (int lo = 0; lo < X;) {
     const int d = depth[plan.xfers[order[lo]].send_step];
     int hi = lo;
     while (hi < X && depth[plan.xfers[order[hi]].send_step] == d) ++hi;
     ++f.rounds;
-    parts.clear();
-    copy_arena.clear();
-    bool same_lat = true;
     for (int i = lo; i < hi; ++i) {
       const int x = order[i];
-      parts.push_back({lat[x], x, off[x], off[x + 1], static_cast<double>(plan.xfers[x].bytes)});
-      same_lat = same_lat && lat[x] == lat[order[lo]];
+      for (int k = off[x]; k < off[x + 1]; ++k) load[arena[k]] += static_cast<double>(plan.xfers[x].bytes);
     }
     // The concurrent copies' transfers of this round load their own routes.
     for (int j = 1; j < conc.copies; ++j)
       for (int i = lo; i < hi; ++i) {
         const CollPlan& pj = copy_plan[j - 1];
         const Route& r = xfer_route(pj, pj.xfers[order[i]], copy_c[j - 1].group, topo, scratch);
-        const int b = static_cast<int>(copy_arena.size());
-        copy_arena.insert(copy_arena.end(), r.links.begin(), r.links.end());
-        const double l = r.latency.to_seconds();
-        same_lat = same_lat && l == lat[order[lo]];
-        parts.push_back({l, -1, b, static_cast<int>(copy_arena.size()), static_cast<double>(pj.xfers[order[i]].bytes)});
-      }
-    // Latest start first (stable: equal latencies keep plan order).
-    if (!same_lat)
-      std::stable_sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.lat > b.lat; });
-    const int P = static_cast<int>(parts.size());
-    for (int g = 0; g < P;) {
-      int h = g;
-      while (h < P && (same_lat || parts[h].lat == parts[g].lat)) ++h;
-      for (int i = g; i < h; ++i) {
-        const int* links = parts[i].x >= 0 ? arena.data() : copy_arena.data();
-        for (int k = parts[i].lo; k < parts[i].hi; ++k) {
-          load[links[k]] += parts[i].bytes;
-          touched.push_back(links[k]);
+        for (int l : r.links) {
+          load[l] += static_cast<double>(pj.xfers[order[i]].bytes);
+          touched.push_back(l);
         }
       }
-      for (int i = g; i < h; ++i) {
-        const int x = parts[i].x;
-        if (x < 0) continue;
-        double t = 0.0;
-        for (int k = off[x]; k < off[x + 1]; ++k) t = std::max(t, load[arena[k]] * inv_bw[arena[k]]);
-        line[x] = {lat[x], t / scale};
-      }
-      g = h;
+    for (int i = lo; i < hi; ++i) {
+      const int x = order[i];
+      double t = 0.0;
+      for (int k = off[x]; k < off[x + 1]; ++k) t = std::max(t, load[arena[k]] * inv_bw[arena[k]]);
+      line[x] = {lat[x], t / scale};
     }
+    for (int i = lo; i < hi; ++i)
+      for (int k = off[order[i]]; k < off[order[i] + 1]; ++k) load[arena[k]] = 0.0;
     for (int l : touched) load[l] = 0.0;
     touched.clear();
     lo = hi;

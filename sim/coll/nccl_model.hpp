@@ -136,11 +136,10 @@ double nccl_p2p_latency_us(const NcclSystem& s, bool inter_node);
 // times that for Simple (src/graph/tuning.cc@5067397c lines 228-233 and
 // 403-410). Network send/recv runs Simple: NCCL allocates no LL buffers for
 // p2p network connections unless NCCL_ALLOC_P2P_NET_LL_BUFFERS=1 (init.cc
-// line 859, transport/net.cc lines 913-936). So a transfer whose send is the
-// j-th network send of its proxy and whose receive the j'-th network receive
-// of the receiver's proxy starts max(j, j') x this after the batch's first
-// (collective_plan.cpp, as_p2p): a batch with k network peers per GPU pays
-// nccl_p2p_latency_us(s, true) + (k - 1) x this.
+// line 859, transport/net.cc lines 913-936). So a batch whose busiest proxy
+// launches k network sends (or receives) has its last peer start (k - 1) x
+// this after its first (collective_plan.cpp, as_p2p): a batch with k network
+// peers per GPU pays nccl_p2p_latency_us(s, true) + (k - 1) x this.
 double nccl_p2p_net_overhead_us(const NcclSystem& s);
 
 }  // namespace parmsim
