@@ -169,8 +169,9 @@ TEST_CASE("p2p AlltoAll: PXN sends through the NIC on the destination's rail", "
     bool nic3 = false;
     for (int l : r.links) nic3 = nic3 || t.link_name(l).find("n0.nic3") != std::string::npos;
     CHECK(nic3);
-    // Latency: ring Simple base 8.4 + one network Simple hop 14 = 22.4 us.
-    CHECK(r.latency.to_us() == Approx(22.4));
+    // Latency: ring Simple base 8.4 + one network Simple hop 14 = 22.4 us, plus
+    // the proxy's launch of the 7 other network peers, 7 x 3 us (Intel): 43.4 us.
+    CHECK(r.latency.to_us() == Approx(43.4));
   }
 }
 
@@ -229,4 +230,62 @@ TEST_CASE("Topology keys nccl.launch and nccl.net_latency add to NCCL's latencie
   CHECK(nccl_p2p_latency_us(s, true) == Approx(31.4));
   // The simulator runs it: 8 B alone takes the estimate.
   CHECK(sim_us(t, all(CollOp::allreduce, 16, 8)) == Approx(34.2 + 8 / (e.bw_GBps * 1e3)).epsilon(1e-6));
+}
+
+TEST_CASE("A grouped send/recv batch pays the proxy's launch of every network peer", "[nccl][p2p]") {
+  // NCCL's per-step proxy launch ("net overhead", src/graph/tuning.cc@5067397c
+  // lines 228-233, 403-410): 1 us on Intel, 2 us on AMD, x 3 for Simple, the
+  // protocol network send/recv runs (no LL buffers for p2p network
+  // connections, init.cc line 859). One network peer: the single latency,
+  // ring Simple base 8.4 + network Simple hop 14 = 22.4 us. Each further
+  // network peer of a GPU's proxy: + 3 us (Intel), + 6 us (AMD).
+  const Topology t = topo("dgx-h100", {"nodes=2"});
+  auto max_lat_us = [&](const Collective& c) {
+    const CollPlan plan = make_plan(c, t);
+    double m = 0;
+    Route scratch;
+    for (const CollXfer& x : plan.xfers) m = std::max(m, xfer_route(plan, x, c.group, t, scratch).latency.to_us());
+    return m;
+  };
+  const NcclSystem s = nccl_system(all(CollOp::alltoall, 16, 1).group, t);
+  CHECK(nccl_p2p_net_overhead_us(s) == Approx(3.0));
+  // 16 ranks on 2 nodes: 8 network peers per GPU. With PXN, GPU r's proxy
+  // sends for all 8 local GPUs to the remote GPU of rail r and receives from
+  // the 8 remote GPUs: 8 places in its queue, the last 7 x 3 = 21 us after
+  // the first: 22.4 + 21 = 43.4 us.
+  CHECK(max_lat_us(all(CollOp::alltoall, 16, 16 << 10)) == Approx(43.4));
+  // 4 ranks on each node (0-3, 8-11): 4 network peers, 22.4 + 3 x 3 = 31.4 us.
+  Collective half = all(CollOp::alltoall, 8, 8 << 10);
+  half.group = {0, 1, 2, 3, 8, 9, 10, 11};
+  CHECK(max_lat_us(half) == Approx(31.4));
+  // One rank on each node: one network peer, the single latency.
+  Collective pair = all(CollOp::alltoall, 2, 2 << 10);
+  pair.group = {0, 8};
+  CHECK(max_lat_us(pair) == Approx(22.4));
+  // One node: no network peer, no proxy: ring Simple base 8.4 + NVLink Simple hop 3.4 = 11.8 us.
+  CHECK(max_lat_us(all(CollOp::alltoall, 8, 8 << 10)) == Approx(11.8));
+  // Parm's released SAA: each of its p rounds is its own batch with one
+  // send peer and one receive peer per GPU, on distinct proxies (the
+  // destinations of one round are on distinct rails): no round waits on a queue.
+  Collective saa = all(CollOp::saa, 16, 16 << 10);
+  saa.inner = 2;
+  CHECK(max_lat_us(saa) == Approx(22.4));
+
+  // The simulator and the closed form both run it: 1 KiB per peer adds a few
+  // ns of transfer (8 KiB through a 400 Gb/s NIC is 0.16 us), so both land in
+  // [43.4, 43.6] us, and within 2% of each other.
+  const Collective a2a = all(CollOp::alltoall, 16, 16 << 10);
+  const double sim = sim_us(t, a2a), form = collective_time_s(a2a, t) * 1e6;
+  CHECK(sim >= 43.4);
+  CHECK(sim <= 43.6);
+  CHECK(form == Approx(sim).epsilon(0.02));
+
+  // On AMD hosts the launch costs 2 us x 3: 22.4 + 7 x 6 = 64.4 us.
+  std::ifstream in(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml");
+  std::stringstream text;
+  text << in.rdbuf() << "cpu: amd\n";
+  const Topology amd = parse_topology_text(text.str(), "dgx-h100+amd.yaml", {"nodes=2"});
+  const double amd_us = sim_us(amd, a2a);
+  CHECK(amd_us >= 64.4);
+  CHECK(amd_us <= 64.6);
 }

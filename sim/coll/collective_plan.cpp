@@ -289,15 +289,62 @@ int pxn_via(int src, int dst, const Topology& topo) {
   return via == src ? -1 : via;
 }
 
-// Marks every transfer of `plan` as NCCL send/recv: p2p latency by path, PXN routes.
+// Marks every transfer of `plan` as NCCL send/recv: p2p latency by path, PXN
+// routes, and the proxy's launch of each network peer. The transfers whose
+// send steps have the same depth in the step DAG are one grouped batch (one
+// ncclGroupStart/End: all of direct/p2p's transfers, one window, one SAA
+// round). In a batch every network transfer is one proxy send, on the GPU it
+// leaves from (the PXN GPU, else the sender), and one proxy receive, on the
+// receiver; each proxy launches its operations one after another, a send and
+// a receive together taking one nccl_p2p_net_overhead_us. The busiest proxy
+// of the batch, with k places (max of its sends and its receives), launches
+// its last 1 + (k - 1) overheads after its first: every network transfer of
+// the batch gets the network p2p latency plus (k - 1) overheads, so the
+// batch's last peer is costed exactly and the others wait with it (their
+// head start is not modelled: distinct start times would cost the flow
+// network one max-min re-solve each, thousands in a 1024-GPU AlltoAll).
+// Intra-node transfers need no proxy (the P2P and SHM transports' kernels
+// move the data themselves) and keep the single latency.
 void as_p2p(CollPlan& plan, const Collective& c, const Topology& topo) {
   const NcclSystem sys = nccl_system(c.group, topo);
-  plan.latencies = {us_time(nccl_p2p_latency_us(sys, false)), us_time(nccl_p2p_latency_us(sys, true))};
+  const double inter_us = nccl_p2p_latency_us(sys, true), overhead_us = nccl_p2p_net_overhead_us(sys);
+  plan.latencies = {us_time(nccl_p2p_latency_us(sys, false))};
+  // Depth of every step (dependencies precede their steps in every plan).
+  std::vector<int> depth(plan.steps.size(), 0);
+  int depths = 1;
+  for (std::size_t s = 0; s < plan.steps.size(); ++s) {
+    for (int d : plan.steps[s].deps)
+      if (d >= 0) depth[s] = std::max(depth[s], depth[d] + 1);
+    depths = std::max(depths, depth[s] + 1);
+  }
+  // Per GPU: sends and receives launched so far in batch `batch[g]` (every
+  // plan lists a batch's transfers before the next batch's); per batch: the
+  // most places any proxy holds.
+  const int G = topo.num_gpus();
+  std::vector<int> batch(G, -1), sends(G, 0), recvs(G, 0), places(depths, 0);
+  auto at = [&](int g, int d) {
+    if (batch[g] != d) batch[g] = d, sends[g] = 0, recvs[g] = 0;
+  };
   for (CollXfer& x : plan.xfers) {
     const int a = c.group[x.src], b = c.group[x.dst];
-    const bool inter = !topo.same_node(a, b);
-    x.lat = inter ? 1 : 0;
-    if (inter) x.via = pxn_via(a, b, topo);
+    if (topo.same_node(a, b)) {
+      x.lat = 0;
+      continue;
+    }
+    x.via = pxn_via(a, b, topo);
+    const int d = depth[x.send_step], proxy = x.via >= 0 ? x.via : a;
+    at(proxy, d);
+    at(b, d);
+    places[d] = std::max({places[d], ++sends[proxy], ++recvs[b]});
+  }
+  // One latency per distinct place count (index 1 + k - 1 for k places).
+  for (CollXfer& x : plan.xfers) {
+    if (x.lat == 0) continue;
+    const int k = places[depth[x.send_step]];
+    while (static_cast<int>(plan.latencies.size()) <= k)
+      plan.latencies.push_back(
+          us_time(inter_us + static_cast<double>(plan.latencies.size() - 1) * overhead_us));
+    x.lat = k;
   }
 }
 

@@ -37,7 +37,11 @@
 //   p2p           grouped send/recv to every peer at once, as NCCL runs
 //                 AlltoAll: traffic to a GPU of another node first crosses
 //                 NVLink to the local GPU on the destination's rail and leaves
-//                 through that GPU's NIC (PXN). Latency: nccl_p2p_latency_us.
+//                 through that GPU's NIC (PXN). Latency: nccl_p2p_latency_us,
+//                 and across nodes the proxy's launch of the batch's other
+//                 network peers (nccl_p2p_net_overhead_us per place on the
+//                 busiest proxy's queue, docs/collectives.md section 4): a
+//                 batch with k network peers per GPU takes (k - 1) overheads longer.
 //   flat_ring     textbook ring: one ring, 2(p-1) (AllReduce) or p-1
 //                 steps, each step a send/recv of 1/p of the data
 //   direct        every peer at once (or `window` peers per step): alltoall,

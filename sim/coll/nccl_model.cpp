@@ -501,4 +501,9 @@ double nccl_p2p_latency_us(const NcclSystem& s, bool inter_node) {
          (inter_node ? 2 * s.net_latency_us : 0.0);
 }
 
+double nccl_p2p_net_overhead_us(const NcclSystem& s) {
+  // getNetOverhead (tuning.cc lines 228-233) x 3 for Simple (line 408).
+  return (s.amd_cpu ? 2.0 : 1.0) * 3;
+}
+
 }  // namespace parmsim

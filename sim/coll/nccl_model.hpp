@@ -127,4 +127,19 @@ bool nccl_tuned(CollOp op);
 // a node, network across nodes) from the same tables.
 double nccl_p2p_latency_us(const NcclSystem& s, bool inter_node);
 
+// What one more network peer adds to a grouped send/recv batch, in us.
+// Every network send and receive of a batch is a proxy operation, and one
+// proxy thread per GPU launches them one after another (src/proxy.cc@5067397c
+// ncclProxyProgress line 954, progressOps line 801: one loop over the active
+// operations). NCCL's tuner charges that launch, per network step of a ring,
+// as its "net overhead": 1 us on Intel and other CPUs, 2 us on AMD, three
+// times that for Simple (src/graph/tuning.cc@5067397c lines 228-233 and
+// 403-410). Network send/recv runs Simple: NCCL allocates no LL buffers for
+// p2p network connections unless NCCL_ALLOC_P2P_NET_LL_BUFFERS=1 (init.cc
+// line 859, transport/net.cc lines 913-936). So a batch whose busiest proxy
+// launches k network sends (or receives) has its last peer start (k - 1) x
+// this after its first (collective_plan.cpp, as_p2p): a batch with k network
+// peers per GPU pays nccl_p2p_latency_us(s, true) + (k - 1) x this.
+double nccl_p2p_net_overhead_us(const NcclSystem& s);
+
 }  // namespace parmsim
