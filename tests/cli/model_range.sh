@@ -3,13 +3,7 @@
 # scripts/paper_tables.py prints them: checked on small ranges against a direct
 # `parmsim model` run and against counts derived by hand.
 set -u
-bin=$(realpath "$1")
-cd "$2" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 passes=0
-ok() { passes=$((passes + 1)); }
-bad() { fails=$((fails + 1)); echo "FAIL $*"; }
+. "$(dirname "$(realpath "$0")")/lib.sh" "$@"
 
 # 1. BERT-MoE, moe_every 1 and 2 at the shipped batch 8, its own testbed only.
 if /usr/bin/python3 scripts/model_range.py --bin "$bin" --out "$tmp/r1.csv" --models bert-moe --moe-every 1,2 \
