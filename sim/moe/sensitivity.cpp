@@ -8,6 +8,7 @@
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
+#include "sim/io/csv.hpp"
 #include "sim/moe/layer_sim.hpp"
 
 namespace parmsim::moe {
@@ -21,18 +22,6 @@ bool has_class(const Topology& t, LinkClass c) {
   for (int i = 0; i < t.num_links(); ++i)
     if (t.link_class(i) == c) return true;
   return false;
-}
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t b = 0;
-  while (b <= s.size() && !s.empty()) {
-    const std::size_t c = s.find(',', b);
-    out.push_back(s.substr(b, c == std::string::npos ? std::string::npos : c - b));
-    if (c == std::string::npos) break;
-    b = c + 1;
-  }
-  return out;
 }
 
 SensitivityEnd evaluate(const Topology& topo, const LayerSpec& spec, const ScheduleKeys& keys,
@@ -145,7 +134,7 @@ Sensitivity layer_sensitivity(const std::function<Topology(const std::vector<std
       if (in.topology) return evaluate(load({in.parameter + "=" + v}), spec, keys, network);
       LayerSpec s = spec;
       ScheduleKeys k = keys;
-      if (!v.empty()) apply_keys(&s, &k, split_commas(v), "sensitivity " + in.parameter);
+      if (!v.empty()) apply_keys(&s, &k, split_csv(v, "sensitivity " + in.parameter), "sensitivity " + in.parameter);
       return evaluate(load({}), s, k, network);
     };
     row.low = end(in.low);

@@ -83,18 +83,6 @@ double pcie_gbps(const std::string& gpu) {
 const char* const kWhats[] = {"layer_fwd", "layer_bwd", "layer_fwd_bwd"};
 const char* const kNodes[] = {"single", "nvswitch", "pcie"};
 
-// "B=1,L=2" -> {"B=1", "L=2"}
-std::vector<std::string> split_csv_assignments(std::string_view s) {
-  std::vector<std::string> out;
-  while (!s.empty()) {
-    const std::size_t c = s.find(',');
-    out.emplace_back(s.substr(0, c));
-    if (c == std::string_view::npos) break;
-    s.remove_prefix(c + 1);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::span<const MoeSystem> moe_systems() { return kSystems; }
@@ -160,7 +148,7 @@ std::vector<MoeMeasurement> load_moe_measurements(const std::string& path) {
         if (m.dtype == "fp32" || m.dtype == "fp16" || m.dtype == "bf16") m.layer += ",dtype=" + m.dtype;
         moe::LayerSpec spec;
         moe::ScheduleKeys keys;
-        moe::apply_keys(&spec, &keys, split_csv_assignments(m.layer), where);
+        moe::apply_keys(&spec, &keys, split_csv(m.layer, where), where);
         m.measured_ms = positive_number(get("measured_ms"), "measured_ms", where);
         m.source = required("source");
         rows.push_back(std::move(m));
@@ -216,8 +204,8 @@ MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
       r.status = sys.modelled ? "modelled" : "nearest";
       moe::LayerSpec spec;
       moe::ScheduleKeys keys;
-      moe::apply_keys(&spec, &keys, split_csv_assignments(m.layer), m.where);
-      if (!sys.keys.empty()) moe::apply_keys(&spec, &keys, split_csv_assignments(sys.keys), m.where);
+      moe::apply_keys(&spec, &keys, split_csv(m.layer, m.where), m.where);
+      if (!sys.keys.empty()) moe::apply_keys(&spec, &keys, split_csv(std::string(sys.keys), m.where), m.where);
       const Topology topo = parse_topology_text(moe_validation_topology(m), m.where + " (generated topology)");
       gpu_profile(topo.gpu_model()).peak(spec.dtype);  // an unsupported dtype is the row's error
       moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
