@@ -1,6 +1,8 @@
 // parmsim compare
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -50,11 +52,9 @@ void add_compare(CLI::App& app) {
                                           {"the calibration file", a->calibration},
                                           {"the --overlay file", a->overlay}});
     const auto slurp = [](const std::string& file, const std::string& missing) {
-      std::ifstream in(file, std::ios::binary);
-      if (!in) throw UserError(missing);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      return ss.str();
+      std::error_code ec;
+      if (!std::filesystem::exists(file, ec)) throw UserError(missing);
+      return read_file(file);
     };
     const std::string side = slurp(
         a->measured + ".json",

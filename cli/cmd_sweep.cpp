@@ -22,7 +22,7 @@ void add_sweep(CLI::App& app) {
   auto a = std::make_shared<Args>();
   c->add_option("spec", a->spec, "sweep YAML (see experiments/)")->required()->check(CLI::ExistingFile);
   auto* out_opt = c->add_option("-o,--output", a->out,
-                "results CSV; STEM.run.json (input hash, version, settings) is written beside it");
+                "results CSV; FILE.run.json (input hash, version, settings) is written beside it");
   auto* jobs_opt = c->add_option("-j,--jobs", a->jobs,
                 "threads (default, 0: all cores; at most 4 per core and one per configuration are started)")
       ->check(int_in(0, 2147483647));

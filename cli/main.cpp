@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
     outputs.commit();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const parmsim::ReportedElsewhere&) {
+    return 1;  // MPI rank 0 prints the reason
   } catch (const parmsim::UserError& e) {
     std::fprintf(stderr, "parmsim: error: %s\n", e.what());
     return 1;

@@ -403,7 +403,7 @@ TEST_CASE("sweep resume refuses a partial file whose inputs changed, naming the 
   const std::string cut = run_cut_short(spec, d / "r.csv", 3000);
   CHECK_THAT(cut, Catch::Contains("r.csv.partial") && Catch::Contains("--resume continues"));
   CHECK(!fs::exists(d / "r.csv"));
-  CHECK(!fs::exists(d / "r.run.json"));
+  CHECK(!fs::exists(d / "r.csv.run.json"));
   const std::string partial = slurp(d / "r.csv.partial");
   REQUIRE(partial.rfind("#parmsim-sweep-partial ", 0) == 0);
 
@@ -436,7 +436,7 @@ TEST_CASE("sweep resume refuses a partial file whose inputs changed, naming the 
   CHECK(s.configs_resumed + s.configs_run == 8);
   CHECK(slurp(d / "r.csv") == full);
   CHECK(!fs::exists(d / "r.csv.partial"));
-  CHECK(fs::exists(d / "r.run.json"));
+  CHECK(fs::exists(d / "r.csv.run.json"));
 }
 
 TEST_CASE("a partial file without the record of its inputs is refused on --resume", "[hardening][sweep]") {

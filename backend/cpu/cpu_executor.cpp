@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "backend/cpu/communicator.hpp"
@@ -57,7 +58,21 @@ class Run {
       }
     live_ = static_cast<int>(lanes.size());  // all counted before any thread can wait
     std::vector<std::thread> threads;
-    for (const auto& lane : lanes) threads.emplace_back([this, &lane] { stream_loop(lane); });
+    threads.reserve(lanes.size());
+    try {
+      for (const auto& lane : lanes) threads.emplace_back([this, &lane] { stream_loop(lane); });
+    } catch (const std::system_error& e) {
+      // The system refused a thread (a limit on threads or memory). The ones
+      // started stop at their next task; the run fails in one line.
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        failure_ = std::make_exception_ptr(UserError(fmt::format(
+            "the CPU executor runs one thread per (rank, stream): {} were needed and thread {} could not start ({}); "
+            "use fewer ranks (a smaller `mp`/`E`/GPU count) or raise the process's thread and memory limits",
+            lanes.size(), threads.size() + 1, e.what())));
+      }
+      cv_.notify_all();
+    }
     for (auto& t : threads) t.join();
     if (failure_) std::rethrow_exception(failure_);
     Time end;

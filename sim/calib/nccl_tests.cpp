@@ -283,12 +283,10 @@ NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file
 }
 
 NcclTable read_nccl_tests(const std::string& file, const std::string& op) {
-  std::ifstream in(file);
-  if (!in) throw UserError(fmt::format("{}: cannot open file", file));
-  char c = 0;
-  while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
-  }
-  return c == '{' ? read_nccl_tests_json(file, op) : read_nccl_tests_text(file, op);
+  const std::string text = read_file(file);
+  const std::size_t first = text.find_first_not_of(" \t\r\n\f\v");
+  return first != std::string::npos && text[first] == '{' ? parse_nccl_tests_json(text, file, op)
+                                                           : parse_nccl_tests_text(text, file, op);
 }
 
 }  // namespace parmsim::calib

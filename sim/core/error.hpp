@@ -22,6 +22,14 @@ class TimeOverflow : public UserError {
   explicit TimeOverflow(const std::string& what) : UserError(what) {}
 };
 
+// ReportedElsewhere: this process failed, or another one it works with did,
+// and the message is printed by another process (MPI rank 0). The command
+// prints nothing and exits 1.
+class ReportedElsewhere : public UserError {
+ public:
+  explicit ReportedElsewhere(const std::string& what) : UserError(what) {}
+};
+
 // InternalError: an invariant of parmsim itself is broken, whatever the input.
 // The command prints it with a request to report it and exits 3.
 class InternalError : public std::logic_error {

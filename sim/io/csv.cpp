@@ -4,10 +4,11 @@
 
 #include <charconv>
 #include <cmath>
-#include <fstream>
+#include <sstream>
 
 #include "sim/core/error.hpp"
 #include "sim/core/utf8.hpp"
+#include "sim/io/output.hpp"
 
 namespace parmsim {
 
@@ -84,8 +85,7 @@ std::string CsvRow::get(const char* column) const {
 
 void read_csv_table(const std::string& path, std::initializer_list<const char*> required,
                     const std::function<void(const CsvRow&)>& row) {
-  std::ifstream in(path);
-  if (!in) throw UserError(fmt::format("{}: cannot open", path));
+  std::istringstream in(read_file(path));
   std::map<std::string, std::size_t> col;
   std::string line;
   int lineno = 0;

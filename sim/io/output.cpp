@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-
-#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,17 +9,25 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string_view>
 
 #include "sim/core/error.hpp"
 
 namespace parmsim {
 
 namespace {
+
+// "64 MiB": the input bound as messages give it.
+std::string units_text(std::uint64_t bytes) {
+  return fmt::format("{} MiB", bytes >> 20);
+}
 
 std::mutex& io_mutex() {
   static std::mutex m;
@@ -233,11 +239,45 @@ std::string us_exact(Time t) {
 }
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(fmt::format("{}: cannot open file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // What the path is, before it is opened: opening a FIFO would wait for a
+  // writer, and a device may never end.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw UserError(fmt::format("{}: cannot open file: {}", path, std::strerror(errno)));
+  if (S_ISDIR(st.st_mode)) throw UserError(fmt::format("{}: is a directory, not an input file", path));
+  const bool regular = S_ISREG(st.st_mode);
+  if (!regular) {
+    const char* allow = std::getenv("PARMSIM_ALLOW_SPECIAL_INPUT");
+    if (!allow || std::string_view(allow) != "1")
+      throw UserError(
+          fmt::format("{}: not a regular file (a device, FIFO or socket); inputs are read from files "
+                      "(PARMSIM_ALLOW_SPECIAL_INPUT=1 reads it anyway, up to {})",
+                      path, units_text(kMaxInputBytes)));
+  } else if (static_cast<std::uint64_t>(st.st_size) > kMaxInputBytes) {
+    throw UserError(fmt::format("{}: {} bytes; an input file may hold at most {} (no parmsim input needs more)", path,
+                                st.st_size, units_text(kMaxInputBytes)));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UserError(fmt::format("{}: cannot open file: {}", path, std::strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0 || S_ISREG(st.st_mode) != regular)
+    throw UserError(fmt::format("{}: changed while it was being opened", path));
+  std::string text;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw UserError(fmt::format("{}: cannot read file: {}", path, std::strerror(errno)));
+    if (n == 0) break;
+    if (text.size() + static_cast<std::size_t>(n) > kMaxInputBytes)
+      throw UserError(
+          fmt::format("{}: more than {} read; an input may hold at most that", path, units_text(kMaxInputBytes)));
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  return text;
 }
 
 }  // namespace parmsim

@@ -8,6 +8,7 @@
 // directory, device, FIFO or socket is refused, never written through, and so
 // is a file the command reads (compared by device and inode, so ./x and x,
 // hard links and links to it all match).
+#include <cstdint>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -34,7 +35,15 @@ struct NamedPath {
 void note_input_file(const std::string& path);
 // Whether two paths name the same existing file (st_dev and st_ino).
 bool same_file(const std::string& a, const std::string& b);
-// The whole file as bytes; a UserError "PATH: cannot open file" when it cannot be read.
+// The largest input file read_file takes: 64 MiB. The largest input parmsim
+// ships is under 1 MiB; a 16,384-GPU topology written out link by link is
+// under 8 MiB. Parsed YAML takes tens of bytes per byte of text, so the
+// bound also keeps a misnamed input from exhausting memory before it is refused.
+inline constexpr std::uint64_t kMaxInputBytes = std::uint64_t{64} << 20;
+// The whole file as bytes. Every input file goes through it. A UserError
+// naming the path when it cannot be read, is a directory, is larger than
+// kMaxInputBytes, or is not a regular file (a device or FIFO: refused unless
+// the environment sets PARMSIM_ALLOW_SPECIAL_INPUT=1, then read up to the bound).
 std::string read_file(const std::string& path);
 
 // Throws a one-line UserError naming `option` and `path` unless `path` may be

@@ -228,13 +228,9 @@ void check_duplicate_keys(const YAML::Node& root, const std::string& name) {
 }  // namespace
 
 YamlReader YamlReader::load_file(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw UserError(fmt::format("{}: cannot open file: {}", file, std::strerror(errno)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw UserError(fmt::format("{}: cannot read file", file));
+  std::string text = read_file(file);
   note_input_file(file);
-  return load_string(ss.str(), file);
+  return load_string(text, file);
 }
 
 YamlReader YamlReader::load_string(const std::string& text, const std::string& name) {

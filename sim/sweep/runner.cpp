@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -151,15 +151,11 @@ struct InputFile {
 };
 
 std::string file_hash(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(fmt::format("{}: cannot open file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return fmt::format("{:016x}", fnv1a(ss.str()));
+  return fmt::format("{:016x}", fnv1a(read_file(path)));
 }
 
-// Every file the sweep's results depend on: the spec, each topology file
-// (once), the calibration file.
+// Every file the sweep's results depend on: the spec, each topology file and
+// overlay (once), the calibration file.
 std::vector<InputFile> input_files(const Spec& spec) {
   std::vector<InputFile> v;
   auto add = [&](const std::string& role, const std::string& file) {
@@ -171,7 +167,10 @@ std::vector<InputFile> input_files(const Spec& spec) {
     v.push_back({role, file, abs, file_hash(file)});
   };
   add("sweep spec", spec.file);
-  for (const auto& t : spec.topologies) add("topology", t.file);
+  for (const auto& t : spec.topologies) {
+    add("topology", t.file);
+    if (!t.overlay_file.empty()) add("overlay", t.overlay_file);
+  }
   if (!spec.calibration_file.empty()) add("calibration", spec.calibration_file);
   return v;
 }
@@ -299,11 +298,10 @@ std::string read_all(int fd, const std::string& path) {
   }
 }
 
+// "<results>.run.json", named from the whole output name: sweeps writing
+// a.csv and a.tsv into one folder keep their own records.
 std::string run_json_path(const std::string& out) {
-  const std::filesystem::path o(out);
-  // "<results stem>.run.json": several sweeps can share a folder without
-  // overwriting each other's record.
-  return (o.parent_path() / (o.stem().string() + ".run.json")).string();
+  return out + ".run.json";
 }
 
 // The open, locked partial file (rank 0). flock: a second sweep on the same
@@ -355,6 +353,14 @@ namespace {
 // configurations. Returns the first configuration to run.
 std::size_t open_partial(const Spec& spec, const RunOptions& opt, const std::vector<InputFile>& inputs,
                          PartialFile* pf) {
+  // A companion's name as the output would make one sweep write another's
+  // .partial or .run.json (a live sweep's, even: it holds no lock on its run.json).
+  for (const std::string_view suffix : {std::string_view(".partial"), std::string_view(".run.json")})
+    if (opt.out.size() >= suffix.size() && opt.out.compare(opt.out.size() - suffix.size(), suffix.size(), suffix) == 0)
+      throw UserError(
+          fmt::format("--output '{}': a name ending in '{}' is a sweep's companion file (X{} beside "
+                      "the results X); give the results file's own name",
+                      opt.out, suffix, suffix));
   std::vector<NamedPath> ins;
   for (const InputFile& f : inputs) ins.push_back({f.role == "sweep spec" ? "the sweep spec" : "the " + f.role + " file", f.file});
   check_outputs({{"--output", opt.out},
@@ -405,6 +411,20 @@ void copy_results(int fd, const std::string& partial, std::ostream& os) {
   }
 }
 
+// A failure as one rank sends it to rank 0: 'U' (the user's) or 'I'
+// (parmsim's), then the message.
+std::string failure_text(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const UserError& u) {
+    return std::string("U") + u.what();
+  } catch (const std::exception& x) {
+    return std::string("I") + x.what();
+  } catch (...) {
+    return "Ian exception that is not a std::exception";
+  }
+}
+
 }  // namespace
 
 RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
@@ -437,7 +457,7 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
   }
   start = mpi::broadcast_size(start);
   if (root_failure) std::rethrow_exception(root_failure);
-  if (start == kFailed) throw UserError("sweep: MPI rank 0 could not start the sweep (see its message)");
+  if (start == kFailed) throw ReportedElsewhere("sweep: MPI rank 0 could not start the sweep");
   sum.configs_resumed = start;
 
   const std::size_t n = spec.configs.size();
@@ -453,61 +473,86 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
     // every configuration on it (and every thread) shares their resolved
     // collective forms.
     std::vector<std::unique_ptr<moe::AlphaBeta>> models(spec.topologies.size());
-    for (std::size_t i : mine) {
-      auto& m = models[static_cast<std::size_t>(spec.configs[i].topology)];
-      if (m) continue;
-      m = std::make_unique<moe::AlphaBeta>(moe::alpha_beta_from_topology(*spec.topologies[spec.configs[i].topology].topo));
-      m->calibration = spec.calibration.get();
-    }
-
     std::vector<std::string> rows(n);
     std::vector<char> ready(n, 0);
+    // This rank's own work. A failure is kept, not thrown, until every rank
+    // knows whether any failed: a rank that threw alone would leave the others
+    // waiting in the gather below for ever.
+    std::exception_ptr failure;
     std::mutex mu;
     std::atomic<std::size_t> next{0};
-    std::exception_ptr failure;
     std::size_t done_count = 0;
     Progress progress(n - start, opt.progress && root);
     const bool stream = root && opt.mpi_size == 1;
-
-    auto worker = [&] {
-      while (true) {
-        const std::size_t k = next.fetch_add(1);
-        if (k >= mine.size()) return;
-        const std::size_t i = mine[k];
-        try {
-          std::string r = run_config(spec, spec.configs[i], models[static_cast<std::size_t>(spec.configs[i].topology)].get());
-          std::lock_guard<std::mutex> lk(mu);
-          rows[i] = std::move(r);
-          ready[i] = 1;
-          ++done_count;
-          if (stream) {
-            // Write the contiguous completed prefix, a whole configuration at a time.
-            while (written < n && ready[written]) {
-              write_all(pf.fd, rows[written], pf.path);
-              std::string().swap(rows[written]);
-              ++written;
-            }
-          }
-          progress.update(done_count);
-        } catch (...) {
-          std::lock_guard<std::mutex> lk(mu);
-          if (!failure) failure = std::current_exception();
-          next = mine.size();
-          return;
-        }
-      }
-    };
-    // No more threads than this rank has configurations. Should the system
-    // refuse a thread, the ones started do the work (none started: the error).
-    const int want = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(opt.threads), mine.size()));
-    std::vector<std::thread> pool;
     try {
-      for (int t = 0; t < want; ++t) pool.emplace_back(worker);
-    } catch (const std::system_error& e) {
-      if (pool.empty()) throw UserError(fmt::format("sweep: cannot start a thread: {}", e.what()));
+      for (std::size_t i : mine) {
+        auto& m = models[static_cast<std::size_t>(spec.configs[i].topology)];
+        if (m) continue;
+        m = std::make_unique<moe::AlphaBeta>(
+            moe::alpha_beta_from_topology(*spec.topologies[spec.configs[i].topology].topo));
+        m->calibration = spec.calibration.get();
+      }
+
+      auto worker = [&] {
+        while (true) {
+          const std::size_t k = next.fetch_add(1);
+          if (k >= mine.size()) return;
+          const std::size_t i = mine[k];
+          try {
+            std::string r =
+                run_config(spec, spec.configs[i], models[static_cast<std::size_t>(spec.configs[i].topology)].get());
+            std::lock_guard<std::mutex> lk(mu);
+            rows[i] = std::move(r);
+            ready[i] = 1;
+            ++done_count;
+            if (stream) {
+              // Write the contiguous completed prefix, a whole configuration at a time.
+              while (written < n && ready[written]) {
+                write_all(pf.fd, rows[written], pf.path);
+                std::string().swap(rows[written]);
+                ++written;
+              }
+            }
+            progress.update(done_count);
+          } catch (...) {
+            std::lock_guard<std::mutex> lk(mu);
+            if (!failure) failure = std::current_exception();
+            next = mine.size();
+            return;
+          }
+        }
+      };
+      // No more threads than this rank has configurations. Should the system
+      // refuse a thread, the ones started do the work (none started: the error).
+      const int want = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(opt.threads), mine.size()));
+      std::vector<std::thread> pool;
+      try {
+        for (int t = 0; t < want; ++t) pool.emplace_back(worker);
+      } catch (const std::system_error& e) {
+        if (pool.empty()) throw UserError(fmt::format("sweep: cannot start a thread: {}", e.what()));
+      }
+      for (auto& th : pool) th.join();
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
     }
-    for (auto& th : pool) th.join();
-    if (failure) std::rethrow_exception(failure);
+    if (opt.mpi_size > 1) {
+      // Every rank learns whether any failed; rank 0 learns why, says it, and
+      // every rank ends with a non-zero exit.
+      if (mpi::allreduce_max(failure ? 1.0 : 0.0) > 0) {
+        const std::vector<std::string> why = mpi::gather_strings(failure ? failure_text(failure) : std::string());
+        if (!root) throw ReportedElsewhere("sweep: a rank failed");
+        if (failure) std::rethrow_exception(failure);
+        for (std::size_t r = 1; r < why.size(); ++r)
+          if (!why[r].empty()) {
+            const std::string msg = fmt::format("sweep: MPI rank {} of {}: {}", r, why.size(), why[r].substr(1));
+            if (why[r][0] == 'I') throw InternalError(msg);
+            throw UserError(msg);
+          }
+        throw InternalError("sweep: a rank reported a failure but none said which");
+      }
+    } else if (failure) {
+      std::rethrow_exception(failure);
+    }
 
     if (opt.mpi_size > 1) {
       // Gather every rank's rows on rank 0, in configuration order.

@@ -283,6 +283,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
     for_each_combination(en.axes, [&](const std::vector<std::string>& var) {
       TopologyVariant v;
       v.file = en.path;
+      v.overlay_file = en.overlay_path;
       v.overrides = en.fixed;
       v.overrides.insert(v.overrides.end(), var.begin(), var.end());
       try {

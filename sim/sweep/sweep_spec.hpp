@@ -18,6 +18,7 @@ namespace parmsim::sweep {
 struct TopologyVariant {
   std::string label;  // e.g. "parm-32gpu" or "h200-cluster[fabric.bandwidth=200Gbps]"
   std::string file;
+  std::string overlay_file;  // the entry's `overlay:` file, or empty
   std::vector<std::string> overrides;
   std::shared_ptr<const Topology> topo;
 };

@@ -84,7 +84,7 @@ def files(*names, head=None):
 def sweep(name, mpi=False):
     def check(stdout):
         files(name, head=SWEEP_COLS)(stdout)
-        assert os.path.isfile(out(name[:-4] + ".run.json")), f"out/{name[:-4]}.run.json not written"
+        assert os.path.isfile(out(name + ".run.json")), f"out/{name}.run.json not written"
         with open(out(name)) as f:
             n = sum(1 for _ in csv.DictReader(f))
         assert n == 1296 * 3 if "paper-grid" in name else n == 10368 * 3, n

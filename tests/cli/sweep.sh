@@ -10,7 +10,7 @@ spec=tests/data/small-sweep.yaml
 "$bin" sweep $spec -o "$tmp/j2.csv" -j 2 -q || bad "sweep -j 2"
 cmp -s "$tmp/j1.csv" "$tmp/j2.csv" && ok || bad "thread count changes the results"
 [ "$(wc -l < "$tmp/j1.csv")" = 25 ] && ok || bad "expected 1 header + 8 configurations x 3 schedules"
-[ -s "$tmp/j1.run.json" ] && python3 -c "import json;j=json.load(open('$tmp/j1.run.json'));assert j['configurations']==8 and j['input_hash'].startswith('fnv1a64:')" && ok || bad "run.json"
+[ -s "$tmp/j1.csv.run.json" ] && python3 -c "import json;j=json.load(open('$tmp/j1.csv.run.json'));assert j['configurations']==8 and j['input_hash'].startswith('fnv1a64:')" && ok || bad "run.json"
 [ ! -e "$tmp/j1.csv.partial" ] && ok || bad "partial left behind"
 
 # Interrupted run: killed (SIGXFSZ) when its partial file reaches 4 KiB, after
@@ -38,12 +38,12 @@ grep -q "configuration B=2,E=12 on parm-32gpu is impossible: E=12 experts must b
 # variant's 2 configurations x 3 schedules = 6 rows go, the 80 GiB variant's 6 stay).
 "$bin" sweep tests/data/oom-sweep.yaml -o "$tmp/oom.csv" -q || bad "skip_oom sweep"
 [ "$(wc -l < "$tmp/oom.csv")" = 7 ] && ok || bad "skip_oom: expected 1 header + 6 rows, got $(wc -l < "$tmp/oom.csv")"
-python3 -c "import json;j=json.load(open('$tmp/oom.run.json'));assert j['skipped_oom']==6 and j['rows']==6 and j['skip_oom'] is True, j" && ok || bad "skip_oom run.json"
+python3 -c "import json;j=json.load(open('$tmp/oom.csv.run.json'));assert j['skipped_oom']==6 and j['rows']==6 and j['skip_oom'] is True, j" && ok || bad "skip_oom run.json"
 python3 -c "import csv;r=list(csv.DictReader(open('$tmp/oom.csv')));assert r and all(x['fits']=='1' and int(x['peak_memory_bytes'])>131072 for x in r)" && ok || bad "skip_oom kept a row that does not fit"
 # Without skip_oom the same rows are written, marked fits=0: as many as skip_oom counted.
 sed -e 's/^skip_oom: true/skip_oom: false/' -e "s|../../topologies|$PWD/topologies|" tests/data/oom-sweep.yaml > "$tmp/oom-all.yaml"
 "$bin" sweep "$tmp/oom-all.yaml" -o "$tmp/all.csv" -q || bad "sweep without skip_oom"
-python3 -c "import csv,json;r=list(csv.DictReader(open('$tmp/all.csv')));assert len(r)==12 and sum(x['fits']=='0' for x in r)==6;assert json.load(open('$tmp/all.run.json'))['skipped_oom']==0" && ok || bad "fits column without skip_oom"
+python3 -c "import csv,json;r=list(csv.DictReader(open('$tmp/all.csv')));assert len(r)==12 and sum(x['fits']=='0' for x in r)==6;assert json.load(open('$tmp/all.csv.run.json'))['skipped_oom']==0" && ok || bad "fits column without skip_oom"
 
 echo "sweep: $passes passed, $fails failed"
 [ "$fails" = 0 ]
