@@ -63,7 +63,23 @@ std::string key_columns(const Spec& spec, const Config& c) {
 
 }  // namespace
 
+namespace {
+std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::AlphaBeta* model);
+}  // namespace
+
 std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* model) {
+  try {
+    return run_config_unnamed(spec, c, model);
+  } catch (const TimeOverflow& e) {
+    // The row whose sizes overflowed (a calibration entry, when it is the cause, is named inside).
+    const std::string row = fmt::format("sweep row {} (topology {}, {})", c.index, spec.topologies[c.topology].label,
+                                        moe::spec_string(c.layer));
+    throw TimeOverflow(fmt::format("{}: {}", row, e.what()), e.cause().empty() ? row : e.cause());
+  }
+}
+
+namespace {
+std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::AlphaBeta* model) {
   const Topology& topo = *spec.topologies[c.topology].topo;
   const moe::Dims d = moe::make_dims(c.layer, topo.num_gpus(), topo.gpus_per_node());
   moe::AlphaBeta own;
@@ -98,6 +114,7 @@ std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* 
   }
   return out;
 }
+}  // namespace
 
 namespace {
 
