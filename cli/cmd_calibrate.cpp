@@ -32,7 +32,7 @@ struct Args {
   std::string op, out, backend = "cpu", topology, topo_set, overlay, hold_out;
   std::string large_from = "256MiB", small_to = "64KiB";
   int gpus = 8, node_gpus = 0;
-  bool quick = false, fit_machine = false;
+  bool quick = false, fit_machine = false, force = false;
   exec::CudaOptions cuda;
 };
 
@@ -48,17 +48,50 @@ void fit_machine_cmd(const Args& a) {
     return load_topology(a.topology, sets, ov);
   };
   std::vector<calib::MeasuredCollective> fit_on;
+  // One entry per table (a file may hold several), fitted ones first.
   std::vector<std::pair<std::string, std::vector<calib::MeasuredCollective>>> files;
-  for (const std::string& f : a.files) {
-    files.emplace_back(f, calib::measured_from(calib::read_nccl_tests(f, a.op)));
-    fit_on.insert(fit_on.end(), files.back().second.begin(), files.back().second.end());
-  }
-  for (const std::string& f : a.evaluate) files.emplace_back(f, calib::measured_from(calib::read_nccl_tests(f)));
+  for (const std::string& f : a.files)
+    for (const calib::NcclTable& t : calib::read_nccl_tests_all(f, a.op)) {
+      files.emplace_back(t.name(), calib::measured_from(t));
+      fit_on.insert(fit_on.end(), files.back().second.begin(), files.back().second.end());
+    }
+  const std::size_t fitted_tables = files.size();
+  for (const std::string& f : a.evaluate)
+    for (const calib::NcclTable& t : calib::read_nccl_tests_all(f)) files.emplace_back(t.name(), calib::measured_from(t));
   calib::FitOptions opt;
   opt.large_from = static_cast<double>(parse_sizes(a.large_from, "--fit-large-from").at(0));
   opt.small_to = static_cast<double>(parse_sizes(a.small_to, "--fit-small-to").at(0));
   const calib::MachineFit fit = calib::fit_machine(load, fit_on, opt);
   const Topology before = load({}), after = load(fit.assignments());
+  // A fit that did not fit: a parameter at an end of its search range, or the worst fitted row worse than before.
+  std::vector<std::string> problems;
+  for (const calib::FittedParam& p : fit.params)
+    if (const std::string b = p.at_bound(); !b.empty())
+      problems.push_back(fmt::format(
+          "{} ended at {}, the {} bound of its search range {}: the measurements ask for a value beyond it (another "
+          "machine's, or another parameter is wrong)",
+          p.key, p.time ? fmt::format("{:.3f} us", p.value) : fmt::format("{:.3f}", p.value), b, p.range()));
+  {
+    double worst_before = 0, worst_after = 0, at_before = 0, at_model = 0;
+    const calib::MeasuredCollective* worst = nullptr;
+    for (const calib::MeasuredCollective& m : fit_on) {
+      const double b = std::abs(calib::model_seconds(m, before) - m.seconds) / m.seconds;
+      const double mo = calib::model_seconds(m, after), e = std::abs(mo - m.seconds) / m.seconds;
+      worst_before = std::max(worst_before, b);
+      if (!worst || e > worst_after) worst = &m, worst_after = e, at_before = b, at_model = mo;
+    }
+    if (worst && worst_after > worst_before)
+      problems.push_back(fmt::format(
+          "the fit makes the worst fitted row worse ({:.2f}% before, {:.2f}% after): {} ({} over {} ranks, {:.0f} B: "
+          "measured {:.6g} us, {:.6g} us after the fit, {:.2f}% off before)",
+          100 * worst_before, 100 * worst_after, worst->where, to_string(worst->op), worst->ranks, worst->bytes,
+          worst->seconds * 1e6, at_model * 1e6, 100 * at_before));
+  }
+  if (!problems.empty() && !a.out.empty() && !a.force) {
+    std::string msg = "calibrate --fit-machine: ";
+    for (std::size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+    throw UserError(msg + "; nothing written to " + a.out + " (--force writes it anyway)");
+  }
   fmt::print("machine parameters of {} fitted to {} measurement(s) from {} file(s):\n", a.topology, fit_on.size(),
              a.files.size());
   for (const calib::FittedParam& p : fit.params)
@@ -66,13 +99,14 @@ void fit_machine_cmd(const Args& a) {
                p.time ? fmt::format("{:.3f} us", p.value) : fmt::format("{:.3f}", p.value), p.points,
                p.time ? "<=" : ">=", p.time ? a.small_to : a.large_from);
   for (const std::string& n : fit.notes) fmt::print("  ({})\n", n);
+  for (const std::string& p : problems) fmt::print("  warning: {}\n", p);
   fmt::print("\nsimulator (NCCL's model, uncalibrated) against the measurements, before -> after the fit:\n");
   fmt::print("{:<9} {:<48} {:<14} {:>5} {:>5} {:>13} {:>8} {:>13} {:>8}\n", "", "file", "op", "ranks", "sizes",
              "MAPE before", "after", "worst before", "after");
   std::vector<calib::MeasuredCollective> held_all;
   for (std::size_t i = 0; i < files.size(); ++i) {
     const auto& [f, ms] = files[i];
-    const bool held = i >= a.files.size();
+    const bool held = i >= fitted_tables;
     if (held) held_all.insert(held_all.end(), ms.begin(), ms.end());
     const calib::ModelError b = calib::model_error(ms, before), e = calib::model_error(ms, after);
     fmt::print("{:<9} {:<48} {:<14} {:>5} {:>5} {:>12.1f}% {:>7.1f}% {:>12.1f}% {:>7.1f}%\n",
@@ -90,6 +124,7 @@ void fit_machine_cmd(const Args& a) {
         "{}{} --import-nccl-tests",
         a.topology, a.topo_set.empty() ? "" : " --topo-set " + a.topo_set);
     for (const std::string& f : a.files) header += " " + f;
+    for (const std::string& p : problems) header += "\nwritten with --force: " + p;
     write_atomically(a.out, [&](std::ostream& os) { os << calib::overlay_yaml(fit, header); });
     fmt::print("wrote {}\n", a.out);
   }
@@ -105,19 +140,19 @@ void check_importable(const calib::NcclTable& t, bool held) {
     throw UserError(fmt::format(
         "{}: the ranks are not listed (no '#  Rank N ... on HOST' lines; in -J output, no config.devices){}: the group "
         "size and whether it spans hosts are unknown; import nccl-tests' whole output",
-        t.file,
+        t.name(),
         t.per_process > 0 ? fmt::format(" and the header gives {} rank(s) per process, not how many processes",
                                         t.per_process)
                           : ""));
   if (t.ranks < 2)
-    throw UserError(fmt::format("{}: {} rank: a collective calibration needs 2 or more ranks", t.file, t.ranks));
+    throw UserError(fmt::format("{}: {} rank: a collective calibration needs 2 or more ranks", t.name(), t.ranks));
   std::set<double> sizes;
   for (const calib::Point& p : t.points)
     if (p.x > 0) sizes.insert(p.x);
   if (sizes.size() < 3)
     throw UserError(fmt::format("{}: {} distinct non-zero size(s); calibrate fits a curve to 3 or more{} (nccl-tests "
                                 "-b 8 -e 1G -f 2 measures 28)",
-                                t.file, sizes.size(), held ? ", one of them held out" : ""));
+                                t.name(), sizes.size(), held ? ", one of them held out" : ""));
 }
 
 // The alpha-beta line is what the simulator uses beyond the measured sizes: it
@@ -195,6 +230,10 @@ void add_calibrate(CLI::App& app) {
   c->add_option("--fit-small-to", a->small_to, "with --fit-machine: latencies are fitted on sizes <= this")
       ->capture_default_str()
       ->needs(fit);
+  c->add_flag("--force", a->force,
+              "with --fit-machine and -o: write the overlay even when a fitted parameter ends at a bound of its "
+              "search range or the fit makes the worst fitted row worse (otherwise refused, nothing written)")
+      ->needs(fit);
   c->add_option("-o,--output", a->out, "calibration YAML to write (with --fit-machine: the topology overlay)");
   c->callback([a] {
     // Before measuring or fitting anything: the output is not an input, a link, a directory or a device.
@@ -267,8 +306,10 @@ void add_calibrate(CLI::App& app) {
     else
       report += fmt::format("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10} {:>8}  {:>22}  {:>22}\n", "op", "ranks", "hosts", "link",
                  "sizes", "alpha_us", "bw_GBps", "held out: curve mape/worst", "line mape/worst");
-    for (const std::string& f : a->files) {
-      const calib::NcclTable t = calib::read_nccl_tests(f, a->op);
+    // One entry per table: a file may hold several (nccl-tests runs one after another).
+    for (const std::string& file : a->files)
+    for (const calib::NcclTable& t : calib::read_nccl_tests_all(file, a->op)) {
+      const std::string f = t.name();
       check_importable(t, held.has_value());
       std::vector<calib::Point> pts;
       for (const calib::Point& p : t.points)

@@ -96,7 +96,17 @@ void add_layer(CLI::App& app) {
     const auto cal = load_calibration_arg(a->calibration);
     moe::AlphaBeta ab = moe::alpha_beta_from_topology(topo);
     ab.calibration = cal.get();
-    const std::string chosen = moe::auto_choice(spec, dims, ab, gpu);
+    // A time past 2^63 ps comes from the layer's keys against the topology's rates: name them (a calibration
+    // entry, when it is the cause, is named inside).
+    auto keyed = [&](auto&& f) {
+      try {
+        return f();
+      } catch (const TimeOverflow& e) {
+        const std::string layer = fmt::format("layer {}", moe::spec_string(spec));
+        throw TimeOverflow(fmt::format("{}: {}", layer, e.what()), e.cause().empty() ? layer : e.cause());
+      }
+    };
+    const std::string chosen = keyed([&] { return moe::auto_choice(spec, dims, ab, gpu); });
     make_network(a->network, topo);
 
     std::vector<std::string> names;
@@ -129,7 +139,7 @@ void add_layer(CLI::App& app) {
       const moe::ScheduleOptions o = moe::schedule_options(n, keys);
       SimResult fr, br;
       TaskGraph fg, bg;
-      results.push_back(moe::run_schedule(run, o, &fr, &fg, &br, &bg));
+      results.push_back(keyed([&] { return moe::run_schedule(run, o, &fr, &fg, &br, &bg); }));
       if (!a->trace.empty()) {
         // .csv: the per-task trace CSV; anything else: Chrome/Perfetto JSON.
         const bool csv = a->trace.size() > 4 && a->trace.substr(a->trace.size() - 4) == ".csv";

@@ -53,7 +53,8 @@ void sweep(const std::string& t) { sweep::parse_spec_text(t, PARMSIM_SOURCE_DIR 
 void model(const std::string& t) { moe::parse_model_spec_text(t, PARMSIM_SOURCE_DIR "/experiments/fuzz.yaml"); }
 void calibration(const std::string& t) { parse_calibration_text(t, "fuzz.yaml"); }
 // The names say nothing of the collective: the op must come from the contents.
-void nccl_text(const std::string& t) { calib::parse_nccl_tests_text(t, "fuzz.txt"); }
+// Every table of the file (calibrate imports each).
+void nccl_text(const std::string& t) { calib::parse_nccl_tests_text_all(t, "fuzz.txt"); }
 void nccl_json(const std::string& t) { calib::parse_nccl_tests_json(t, "fuzz.json"); }
 void trace_sidecar(const std::string& t) { cli::graph_from_sidecar(t, "fuzz.csv.json", small_layer()); }
 

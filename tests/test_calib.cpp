@@ -215,10 +215,12 @@ TEST_CASE("leave-one-out: a power law is predicted exactly by the curve, not by 
   // The end points fall outside the others' range: the curve uses its line there.
   CHECK(loo[0].curve == Approx(loo[0].line));
   CHECK(hold_out(pts, 5).empty());  // no measurement of that size
-  // Zero-byte rows are dropped and repeated sizes averaged.
-  const Curve c = fit_curve({{0, 1}, {2, 3}, {2, 5}, {8, 10}});
+  // Zero-byte rows are dropped; a repeated size is refused, not averaged (it used to give 2 -> (3 + 5) / 2 = 4).
+  const Curve c = fit_curve({{0, 1}, {2, 3}, {8, 10}});
   REQUIRE(c.points.size() == 2);
-  CHECK(c.points[0].second == 4);
+  CHECK(c.points[0].second == 3);
+  CHECK_THROWS_WITH(fit_curve({{0, 1}, {2, 3}, {2, 5}, {8, 10}}),
+                    Catch::Contains("size 2 appears twice (3 and 5 s)") && Catch::Contains("not averaged"));
 }
 
 TEST_CASE("8 x H100 AllReduce, 16 MiB held out: every imported size reproduced, the held-out one within 10%",

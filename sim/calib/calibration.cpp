@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "sim/calib/fit.hpp"
 #include "sim/core/error.hpp"
@@ -48,15 +49,36 @@ SectionRegistrar r1(kCal), r2(kColl), r3(kKern);
 
 }  // namespace
 
+namespace {
+// A time past 2^63 ps from a calibration entry: the entry is the cause, not the graph or the topology.
+[[noreturn]] void entry_overflow(const std::string& where, const std::string& what, const std::string& how,
+                                 const TimeOverflow& e) {
+  const std::string entry = where.empty() ? std::string("a calibration entry") : "calibration " + where;
+  throw TimeOverflow(fmt::format("{}: {} takes past 2^63 ps (about 106 days) by this entry's {} ({}); check the "
+                                 "entry's values and units",
+                                 entry, what, how, e.what()),
+                     entry);
+}
+}  // namespace
+
 Time KernelTable::time(double x) const {
   if (const auto t = calib::interpolate_log_log(points, x)) return duration_for_rate(*t, 1.0);
-  return duration_for_rate(std::max(0.0, alpha + beta * x), 1.0);
+  try {
+    return duration_for_rate(std::max(0.0, alpha + beta * x), 1.0);
+  } catch (const TimeOverflow& e) {
+    entry_overflow(where, fmt::format("x = {:.6g}", x), "alpha-beta line beyond its points", e);
+  }
 }
 
 Time CalibratedCollective::time(std::uint64_t bytes) const {
   if (points.size() >= 2)
     if (const auto t = calib::interpolate_log_log(points, static_cast<double>(bytes))) return duration_for_rate(*t, 1.0);
-  return alpha + duration_for(bytes, bandwidth);
+  try {
+    return alpha + duration_for(bytes, bandwidth);
+  } catch (const TimeOverflow& e) {
+    entry_overflow(where, fmt::format("{} B", bytes),
+                   fmt::format("alpha {:.6g} us + size / bandwidth {} B/s", alpha.to_us(), bandwidth), e);
+  }
 }
 
 const KernelTable* Calibration::kernel(std::string_view name, DType dtype) const {
@@ -72,6 +94,30 @@ const CalibratedCollective* Calibration::find(CollOp op, int ranks, bool inter) 
 }
 
 namespace {
+
+// points_us: [[x, microseconds], ...]. Each time a measurement (finite, above 0, at most
+// calib::kMaxMeasuredUs), each x once: a repeated size is refused, naming both, never averaged.
+// Returns (x, seconds) in file order.
+std::vector<std::pair<double, double>> read_points(const YamlReader& pts, const char* pair, const char* x_name) {
+  pts.expect_seq();
+  std::vector<std::pair<double, double>> out;
+  std::map<double, std::size_t> first;  // x -> its index
+  for (std::size_t j = 0; j < pts.size(); ++j) {
+    const YamlReader pt = pts[j];
+    pt.expect_seq();
+    if (pt.size() != 2) pt.fail(pair);
+    const double x = pt[0].as_double(), us = pt[1].as_double();
+    if (!(x > 0) || !(us > 0) || !std::isfinite(x) || !std::isfinite(us)) pt.fail("a positive size and a positive time");
+    if (const std::string why = calib::measured_time_error(us); !why.empty())
+      pt[1].fail(fmt::format("a measured time in microseconds, got {}: {}", us, why));
+    if (const auto [it, fresh] = first.emplace(x, j); !fresh)
+      pt.fail(fmt::format("each {} once, got: {} {} appears twice (first at points_us[{}]); repeated sizes are not "
+                          "averaged",
+                          x_name, x_name, x, it->second));
+    out.emplace_back(x, us * 1e-6);
+  }
+  return out;
+}
 
 Calibration read_calibration(const YamlReader& r, const std::string& file) {
   r.check_keys(kCal);
@@ -93,6 +139,9 @@ Calibration read_calibration(const YamlReader& r, const std::string& file) {
       if (link != "intra" && link != "inter") e.at("link").fail("intra or inter");
       c.inter = link == "inter";
       c.alpha = e.at("alpha").as_time();
+      if (c.alpha.to_us() > calib::kMaxMeasuredUs)
+        e.at("alpha").fail(fmt::format("a fixed cost of at most {:.1e} us (an hour), got {:.6g} us", calib::kMaxMeasuredUs,
+                                       c.alpha.to_us()));
       c.bandwidth = e.at("bandwidth").as_bandwidth();
       c.source = e.get_string("source", "");
       if (e.has("topology")) e.at("topology").as_string();
@@ -101,26 +150,16 @@ Calibration read_calibration(const YamlReader& r, const std::string& file) {
       for (const char* k : {"held_out_mape", "held_out_curve_mape", "held_out_mape_1MiB", "held_out_worst_1MiB"})
         if (e.has(k) && !(e.at(k).as_double() >= 0)) e.at(k).fail("a non-negative fraction");
       if (auto pts = e.opt("points_us")) {
-        pts->expect_seq();
-        for (std::size_t j = 0; j < pts->size(); ++j) {
-          const YamlReader pt = (*pts)[j];
-          pt.expect_seq();
-          if (pt.size() != 2) pt.fail("a pair [bytes, microseconds]");
-          const double x = pt[0].as_double(), us = pt[1].as_double();
-          if (!(x > 0) || !(us > 0) || !std::isfinite(x) || !std::isfinite(us))
-            pt.fail("a positive size and a positive time");
-          c.points.emplace_back(x, us * 1e-6);
-        }
+        c.points = read_points(*pts, "a pair [bytes, microseconds]", "size");
         std::sort(c.points.begin(), c.points.end());
-        for (std::size_t j = 1; j < c.points.size(); ++j)
-          if (c.points[j].first == c.points[j - 1].first)
-            pts->fail(fmt::format("size {} appears twice", c.points[j].first));
         if (c.points.size() < 2) pts->fail("two or more measured sizes");
       }
       if (const CalibratedCollective* first = cal.find(c.op, c.ranks, c.inter))
         e.fail(fmt::format("one entry per (op, ranks, link); {} over {} ranks ({}) appears twice (first at line {}), "
                            "got a second",
                            to_string(c.op), c.ranks, link, coll_lines[static_cast<std::size_t>(first - cal.collectives.data())]));
+      c.where = fmt::format("{}:{} (collectives[{}]: {} over {} ranks, {})", file, line_of(e), i, to_string(c.op),
+                            c.ranks, link);
       cal.collectives.push_back(c);
       coll_lines.push_back(line_of(e));
     }
@@ -141,18 +180,9 @@ Calibration read_calibration(const YamlReader& r, const std::string& file) {
         }
       }
       const YamlReader pts = e.at("points_us");
-      pts.expect_seq();
+      k.points = read_points(pts, "a pair [x, microseconds]", "x");
       std::vector<calib::Point> fit;
-      for (std::size_t j = 0; j < pts.size(); ++j) {
-        const YamlReader pt = pts[j];
-        pt.expect_seq();
-        if (pt.size() != 2) pt.fail("a pair [x, microseconds]");
-        const double x = pt[0].as_double(), us = pt[1].as_double();
-        if (!(x > 0) || !(us > 0) || !std::isfinite(x) || !std::isfinite(us))
-          pt.fail("a positive size and a positive time");
-        k.points.emplace_back(x, us * 1e-6);
-        fit.push_back({x, us * 1e-6});
-      }
+      for (const auto& [x, t] : k.points) fit.push_back({x, t});
       std::sort(k.points.begin(), k.points.end());
       try {
         const calib::AlphaBeta ab = calib::fit_alpha_beta(fit);
@@ -166,6 +196,7 @@ Calibration read_calibration(const YamlReader& r, const std::string& file) {
       if (e.has("source")) e.at("source").as_string();
       if (e.has("held_out_mape") && !(e.at("held_out_mape").as_double() >= 0))
         e.at("held_out_mape").fail("a non-negative fraction");
+      k.where = fmt::format("{}:{} (kernels[{}]: {}, {})", file, line_of(e), i, k.name, to_string(k.dtype));
       cal.kernels.push_back(std::move(k));
       kern_lines.push_back(line_of(e));
     }

@@ -28,6 +28,9 @@ struct CalibratedCollective {
   std::uint64_t bandwidth = 0;  // bytes/s
   std::vector<std::pair<double, double>> points;  // measured (bytes, seconds), sorted; may be empty
   std::string source;
+  // The entry in messages: "FILE:LINE (collectives[i]: allreduce over 8 ranks, intra)"; "" when built in code.
+  std::string where;
+  // A time past 2^63 ps is a TimeOverflow naming the entry (its cause).
   Time time(std::uint64_t bytes) const;
 };
 
@@ -42,6 +45,7 @@ struct KernelTable {
   DType dtype = DType::fp32;
   std::vector<std::pair<double, double>> points;  // (x, seconds), sorted by x
   double alpha = 0, beta = 0;                     // the fitted line, seconds and seconds per unit
+  std::string where;  // "FILE:LINE (kernels[i]: NAME, DTYPE)"; "" when built in code
   Time time(double x) const;
 };
 

@@ -9,6 +9,13 @@
 
 namespace parmsim::calib {
 
+std::string measured_time_error(double us) {
+  if (!std::isfinite(us)) return "not finite";
+  if (!(us > 0)) return "not above 0";
+  if (us > kMaxMeasuredUs) return fmt::format("above {:.1e} us (an hour), the longest a measured row may hold", kMaxMeasuredUs);
+  return "";
+}
+
 AlphaBeta fit_alpha_beta(const std::vector<Point>& pts, bool relative) {
   // Minimise sum w_i (alpha + beta x_i - t_i)^2: the 2x2 normal equations.
   double sw = 0, sx = 0, sxx = 0, st = 0, sxt = 0;
@@ -61,16 +68,14 @@ Curve fit_curve(std::vector<Point> pts) {
   std::erase_if(pts, [](const Point& p) { return !(p.x > 0) || !(p.t > 0); });
   std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.x < b.x; });
   Curve c;
-  std::vector<Point> merged;
-  for (std::size_t i = 0; i < pts.size();) {
-    std::size_t j = i;
-    double sum = 0;
-    for (; j < pts.size() && pts[j].x == pts[i].x; ++j) sum += pts[j].t;
-    merged.push_back({pts[i].x, sum / static_cast<double>(j - i)});
-    c.points.emplace_back(pts[i].x, sum / static_cast<double>(j - i));
-    i = j;
+  for (std::size_t i = 0; i < pts.size(); ++i) {
+    if (i > 0 && pts[i].x == pts[i - 1].x)
+      throw UserError(fmt::format("measured curve: size {:.0f} appears twice ({:.6g} and {:.6g} s); repeated sizes "
+                                  "are not averaged",
+                                  pts[i].x, pts[i - 1].t, pts[i].t));
+    c.points.emplace_back(pts[i].x, pts[i].t);
   }
-  c.line = fit_alpha_beta(merged);
+  c.line = fit_alpha_beta(pts);
   return c;
 }
 

@@ -13,6 +13,18 @@ struct Point {
   double t = 0;  // seconds
 };
 
+// The longest time a measured row (an nccl-tests size, a kernel) may hold: one
+// hour, 3.6e9 us. nccl-tests times each size over its warm-up and `iters`
+// iterations and a whole sweep takes minutes; the largest size it is commonly
+// run to (-e 16G) over the slowest link parmsim models (1 Gb/s Ethernet) takes
+// about 140 s. A row of an hour or more is a unit mistake or a corrupt value
+// (1e300 us), not a measurement; the bound is far inside the simulator's range
+// (2^63 ps, about 106 days), so a refused row never reaches an overflow.
+inline constexpr double kMaxMeasuredUs = 3.6e9;
+// "" when `us` is a measured time: finite, above 0 and at most kMaxMeasuredUs;
+// else what is wrong with it ("not finite", ...), for an error message.
+std::string measured_time_error(double us);
+
 struct AlphaBeta {
   double alpha = 0;  // seconds
   double beta = 0;   // seconds per unit of x
@@ -47,8 +59,9 @@ struct Curve {
   AlphaBeta line;
   double at(double x) const;
 };
-// Sorts the points, drops x <= 0 (nccl-tests prints 0-byte rows), averages
-// repeated x and fits the line. Throws UserError with fewer than two distinct x > 0.
+// Sorts the points, drops x <= 0 (nccl-tests prints 0-byte rows) and fits the
+// line. Throws UserError for an x given twice (repeated sizes are refused where
+// they are read, never averaged) and with fewer than two distinct x > 0.
 Curve fit_curve(std::vector<Point> pts);
 
 // Held-out errors of a curve and of its line alone: each point in turn is left

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -107,23 +108,118 @@ std::string nccl_op(const std::string& name) {
   return "";
 }
 
+std::string NcclTable::name() const { return tables > 1 ? fmt::format("{}:{}", file, line) : file; }
+
+std::string NcclTable::row(std::size_t i) const {
+  if (i >= rows.size()) return name();
+  return json ? fmt::format("{}: results[{}]", file, rows[i]) : fmt::format("{}:{}", file, rows[i]);
+}
+
+namespace {
+
+// A repeated size in one table is refused, not averaged: `where` names the second row in full, `label` it
+// briefly ("line 17", "results[2]") for a later repeat's message.
+void check_new_size(std::map<double, std::string>& sizes, double size, const std::string& where,
+                    const std::string& label) {
+  // 0-byte rows (nccl-tests prints one for each size too small to split among the ranks, e.g. all_gather_perf
+  // -b 8 on 4 ranks) measure no size and every consumer drops them: they may repeat.
+  if (size == 0) return;
+  if (const auto [it, fresh] = sizes.emplace(size, label); !fresh)
+    throw UserError(fmt::format("{}: size {:.0f} appears twice in one table (first at {}); repeated sizes are not "
+                                "averaged: a table holds one run (one -N cycle), one row per size",
+                                where, size, it->second));
+}
+
+// The table `t` read from text: its op, ranks and hosts from what its header said.
+void finish_text_table(NcclTable& t, const std::string& program, const std::string& program_at,
+                       const std::string& op, int seen, std::size_t hosts) {
+  t.op = resolve_op(t.file, program_at, program, op);
+  if (t.op.empty())
+    throw UserError(
+        fmt::format("{}: cannot tell which collective this is (no 'Collective test starting' line and "
+                    "no all_reduce/all_gather/reduce_scatter/alltoall/sendrecv in the file name); give "
+                    "--op",
+                    t.name()));
+  if (t.points.empty())
+    throw UserError(t.tables > 1
+                        ? fmt::format("{}:{}: the table starting here has no data lines", t.file, t.line)
+                        : fmt::format("{}: no data lines", t.file));
+  t.hosts = static_cast<int>(hosts);
+  // Whole processes: a process's rank lines may be cut short (nccl-tests prints them into 2048 characters).
+  t.ranks = t.per_process > 0 ? (seen + t.per_process - 1) / t.per_process * t.per_process : seen;
+}
+
+}  // namespace
+
+std::vector<NcclTable> read_nccl_tests_text_all(const std::string& file, const std::string& op) {
+  return parse_nccl_tests_text_all(read_file(file), file, op);
+}
+
 NcclTable read_nccl_tests_text(const std::string& file, const std::string& op) {
   return parse_nccl_tests_text(read_file(file), file, op);
 }
 
+namespace {
+NcclTable only_table(std::vector<NcclTable> ts) {
+  if (ts.size() > 1)
+    throw UserError(fmt::format("{}:{}: a second table starts here ({} tables in one file); import the file with "
+                                "calibrate --import-nccl-tests, which reads each table",
+                                ts[1].file, ts[1].line, ts.size()));
+  return std::move(ts.at(0));
+}
+}  // namespace
+
 NcclTable parse_nccl_tests_text(const std::string& text, const std::string& file, const std::string& op) {
+  return only_table(parse_nccl_tests_text_all(text, file, op));
+}
+
+std::vector<NcclTable> parse_nccl_tests_text_all(const std::string& text, const std::string& file,
+                                                 const std::string& op) {
   std::istringstream in(text);
+  std::vector<NcclTable> out;
+  // The table being read and what its header said.
   NcclTable t;
-  t.file = file;
   std::set<std::string> hosts;
+  std::map<double, std::string> sizes;  // size -> the row that measured it
   std::string line, program, program_at;
   int lineno = 0, seen = 0, time_col = -1;
+  bool has_nthread = false;
   std::vector<int> wrong_cols;  // data columns holding #wrong (from the column header)
+  auto start_table = [&](int at) {
+    t = NcclTable{};
+    t.file = file;
+    t.line = at;
+    t.index = static_cast<int>(out.size());
+    hosts.clear();
+    sizes.clear();
+    program.clear();
+    program_at.clear();
+    seen = 0, time_col = -1, has_nthread = false;
+    wrong_cols.clear();
+  };
+  auto end_table = [&](bool more) {
+    t.tables = more || t.index > 0 ? 2 : 1;  // several or not, for messages; the count is set at the end
+    finish_text_table(t, program, program_at, op, seen, hosts.size());
+    out.push_back(std::move(t));
+  };
+  start_table(1);
   while (std::getline(in, line)) {
     ++lineno;
     const auto tok = tokens(line);
     if (tok.empty()) continue;
     if (tok[0] == "#" || tok[0][0] == '#') {
+      const auto starting = line.find("Collective test starting:");
+      const bool nthread = tok.size() > 4 && tok[1] == "nThread" && tok[3] == "nGpus";
+      const bool header = starting != std::string::npos || nthread ||
+                          (tok.size() > 1 && (tok[1] == "Rank" || (tok[1] == "Using" && tok.size() > 2 &&
+                                                                   tok[2] == "devices"))) ||
+                          (tok.size() > 6 && tok[0] == "#" && tok[1] == "size");
+      // A header line after this table's data, or a second start or nThread line: the next run's table.
+      if (header && (!t.points.empty() || (starting != std::string::npos && !program.empty()) ||
+                     (nthread && has_nthread))) {
+        end_table(true);
+        start_table(lineno);
+      }
       // "#  Rank  0 Group  0 Pid 123 on host device  0 [0x07] NVIDIA H100"
       if (tok.size() > 8 && tok[1] == "Rank") {
         double r = 0;
@@ -135,7 +231,8 @@ NcclTable parse_nccl_tests_text(const std::string& text, const std::string& file
           }
       }
       // "# nThread 1 nGpus 4 minBytes ...": ranks per process.
-      if (tok.size() > 4 && tok[1] == "nThread" && tok[3] == "nGpus") {
+      if (nthread) {
+        has_nthread = true;
         double th = 0, g = 0;
         if (number(tok[2], &th) && number(tok[4], &g) && th >= 1 && g >= 1 && th * g < (1 << 20))
           t.per_process = static_cast<int>(th * g);
@@ -149,8 +246,8 @@ NcclTable parse_nccl_tests_text(const std::string& text, const std::string& file
           if (tok[i] == "#wrong") wrong_cols.push_back(static_cast<int>(i) - 1);
         }
       }
-      if (const auto at = line.find("Collective test starting:"); at != std::string::npos && program.empty()) {
-        program = program_of(line.substr(at + 25));
+      if (starting != std::string::npos && program.empty()) {
+        program = program_of(line.substr(starting + 25));
         program_at = fmt::format("{}:{}", file, lineno);
       }
       continue;
@@ -168,28 +265,25 @@ NcclTable parse_nccl_tests_text(const std::string& text, const std::string& file
     double size = 0, time_us = 0;
     if (static_cast<int>(tk.size()) < need || tc < 0 || !number(tk[0], &size) ||
         !number(tk[static_cast<std::size_t>(tc)], &time_us) || !(size >= 0) || !std::isfinite(size) ||
-        size != std::floor(size) || !(time_us > 0) || !std::isfinite(time_us))
+        size != std::floor(size))
       throw UserError(
           fmt::format("{}:{}: expected an nccl-tests data line (size count type redop root time algbw "
                       "busbw #wrong time algbw busbw #wrong), got '{}'",
-                      file, lineno, line));
+                      file, lineno, excerpt(line)));
+    if (const std::string why = measured_time_error(time_us); !why.empty())
+      throw UserError(fmt::format("{}:{}: expected an nccl-tests data line with a measured out-of-place time, got "
+                                  "{} us at size {:.0f}: {}",
+                                  file, lineno, tk[static_cast<std::size_t>(tc)], size, why));
     const std::string where = fmt::format("{}:{}", file, lineno);
     for (std::size_t i = 0; i < wc.size(); ++i)
       check_wrong(tk[static_cast<std::size_t>(wc[i])], where, i == 0 ? "out-of-place" : "in-place", size, line);
+    check_new_size(sizes, size, where, fmt::format("line {}", lineno));
     t.points.push_back({size, time_us * 1e-6});
+    t.rows.push_back(lineno);
   }
-  t.op = resolve_op(file, program_at, program, op);
-  if (t.op.empty())
-    throw UserError(
-        fmt::format("{}: cannot tell which collective this is (no 'Collective test starting' line and "
-                    "no all_reduce/all_gather/reduce_scatter/alltoall/sendrecv in the file name); give "
-                    "--op",
-                    file));
-  if (t.points.empty()) throw UserError(fmt::format("{}: no data lines", file));
-  t.hosts = static_cast<int>(hosts.size());
-  // Whole processes: a process's rank lines may be cut short (nccl-tests prints them into 2048 characters).
-  t.ranks = t.per_process > 0 ? (seen + t.per_process - 1) / t.per_process * t.per_process : seen;
-  return t;
+  end_table(false);
+  for (NcclTable& x : out) x.tables = static_cast<int>(out.size());
+  return out;
 }
 
 NcclTable read_nccl_tests_json(const std::string& file, const std::string& op) {
@@ -215,6 +309,7 @@ NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file
   }
   NcclTable t;
   t.file = file;
+  t.json = true;
   std::string program;
   if (j.contains("args") && j["args"].is_array() && !j["args"].empty() && j["args"][0].is_string())
     program = program_of(j["args"][0].get<std::string>());
@@ -247,6 +342,7 @@ NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file
   if (!j.contains("results") || !j["results"].is_array())
     throw UserError(fmt::format("{}: no \"results\" list (is this nccl-tests -J output?)", file));
   std::size_t i = 0;
+  std::map<double, std::string> sizes;  // size -> the result that measured it
   for (const auto& r : j["results"]) {
     const auto where = fmt::format("{}: results[{}]", file, i++);
     if (!r.is_object() || !r.contains("size") || !r["size"].is_number())
@@ -265,6 +361,10 @@ NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file
     const double size = r["size"].get<double>();
     if (!(size >= 0) || !std::isfinite(size) || size != std::floor(size))
       throw UserError(fmt::format("{}: expected a whole, non-negative \"size\" in bytes", where));
+    if (const std::string why = measured_time_error((*body)[key].get<double>()); !why.empty())
+      throw UserError(fmt::format("{}: expected a positive \"{}\" in microseconds, got {} at size {:.0f}: {}", where,
+                                  key, (*body)[key].dump(), size, why));
+    check_new_size(sizes, size, where, fmt::format("results[{}]", i - 1));
     // nwrong: a count, or null when validation was off (-c 0).
     for (const char* k : {"out_of_place", "in_place"}) {
       if (!r.contains(k) || !r[k].is_object() || !r[k].contains("nwrong") || r[k]["nwrong"].is_null()) continue;
@@ -277,16 +377,21 @@ NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file
                                     where, k, w.dump(), size));
     }
     t.points.push_back({size, (*body)[key].get<double>() * 1e-6});
+    t.rows.push_back(static_cast<int>(i - 1));
   }
   if (t.points.empty()) throw UserError(fmt::format("{}: no results", file));
   return t;
 }
 
-NcclTable read_nccl_tests(const std::string& file, const std::string& op) {
+std::vector<NcclTable> read_nccl_tests_all(const std::string& file, const std::string& op) {
   const std::string text = read_file(file);
   const std::size_t first = text.find_first_not_of(" \t\r\n\f\v");
-  return first != std::string::npos && text[first] == '{' ? parse_nccl_tests_json(text, file, op)
-                                                           : parse_nccl_tests_text(text, file, op);
+  if (first != std::string::npos && text[first] == '{') return {parse_nccl_tests_json(text, file, op)};
+  return parse_nccl_tests_text_all(text, file, op);
+}
+
+NcclTable read_nccl_tests(const std::string& file, const std::string& op) {
+  return only_table(read_nccl_tests_all(file, op));
 }
 
 }  // namespace parmsim::calib

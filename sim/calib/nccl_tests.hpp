@@ -18,7 +18,17 @@ struct NcclTable {
   // ranks are the processes times the header's nThread x nGpus.
   int ranks = 0, hosts = 0;
   int per_process = 0;        // nThread x nGpus from the header (0: no header)
-  std::vector<Point> points;  // bytes (nccl-tests' size), seconds
+  std::vector<Point> points;  // bytes (nccl-tests' size), seconds; no size twice
+  // Where each point was read: its line (text) or its results index (JSON).
+  std::vector<int> rows;
+  bool json = false;
+  // Text: the line the table starts at; a file may hold several tables (one
+  // nccl-tests run after another), `index` of `tables`.
+  int line = 1, index = 0, tables = 1;
+  // The table in messages: the file, or "file:LINE" when the file holds several.
+  std::string name() const;
+  // Point i in messages: "file:LINE" (text) or "file: results[i]" (JSON).
+  std::string row(std::size_t i) const;
 };
 
 // The collective parmsim calls `name`: its own names (allreduce, allgather,
@@ -31,9 +41,19 @@ std::string nccl_op(const std::string& name);
 // when its "Collective test starting" line (JSON: args[0]) names another, or
 // names a program parmsim cannot calibrate (broadcast_perf, ...), that is an
 // error naming file:line. Otherwise the op comes from the file name. Throws
-// UserError naming file:line for a malformed data line and for a row whose
-// #wrong column (JSON: nwrong) is not 0 or N/A, and when no data line or no op
-// is found.
+// UserError naming file:line for a malformed data line, for a row whose
+// #wrong column (JSON: nwrong) is not 0 or N/A, for a time that is not a
+// measurement (not finite, not above 0, above calib::kMaxMeasuredUs), for a
+// size measured twice in one table, and when no data line or no op is found.
+//
+// Several tables in one file (outputs of several runs concatenated: a
+// "Collective test starting", "# nThread", "# Using devices", "#  Rank" or
+// column header line after a table's data lines, or a second "Collective test
+// starting" or "# nThread" line in one table's header) are read as several
+// tables, each with its own op, ranks and hosts; a table without data lines is
+// refused naming its line. The single-table readers refuse a file with
+// several, naming the line where the second starts.
+std::vector<NcclTable> read_nccl_tests_text_all(const std::string& file, const std::string& op = "");
 NcclTable read_nccl_tests_text(const std::string& file, const std::string& op = "");
 
 // The JSON that nccl-tests writes with -J: "args" (the program first),
@@ -42,10 +62,14 @@ NcclTable read_nccl_tests_text(const std::string& file, const std::string& op = 
 NcclTable read_nccl_tests_json(const std::string& file, const std::string& op = "");
 
 // The same from text; `name` stands for the file (messages, the op from its name).
+std::vector<NcclTable> parse_nccl_tests_text_all(const std::string& text, const std::string& name,
+                                                 const std::string& op = "");
 NcclTable parse_nccl_tests_text(const std::string& text, const std::string& name, const std::string& op = "");
 NcclTable parse_nccl_tests_json(const std::string& text, const std::string& name, const std::string& op = "");
 
-// Either format, by content: JSON when the file starts with '{'.
+// Either format, by content: JSON when the file starts with '{' (one table:
+// nccl-tests -J writes one object per run).
+std::vector<NcclTable> read_nccl_tests_all(const std::string& file, const std::string& op = "");
 NcclTable read_nccl_tests(const std::string& file, const std::string& op = "");
 
 }  // namespace parmsim::calib

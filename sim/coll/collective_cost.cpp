@@ -223,7 +223,7 @@ auto naming(const Collective& c, F&& f) {
   try {
     return f();
   } catch (const UserError& e) {
-    throw UserError(fmt::format("collective '{}': {}", c.name, e.what()));
+    rethrow_with(e, fmt::format("collective '{}': {}", c.name, e.what()));
   }
 }
 

@@ -536,7 +536,7 @@ std::optional<NcclEstimate> nccl_pick(const Collective& c, const Topology& topo,
     return nccl_choose(c.op, sys, static_cast<double>(c.bytes), named ? std::optional(forced) : std::nullopt, proto,
                        c.channels);
   } catch (const UserError& e) {
-    throw UserError(fmt::format("collective '{}': {}", c.name, e.what()));
+    rethrow_with(e, fmt::format("collective '{}': {}", c.name, e.what()));
   }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace parmsim {
 
@@ -16,10 +17,17 @@ class UserError : public std::runtime_error {
 };
 
 // A time past 2^63 ps: a UserError (the inputs' sizes against the rates), of
-// its own type so that a caller can say which input caused it.
+// its own type so that a caller can say which input caused it. `cause` names
+// that input once a layer knows it (a calibration file's entry, an option, a
+// sweep row); a layer further out adds its own context and keeps the type.
 class TimeOverflow : public UserError {
  public:
-  explicit TimeOverflow(const std::string& what) : UserError(what) {}
+  explicit TimeOverflow(const std::string& what, std::string cause = "")
+      : UserError(what), cause_(std::move(cause)) {}
+  const std::string& cause() const { return cause_; }
+
+ private:
+  std::string cause_;
 };
 
 // ReportedElsewhere: this process failed, or another one it works with did,
@@ -29,6 +37,14 @@ class ReportedElsewhere : public UserError {
  public:
   explicit ReportedElsewhere(const std::string& what) : UserError(what) {}
 };
+
+// Throws `what` (a message that adds context to e's) as e's kind: a
+// TimeOverflow stays one, with its cause, so that a caller further out can
+// still tell it by type.
+[[noreturn]] inline void rethrow_with(const UserError& e, const std::string& what) {
+  if (const auto* o = dynamic_cast<const TimeOverflow*>(&e)) throw TimeOverflow(what, o->cause());
+  throw UserError(what);
+}
 
 // InternalError: an invariant of parmsim itself is broken, whatever the input.
 // The command prints it with a request to report it and exits 3.

@@ -200,9 +200,13 @@ class Engine {
         drain();
       }
     } catch (const TimeOverflow& e) {
-      // A time past 2^63 ps (about 106 days) comes from the graph's sizes against the
-      // topology's rates: say when, and what to look at.
-      throw UserError(fmt::format("simulate: at t = {:.3f} us, {}: a task or transfer would end past 2^63 ps "
+      // A cause already named (a calibration file's entry): say when, and keep it.
+      if (!e.cause().empty())
+        throw TimeOverflow(fmt::format("simulate: at t = {:.3f} us, {}", now_.to_us(), e.what()), e.cause());
+      // Else a time past 2^63 ps (about 106 days) comes from the graph's sizes against the
+      // topology's rates: say when, and what to look at. Still a TimeOverflow: the command
+      // running the simulation adds the option, key or row it came from.
+      throw TimeOverflow(fmt::format("simulate: at t = {:.3f} us, {}: a task or transfer would end past 2^63 ps "
                                     "(about 106 days); check the graph's bytes, flops and alltoallv matrix against "
                                     "the topology's bandwidths",
                                     now_.to_us(), e.what()));

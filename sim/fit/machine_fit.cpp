@@ -19,8 +19,9 @@ std::vector<MeasuredCollective> measured_from(const NcclTable& t) {
     throw UserError(fmt::format("{}: the ranks are not listed (no '#  Rank ... on HOST' lines or config.devices)",
                                 t.file));
   std::vector<MeasuredCollective> out;
-  for (const Point& p : t.points)
-    if (p.x > 0 && p.t > 0) out.push_back({op, t.ranks, std::max(1, t.hosts), p.x, p.t, t.file});
+  for (std::size_t i = 0; i < t.points.size(); ++i)
+    if (const Point& p = t.points[i]; p.x > 0 && p.t > 0)
+      out.push_back({op, t.ranks, std::max(1, t.hosts), p.x, p.t, t.name(), t.row(i)});
   return out;
 }
 
@@ -61,6 +62,19 @@ std::string FittedParam::assignment() const {
   return time ? fmt::format("{}={:.3f}us", key, value) : fmt::format("{}={:.3f}", key, value);
 }
 
+std::string FittedParam::at_bound() const {
+  // The efficiencies' grid steps are 0.01 then 0.001: within half the finer step of an end is at it.
+  const double tol = time ? 0.0 : 5e-4;
+  if (value <= lower + tol) return "lower";
+  if (std::isfinite(upper) && value >= upper - tol) return "upper";
+  return "";
+}
+
+std::string FittedParam::range() const {
+  if (time) return fmt::format("[{:g} us, no upper bound)", lower);
+  return fmt::format("[{:.2f}, {:.2f}]", lower, upper);
+}
+
 std::vector<std::string> MachineFit::assignments() const {
   std::vector<std::string> out;
   for (const FittedParam& p : params) out.push_back(p.assignment());
@@ -68,6 +82,9 @@ std::vector<std::string> MachineFit::assignments() const {
 }
 
 namespace {
+
+// The efficiencies' search range (step 1 of the method, machine_fit.hpp).
+constexpr double kEffLow = 0.30, kEffHigh = 1.00;
 
 struct Fitter {
   const std::function<Topology(const std::vector<std::string>&)>& load;
@@ -103,10 +120,11 @@ struct Fitter {
       const double l = loss_at(p.key, v);
       if (l < best_loss - 1e-15) best = v, best_loss = l;
     };
-    for (int i = 30; i <= 100; ++i) probe(i / 100.0);
+    for (int i = 30; i <= 100; ++i) probe(i / 100.0);  // kEffLow to kEffHigh
     const double c = best;
+    // Within the range: at its ends the fine steps stop there too (they went down to 0.296 below 0.30).
     for (int i = -10; i <= 10; ++i)
-      if (const double v = c + i / 1000.0; v > 0.295 && v <= 1.0) probe(v);
+      if (const double v = c + i / 1000.0; v >= kEffLow - 1e-12 && v <= kEffHigh) probe(v);
     p.value = best;
   }
 
@@ -190,7 +208,7 @@ MachineFit fit_machine(const std::function<Topology(const std::vector<std::strin
       bool used = false;
       for (const MeasuredCollective& m : f.large) used |= model_seconds(m, hi) != model_seconds(m, lo);
       if (used)
-        f.eff.push_back({key, 1.0, false, static_cast<int>(f.large.size())});
+        f.eff.push_back({key, 1.0, false, static_cast<int>(f.large.size()), kEffLow, kEffHigh});
       else
         out.notes.push_back(fmt::format("{}: not on the path of these measurements, not fitted", key));
     }
@@ -209,8 +227,10 @@ MachineFit fit_machine(const std::function<Topology(const std::vector<std::strin
   }
   out.params = f.eff;
   if (!f.small.empty()) {
-    out.params.push_back({"nccl.launch", f.launch_us, true, static_cast<int>(f.small.size())});
-    if (f.fit_net) out.params.push_back({"nccl.net_latency", f.net_us, true, static_cast<int>(f.small.size())});
+    const double inf = std::numeric_limits<double>::infinity();
+    out.params.push_back({"nccl.launch", f.launch_us, true, static_cast<int>(f.small.size()), 0.0, inf});
+    if (f.fit_net)
+      out.params.push_back({"nccl.net_latency", f.net_us, true, static_cast<int>(f.small.size()), 0.0, inf});
   }
   return out;
 }

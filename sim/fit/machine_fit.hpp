@@ -26,6 +26,12 @@
 //      Simple); not negative (a negative solution is clamped to 0 and the
 //      other refitted);
 //   3. steps 1 and 2 once more, each with the other's result.
+//
+// A parameter that ends at an end of its search range (an efficiency at 0.30
+// or 1.00, a latency clamped to 0) did not fit: the measurements asked for a
+// value beyond it, so they come from another machine or another parameter is
+// wrong. `FittedParam::at_bound` says so; `calibrate --fit-machine` then
+// writes nothing without --force.
 #include <functional>
 #include <string>
 #include <vector>
@@ -42,6 +48,7 @@ struct MeasuredCollective {
   double bytes = 0;    // nccl-tests' size
   double seconds = 0;  // measured
   std::string source;  // file
+  std::string where;   // the row: "file:LINE" or "file: results[i]"
 };
 // The rows of an imported table with a size above zero. Throws UserError for
 // an op parmsim has no collective for, or unknown ranks.
@@ -72,7 +79,11 @@ struct FittedParam {
   double value = 0;
   bool time = false;  // value in microseconds
   int points = 0;     // measurements it was fitted on
+  double lower = 0, upper = 0;  // its search range (upper: infinity for a latency)
   std::string assignment() const;  // "link_efficiency.nvlink=0.781", "nccl.launch=14.2us"
+  // "lower" or "upper" when the value ended at that end of its search range, "" inside it.
+  std::string at_bound() const;
+  std::string range() const;  // "[0.30, 1.00]", "[0 us, no upper bound)"
 };
 
 struct MachineFit {

@@ -63,7 +63,23 @@ std::string key_columns(const Spec& spec, const Config& c) {
 
 }  // namespace
 
+namespace {
+std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::AlphaBeta* model);
+}  // namespace
+
 std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* model) {
+  try {
+    return run_config_unnamed(spec, c, model);
+  } catch (const TimeOverflow& e) {
+    // The row whose sizes overflowed (a calibration entry, when it is the cause, is named inside).
+    const std::string row = fmt::format("sweep row {} (topology {}, {})", c.index, spec.topologies[c.topology].label,
+                                        moe::spec_string(c.layer));
+    throw TimeOverflow(fmt::format("{}: {}", row, e.what()), e.cause().empty() ? row : e.cause());
+  }
+}
+
+namespace {
+std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::AlphaBeta* model) {
   const Topology& topo = *spec.topologies[c.topology].topo;
   const moe::Dims d = moe::make_dims(c.layer, topo.num_gpus(), topo.gpus_per_node());
   moe::AlphaBeta own;
@@ -98,6 +114,7 @@ std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* 
   }
   return out;
 }
+}  // namespace
 
 namespace {
 
@@ -540,15 +557,24 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
       // every rank ends with a non-zero exit.
       if (mpi::allreduce_max(failure ? 1.0 : 0.0) > 0) {
         const std::vector<std::string> why = mpi::gather_strings(failure ? failure_text(failure) : std::string());
-        if (!root) throw ReportedElsewhere("sweep: a rank failed");
-        if (failure) std::rethrow_exception(failure);
-        for (std::size_t r = 1; r < why.size(); ++r)
-          if (!why[r].empty()) {
-            const std::string msg = fmt::format("sweep: MPI rank {} of {}: {}", r, why.size(), why[r].substr(1));
-            if (why[r][0] == 'I') throw InternalError(msg);
-            throw UserError(msg);
-          }
-        throw InternalError("sweep: a rank reported a failure but none said which");
+        if (root) {
+          // The first failing rank's reason, printed here and now: mpirun ends
+          // the job at the first non-zero exit, which could be another rank's
+          // before this one's message is out. The barrier holds them until it is.
+          std::string msg;
+          for (std::size_t r = 0; r < why.size() && msg.empty(); ++r)
+            if (!why[r].empty())
+              msg = fmt::format("{}{}", r == 0 ? std::string() : fmt::format("sweep: MPI rank {} of {}: ", r, why.size()),
+                                why[r].substr(1));
+          if (msg.empty()) msg = "sweep: a rank reported a failure but none said which";
+          std::fprintf(stderr, "parmsim: error: %s\n", msg.c_str());
+          std::fflush(stderr);
+          mpi::barrier();
+          if (written == 0) ::unlink(pf.path.c_str());
+          throw ReportedElsewhere(msg);
+        }
+        mpi::barrier();
+        throw ReportedElsewhere("sweep: a rank failed");
       }
     } else if (failure) {
       std::rethrow_exception(failure);

@@ -31,7 +31,7 @@ if command -v mpirun > /dev/null; then
         -o "$tmp/fail$np$pos.csv" -q > "$tmp/fail.log" 2>&1
       rc=$?
       want="time overflow"
-      [ "$pos" -gt 0 ] && want="MPI rank $pos of $np: simulate"
+      [ "$pos" -gt 0 ] && want="MPI rank $pos of $np: sweep row $pos "
       if [ $rc -eq 124 ]; then
         bad "mpirun -np $np, failure on rank $pos: hung (killed after 120 s)"
       elif [ $rc -ne 0 ] && grep -q "$want" "$tmp/fail.log" && [ ! -e "$tmp/fail$np$pos.csv" ] &&
