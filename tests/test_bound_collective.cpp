@@ -22,9 +22,25 @@ using namespace parmsim;
 
 namespace {
 
-Topology topo_named(const std::string& name) {
-  return load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/" + name + ".yaml");
+Topology topo_named(const std::string& name, const std::vector<std::string>& set = {}) {
+  return load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/" + name + ".yaml", set);
 }
+
+// The bundled topologies, and what-ifs whose hop latencies exceed NCCL's
+// per-hop constants (so the machine's latencies enter the model's).
+struct Named {
+  std::string name;
+  std::vector<std::string> set;
+};
+const std::vector<Named> kTunerTopologies = {
+    {"parm-32gpu", {}},
+    {"dgx-h100", {}},
+    {"h200-cluster", {}},
+    {"pcie-8gpu", {}},
+    {"dgx-h100", {"nodes=2", "fabric.latency=1ms"}},
+    {"dgx-h100", {"node.links.0.latency=1ms"}},
+    {"parm-32gpu", {"fabric.latency=20us", "node.links.0.latency=3us"}},
+};
 
 std::vector<int> ranks(int first, int stride, int count) {
   std::vector<int> g;
@@ -49,8 +65,8 @@ std::vector<double> sizes() {
 
 TEST_CASE("NcclTuner chooses as nccl_choose does, bit for bit", "[coll][nccl][bound]") {
   int compared = 0;
-  for (const std::string name : {"parm-32gpu", "dgx-h100", "h200-cluster", "pcie-8gpu"}) {
-    const Topology t = topo_named(name);
+  for (const Named& nm : kTunerTopologies) {
+    const Topology t = topo_named(nm.name, nm.set);
     const int P = t.num_gpus() < 64 ? t.num_gpus() : 64;
     for (const std::vector<int>& g : {ranks(0, 1, 2), ranks(0, 1, t.gpus_per_node()), ranks(0, 1, P),
                                       ranks(0, t.gpus_per_node(), P / t.gpus_per_node())}) {
@@ -96,50 +112,68 @@ TEST_CASE("NcclTuner refuses what nccl_choose refuses, with its message", "[coll
 }
 
 TEST_CASE("BoundCollective::time_s equals CollectiveCosts::time_s", "[coll][cost][bound]") {
-  const Topology t = topo_named("parm-32gpu");  // 8 nodes of 4 GPUs
-  const CollectiveCosts costs(t);
-  struct Case {
-    CollOp op;
-    std::vector<int> group;
-    std::string algo, proto;
-    int inner;
-    Concurrent k;
-  };
-  const std::vector<Case> cases = {
-      {CollOp::alltoall, ranks(0, 4, 8), "p2p", "", 0, {4, 1}},
-      {CollOp::alltoall, ranks(0, 4, 8), "pairwise", "", 0, {}},
-      {CollOp::allgather, ranks(0, 1, 4), "", "", 0, {8, 4}},
-      {CollOp::reducescatter, ranks(0, 1, 4), "", "", 0, {8, 4}},
-      {CollOp::allreduce, ranks(0, 1, 4), "", "", 0, {8, 4}},
-      {CollOp::allreduce, ranks(0, 4, 8), "", "", 0, {4, 1}},
-      {CollOp::allreduce, ranks(0, 1, 32), "tree", "", 0, {}},
-      {CollOp::allreduce, ranks(0, 1, 32), "ring", "simple", 0, {}},
-      {CollOp::allgather, ranks(0, 1, 32), "flat_ring", "", 0, {}},
-      {CollOp::saa, ranks(0, 1, 32), "released", "", 4, {}},
-      {CollOp::saa, ranks(0, 1, 32), "pipelined", "", 4, {}},
-      {CollOp::allreduce, ranks(0, 1, 1), "", "", 0, {}},  // one member: always 0
-  };
-  for (const Case& x : cases) {
+  // 8 nodes of 4 GPUs; and with hop latencies above NCCL's constants (GPU -> switch -> CPU -> switch
+  // -> GPU 3 + 0.5 + 0.5 + 3 = 7 us, GPU to GPU of another node 3 + 3 x 0.5 + 2 x 20 + 3 x 0.5 + 3
+  // = 48 us), which the tuned collectives and send/recv then take.
+  std::vector<double> tree_1k;  // a tree LL AllReduce of 1 KiB on each: the what-if is slower
+  for (const std::vector<std::string>& set :
+       {std::vector<std::string>{}, std::vector<std::string>{"fabric.latency=20us", "node.links.0.latency=3us"}}) {
+    const Topology t = topo_named("parm-32gpu", set);
+    const CollectiveCosts costs(t);
+    struct Case {
+      CollOp op;
+      std::vector<int> group;
+      std::string algo, proto;
+      int inner;
+      Concurrent k;
+    };
+    const std::vector<Case> cases = {
+        {CollOp::alltoall, ranks(0, 4, 8), "p2p", "", 0, {4, 1}},
+        {CollOp::alltoall, ranks(0, 4, 8), "pairwise", "", 0, {}},
+        {CollOp::allgather, ranks(0, 1, 4), "", "", 0, {8, 4}},
+        {CollOp::reducescatter, ranks(0, 1, 4), "", "", 0, {8, 4}},
+        {CollOp::allreduce, ranks(0, 1, 4), "", "", 0, {8, 4}},
+        {CollOp::allreduce, ranks(0, 4, 8), "", "", 0, {4, 1}},
+        {CollOp::allreduce, ranks(0, 1, 32), "tree", "", 0, {}},
+        {CollOp::allreduce, ranks(0, 1, 32), "ring", "simple", 0, {}},
+        {CollOp::allgather, ranks(0, 1, 32), "flat_ring", "", 0, {}},
+        {CollOp::saa, ranks(0, 1, 32), "released", "", 4, {}},
+        {CollOp::saa, ranks(0, 1, 32), "pipelined", "", 4, {}},
+        {CollOp::allreduce, ranks(0, 1, 1), "", "", 0, {}},  // one member: always 0
+    };
+    for (const Case& x : cases) {
+      Collective c;
+      c.name = "c";
+      c.op = x.op;
+      c.group = x.group;
+      c.algo = x.algo;
+      c.proto = x.proto;
+      c.inner = x.inner;
+      const BoundCollective& b = costs.bound(c, x.k);
+      CHECK(&costs.bound(c, x.k) == &b);  // one object per collective
+      for (double n : sizes()) CHECK(b.time_s(n) == costs.time_s(c, n, x.k));
+      CHECK(b.time_s(0) == 0);
+      CHECK(b.time_s(-5) == 0);
+    }
+    Collective tree;
+    tree.name = "tree";
+    tree.group = ranks(0, 1, 32);
+    tree.algo = "tree";
+    tree.proto = "ll";
+    tree_1k.push_back(costs.bound(tree).time_s(1024));
+    CHECK(tree_1k.back() == costs.time_s(tree, 1024));
+    // Another Concurrent is another binding.
     Collective c;
-    c.name = "c";
-    c.op = x.op;
-    c.group = x.group;
-    c.algo = x.algo;
-    c.proto = x.proto;
-    c.inner = x.inner;
-    const BoundCollective& b = costs.bound(c, x.k);
-    CHECK(&costs.bound(c, x.k) == &b);  // one object per collective
-    for (double n : sizes()) CHECK(b.time_s(n) == costs.time_s(c, n, x.k));
-    CHECK(b.time_s(0) == 0);
-    CHECK(b.time_s(-5) == 0);
+    c.op = CollOp::allgather;
+    c.group = ranks(0, 1, 4);
+    CHECK(&costs.bound(c, {8, 4}) != &costs.bound(c, {}));
+    c.op = CollOp::alltoallv;
+    CHECK_THROWS_AS(costs.bound(c), UserError);
   }
-  // Another Concurrent is another binding.
-  Collective c;
-  c.op = CollOp::allgather;
-  c.group = ranks(0, 1, 4);
-  CHECK(&costs.bound(c, {8, 4}) != &costs.bound(c, {}));
-  c.op = CollOp::alltoallv;
-  CHECK_THROWS_AS(costs.bound(c), UserError);
+  // Tree LL, 32 ranks on 8 nodes: 2 (3 intra hops x max(1.0, 2 -> 7 us) + 3 network hops x max(5.0, 5 ->
+  // 48 us)) = 42 -> 2 (21 + 144) = 330 us of hops: 288 us more.
+  REQUIRE(tree_1k.size() == 2);
+  CHECK((tree_1k[1] - tree_1k[0]) * 1e6 == Approx(288.0).epsilon(1e-6));
 }
 
 TEST_CASE("BoundCollective throws what time_s throws, and only when timed", "[coll][cost][bound]") {

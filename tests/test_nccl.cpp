@@ -72,7 +72,10 @@ TEST_CASE("NCCL graphs from the topology: channels and speed per channel", "[ncc
 }
 
 TEST_CASE("NCCL's choice on one 8 x H100 node: ring LL below ~1 MiB, NVLS above", "[nccl]") {
-  const NcclSystem s = nccl_system(all(CollOp::allreduce, 8, 1).group, topo("dgx-h100"));
+  const NcclSystem machine = nccl_system(all(CollOp::allreduce, 8, 1).group, topo("dgx-h100"));
+  // NCCL's own tables: the machine's hop latency left out (NCCL's tuner on such a node).
+  NcclSystem s = machine;
+  s.intra_hop_us = 0;
   // Ring LL: 6.6 + 14 hops x 0.6 = 15.0 us; bus bw min(141, 12 x 30 x 0.5 = 180) = 141, x 8/14 = 80.571.
   const NcclEstimate small = nccl_choose(CollOp::allreduce, s, 8);
   CHECK(small.algo == NcclAlgo::ring);
@@ -92,16 +95,30 @@ TEST_CASE("NCCL's choice on one 8 x H100 node: ring LL below ~1 MiB, NVLS above"
   CHECK(nccl_choose(CollOp::allgather, s, 1ULL << 30).algo == NcclAlgo::ring);
   // Ring Simple AllGather: 8.4 + 7 x 3.4 = 32.2 us.
   CHECK(nccl_estimate(CollOp::allgather, s, NcclAlgo::ring, NcclProto::simple, 0, 1 << 30)->lat_us == Approx(32.2));
+  // The topology's own hop, GPU -> NVSwitch -> GPU = 2 x 0.7 = 1.4 us, is longer than NCCL's NVLink LL
+  // hop: ring LL 6.6 + 14 x 1.4 = 26.2 us, tree LL 6.8 + 2 x 7 x 1.4 = 26.4 us, both above NVLS's 25 us
+  // (NVLS's one hop stays 25): NVLS at every size.
+  CHECK(machine.intra_hop_us == Approx(1.4));
+  CHECK(nccl_estimate(CollOp::allreduce, machine, NcclAlgo::ring, NcclProto::ll, 0, 8)->lat_us == Approx(26.2));
+  const NcclEstimate small_m = nccl_choose(CollOp::allreduce, machine, 8);
+  CHECK(small_m.algo == NcclAlgo::nvls);
+  CHECK(small_m.lat_us == Approx(25.0));
 }
 
 TEST_CASE("NCCL's choice on two DGX H100: tree LL, then tree LL128, then NVLS-Tree", "[nccl]") {
   const Topology t = topo("dgx-h100", {"nodes=2"});
   const NcclSystem s = nccl_system(all(CollOp::allreduce, 16, 1).group, t);
-  // Tree LL: 6.8 + 2 x (7 x 0.6 + log2(2) x 5.0) = 25.2 us (NCCL's debug log on such a system prints 25.200924).
+  // Tree LL with NCCL's tables alone (the machine's hop latencies left out): 6.8 + 2 x (7 x 0.6 + log2(2) x
+  // 5.0) = 25.2 us (NCCL's debug log on such a system prints 25.200924).
+  NcclSystem tables = s;
+  tables.intra_hop_us = tables.inter_hop_us = 0;
+  CHECK(nccl_choose(CollOp::allreduce, tables, 8).lat_us == Approx(25.2));
+  // With the topology's hops, NVLink 2 x 0.7 = 1.4 us (above NCCL's 0.6) and network 4 us (below NCCL's
+  // tree LL 5.0): 6.8 + 2 x (7 x 1.4 + 1 x 5.0) = 36.4 us.
   const NcclEstimate e8 = nccl_choose(CollOp::allreduce, s, 8);
   CHECK(e8.algo == NcclAlgo::tree);
   CHECK(e8.proto == NcclProto::ll);
-  CHECK(e8.lat_us == Approx(25.2));
+  CHECK(e8.lat_us == Approx(36.4));
   CHECK(nccl_choose(CollOp::allreduce, s, 2 << 20).proto == NcclProto::ll128);
   // NVLS-Tree: 25 + 2 x 1 x 20.9 = 66.8 us; 8 x min(59.5, 2 x 48, 57.7) = 461.6 bus, x 16/30 = 246.19 alg.
   const NcclEstimate e1g = nccl_choose(CollOp::allreduce, s, 1ULL << 30);
@@ -222,14 +239,15 @@ TEST_CASE("Topology keys nccl.launch and nccl.net_latency add to NCCL's latencie
   text << in.rdbuf() << "nccl: {launch: 5us, net_latency: 2us}\n";
   const Topology t = parse_topology_text(text.str(), "dgx-h100+nccl.yaml", {"nodes=2"});
   const NcclSystem s = nccl_system(all(CollOp::allreduce, 16, 1).group, t);
-  // Tree LL: 6.8 + 2 x (7 x 0.6 + log2(2) x (5.0 + 2)) + 5 = 6.8 + 22.4 + 5 = 34.2 us.
+  // Tree LL: 6.8 + 2 x (7 x max(0.6, hop 1.4) + log2(2) x (max(5.0, hop 4.0) + 2)) + 5 = 6.8 + 33.6 + 5
+  // = 45.4 us.
   const NcclEstimate e = nccl_choose(CollOp::allreduce, s, 8);
   CHECK(e.algo == NcclAlgo::tree);
-  CHECK(e.lat_us == Approx(34.2));
+  CHECK(e.lat_us == Approx(45.4));
   // Send/recv across nodes: 5 + 8.4 + 14 + 2 x 2 (Simple counts the NIC latency twice) = 31.4 us.
   CHECK(nccl_p2p_latency_us(s, true) == Approx(31.4));
   // The simulator runs it: 8 B alone takes the estimate.
-  CHECK(sim_us(t, all(CollOp::allreduce, 16, 8)) == Approx(34.2 + 8 / (e.bw_GBps * 1e3)).epsilon(1e-6));
+  CHECK(sim_us(t, all(CollOp::allreduce, 16, 8)) == Approx(45.4 + 8 / (e.bw_GBps * 1e3)).epsilon(1e-6));
 }
 
 TEST_CASE("A grouped send/recv batch pays the proxy's launch of every network peer", "[nccl][p2p]") {

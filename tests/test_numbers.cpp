@@ -129,6 +129,7 @@ TEST_CASE("model: the data-parallel gradient AllReduce is that AllReduce, simula
 TEST_CASE("NCCL's estimates for every algorithm and protocol on one 8 x H100 node, by hand", "[numbers][nccl]") {
   // One DGX H100: the ring/tree graph has 12 channels of 30 GB/s (tests/test_nccl.cpp), so the
   // raw bus bandwidth is 360 GB/s; n = 8 ranks, N = 1 node, Hopper (docs/collectives.md, section 3).
+  // Each hop is max(NCCL's constant, the topology's GPU -> NVSwitch -> GPU route, 2 x 0.7 = 1.4 us).
   const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml");
   std::vector<int> g = {0, 1, 2, 3, 4, 5, 6, 7};
   const NcclSystem s = nccl_system(g, t);
@@ -147,12 +148,12 @@ TEST_CASE("NCCL's estimates for every algorithm and protocol on one 8 x H100 nod
   CHECK(est(NcclAlgo::tree, NcclProto::simple).bw_GBps == Approx(165.6));
   CHECK(est(NcclAlgo::tree, NcclProto::simple).lat_us == Approx(64.4));
   // Tree LL128 (one node: x 7/9): min(331.2 x 7/9 = 257.6, 12 x 36.7 = 440.4), x 1/2 = 128.8;
-  // 14.0 + 2 x 7 x 1.25 = 31.5 us.
+  // 14.0 + 2 x 7 x max(1.25, 1.4) = 33.6 us.
   CHECK(est(NcclAlgo::tree, NcclProto::ll128).bw_GBps == Approx(128.8));
-  CHECK(est(NcclAlgo::tree, NcclProto::ll128).lat_us == Approx(31.5));
-  // Tree LL: min(331.2 / 3.8 = 87.158, llMax 141), x 1/2 = 43.579; 6.8 + 2 x 7 x 0.6 = 15.2 us.
+  CHECK(est(NcclAlgo::tree, NcclProto::ll128).lat_us == Approx(33.6));
+  // Tree LL: min(331.2 / 3.8 = 87.158, llMax 141), x 1/2 = 43.579; 6.8 + 2 x 7 x max(0.6, 1.4) = 26.4 us.
   CHECK(est(NcclAlgo::tree, NcclProto::ll).bw_GBps == Approx(331.2 / 3.8 / 2));
-  CHECK(est(NcclAlgo::tree, NcclProto::ll).lat_us == Approx(15.2));
+  CHECK(est(NcclAlgo::tree, NcclProto::ll).lat_us == Approx(26.4));
 }
 
 TEST_CASE("NCCL's tree AllReduce on two Blackwell nodes is capped per channel", "[numbers][nccl]") {
@@ -192,14 +193,16 @@ TEST_CASE("the closed form takes a measured collective for groups of two", "[num
 }
 
 TEST_CASE("NCCL's tree LL latency over PCIe nodes, by hand", "[numbers][nccl]") {
-  // parm-32gpu: 8 nodes of 4 GPUs on PCIe, one NIC each. Tree LL AllReduce over all 32:
-  // base 6.8 + 2 ((32/8 - 1) x PCIe hop 1.0 + log2 8 x network hop 5.0) = 6.8 + 2 (3 + 15) = 42.8 us.
+  // parm-32gpu: 8 nodes of 4 GPUs on PCIe, one NIC each. Tree LL AllReduce over all 32. Hops: NCCL's PCIe
+  // 1.0 or the topology's GPU -> switch -> CPU -> switch -> GPU (no P2P), 4 x 0.5 = 2.0 us; NCCL's network
+  // 5.0 or GPU -> switch -> CPU -> NIC -> switch -> NIC -> CPU -> switch -> GPU (no GDR),
+  // 6 x 0.5 + 2 x 1 = 5.0 us. Base 6.8 + 2 ((32/8 - 1) x 2.0 + log2 8 x 5.0) = 6.8 + 2 (6 + 15) = 48.8 us.
   const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
   std::vector<int> g;
   for (int r = 0; r < 32; ++r) g.push_back(r);
   const auto e = nccl_estimate(CollOp::allreduce, nccl_system(g, t), NcclAlgo::tree, NcclProto::ll, 0, 1024);
   REQUIRE(e.has_value());
-  CHECK(e->lat_us == Approx(42.8));
+  CHECK(e->lat_us == Approx(48.8));
 }
 
 TEST_CASE("NCCL's tree AllReduce across two nodes moves its data up and down both trees", "[numbers][nccl]") {
@@ -317,13 +320,20 @@ TEST_CASE("GPU profiles carry their sources' figures", "[numbers][gemm]") {
 TEST_CASE("NCCL's ring latency across two nodes: intra hops at least the network overhead", "[numbers][nccl]") {
   // Two DGX H100 (n = 16, N = 2), ring LL AllReduce: nsteps = 2 (n - 1) = 30, of which 2 (N - 1) = 2
   // cross the network at 2.7 us; the other 28 cost max(NVLink hop 0.6, network overhead 1.0 (Intel))
-  // = 1.0: 6.6 + 28 x 1.0 + 2 x 2.7 = 40.0 us.
+  // = 1.0: 6.6 + 28 x 1.0 + 2 x 2.7 = 40.0 us, with NCCL's tables alone (the machine's hops left out).
   const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml", {"nodes=2"});
   std::vector<int> g;
   for (int r = 0; r < 16; ++r) g.push_back(r);
-  const auto e = nccl_estimate(CollOp::allreduce, nccl_system(g, t), NcclAlgo::ring, NcclProto::ll, 0, 1024);
+  NcclSystem s = nccl_system(g, t);
+  const auto m = nccl_estimate(CollOp::allreduce, s, NcclAlgo::ring, NcclProto::ll, 0, 1024);
+  s.intra_hop_us = s.inter_hop_us = 0;
+  const auto e = nccl_estimate(CollOp::allreduce, s, NcclAlgo::ring, NcclProto::ll, 0, 1024);
   REQUIRE(e.has_value());
   CHECK(e->lat_us == Approx(40.0));
+  // The topology's hops, NVLink 2 x 0.7 = 1.4 us and network 4 us, are longer than 1.0 and 2.7:
+  // 6.6 + 28 x 1.4 + 2 x 4.0 = 53.8 us.
+  REQUIRE(m.has_value());
+  CHECK(m->lat_us == Approx(53.8));
 }
 
 TEST_CASE("hierarchical AlltoAll: half of every send buffer crosses to the other node", "[numbers][coll]") {

@@ -205,6 +205,7 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
     charge.clear();
     for (std::size_t i = 0; i < v.size(); ++i) {
       const Route& r = topo.route(v[i], v[(i + 1) % v.size()]);
+      s.intra_hop_us = std::max(s.intra_hop_us, r.latency.to_us());
       bool nv = true;
       for (int l : r.links) nv = nv && topo.link_class(l) == LinkClass::nvlink;
       s.nvlink = s.nvlink && nv;
@@ -244,6 +245,15 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
     add_route(topo.route(vl.back(), v0.front()), false, mine);
     const double bw = least(charge);
     if (bw > 0) s.nic_bw = std::min(s.nic_bw, bw);
+    // The machine's network hop: the slowest route from a GPU to the same
+    // local GPU of the next node (the ring's and the tree's inter-node
+    // edges run between such GPUs, on their rail), over every node and
+    // every local GPU both nodes hold.
+    for (auto a = by_node.begin(); a != by_node.end(); ++a) {
+      const auto b = std::next(a) == by_node.end() ? by_node.begin() : std::next(a);
+      for (std::size_t i = 0; i < std::min(a->second.size(), b->second.size()); ++i)
+        s.inter_hop_us = std::max(s.inter_hop_us, topo.route(a->second[i], b->second[i]).latency.to_us());
+    }
   }
   s.nvls = topo.hints().nvls && s.arch >= 2 && s.nvlink;
   s.ring_graph = nccl_ring_graph(s);
@@ -377,15 +387,17 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
   }
   if (!(bus > 0)) return no("zero bandwidth");
 
-  // Latency (tuning.cc lines 384-435).
+  // Latency (tuning.cc lines 384-435). Each hop takes NCCL's constant for
+  // its link type, algorithm and protocol, or the machine's own hop latency
+  // where that is longer (NcclSystem::intra_hop_us, inter_hop_us).
   const int intra_hw = s.nvlink ? kNvlinkHw : kPciHw;
   double lat = kBaseLat[a][p];
-  double intra_lat = kHwLat[intra_hw][a][p];
+  double intra_lat = std::max(kHwLat[intra_hw][a][p], s.intra_hop_us);
   // The NIC's reported latency (latencyInter) is added once, twice for Simple (its flush).
-  const double inter_lat = (ppn == 1 ? kHwLat[kNetHw][kTree][p] : kHwLat[kNetHw][a][p]) +
-                           s.net_latency_us * (p == kSimple ? 2 : 1);
+  const double inter_lat =
+      std::max(ppn == 1 ? kHwLat[kNetHw][kTree][p] : kHwLat[kNetHw][a][p], s.inter_hop_us) +
+      s.net_latency_us * (p == kSimple ? 2 : 1);
   if (algo == NcclAlgo::ring) {
-    if (N == 1) intra_lat = kHwLat[intra_hw][a][p];
     double net_overhead = 0;
     if (N > 1) {
       net_overhead = s.amd_cpu ? 2.0 : 1.0;
@@ -497,7 +509,8 @@ NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::opti
 
 double nccl_p2p_latency_us(const NcclSystem& s, bool inter_node) {
   const int hw = inter_node ? kNetHw : (s.nvlink ? kNvlinkHw : kPciHw);
-  return s.launch_us + kBaseLat[kRing][kSimple] + kHwLat[hw][kRing][kSimple] +
+  return s.launch_us + kBaseLat[kRing][kSimple] +
+         std::max(kHwLat[hw][kRing][kSimple], inter_node ? s.inter_hop_us : s.intra_hop_us) +
          (inter_node ? 2 * s.net_latency_us : 0.0);
 }
 

@@ -6,7 +6,8 @@
 //   time = latency + bytes / (1000 * bandwidth)       [us, GB/s]
 // and runs the cheapest. The bandwidth comes from the channel graphs its
 // topology search built (channels x GB/s per channel); the latency from
-// per-algorithm base latencies plus per-hop latencies of the link type.
+// per-algorithm base latencies plus per-hop latencies of the link type (at
+// least the topology's own latency of that hop: NcclSystem::intra_hop_us).
 // This file rebuilds those graphs from a parmsim topology by NCCL's search
 // rules (src/graph/search.cc: speed ladders, one ring per NIC rail, channel
 // duplication), evaluates NCCL's formulas with NCCL's constants, and picks as
@@ -47,6 +48,19 @@ struct NcclSystem {
   bool amd_cpu = false;
   double launch_us = 0;       // topology nccl.launch
   double net_latency_us = 0;  // topology nccl.net_latency (NCCL's latencyInter)
+  // The modelled machine's own latency of one hop, us (the sum of its links'
+  // latencies along the route): intra_hop_us the slowest route between ring
+  // neighbours of a node (rank i to i + 1 of the node, the last to the
+  // first), over every node; inter_hop_us the slowest route between the
+  // same local GPU of consecutive nodes (node i to i + 1, the last to the
+  // first), over every local GPU both hold: the pairs the ring and tree
+  // cross between nodes. Every per-hop latency NCCL's model uses is at
+  // least these (nccl_estimate, nccl_p2p_latency_us): NCCL's per-hop
+  // constants were measured on its reference hardware, and a hop of this
+  // machine cannot be faster than its wires. 0 (a system filled in by
+  // hand): NCCL's constants alone.
+  double intra_hop_us = 0;
+  double inter_hop_us = 0;
   // The channel graphs, searched once by nccl_system() (they depend on the
   // fields above only): nccl_ring_graph() and nccl_nvls_graph() of this system.
   struct Graph {
@@ -124,7 +138,8 @@ bool nccl_tuned(CollOp op);
 // Point-to-point (send/recv, AlltoAll) latency in us as parmsim models it:
 // NCCL has no tuner entry for send/recv, so this takes the ring's Simple
 // base latency plus one Simple hop of the path's kind (NVLink or PCIe inside
-// a node, network across nodes) from the same tables.
+// a node, network across nodes) from the same tables, at least the
+// machine's hop of that kind (NcclSystem::intra_hop_us, inter_hop_us).
 double nccl_p2p_latency_us(const NcclSystem& s, bool inter_node);
 
 // What one more network peer adds to a grouped send/recv batch, in us.
