@@ -1,5 +1,6 @@
 // parmsim layer
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "sim/io/yaml_reader.hpp"
 #include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
+#include "sim/moe/resources.hpp"
 #include "sim/moe/sensitivity.hpp"
 #include "sim/net/network_model.hpp"
 #include "sim/topo/topology_io.hpp"
@@ -43,8 +45,9 @@ void add_layer(CLI::App& app) {
   c->footer(moe::layer_keys_help());
   struct Args {
     std::string topo, topo_set, overlay, set, layer_file, schedule = "all", network = "flow", trace, calibration;
-    bool search = false, json = false, sensitivity = false;
+    bool search = false, json = false, sensitivity = false, estimate = false;
     std::vector<std::string> vary;
+    std::string max_memory;
   };
   auto a = std::make_shared<Args>();
   c->add_option("--topology,-t", a->topo, "topology YAML file")->required()->check(CLI::ExistingFile);
@@ -71,6 +74,10 @@ void add_layer(CLI::App& app) {
   c->add_option("--vary", a->vary,
                 "with --sensitivity: KEY=LOW:HIGH, a topology key's range (replaces its default range or adds one), "
                 "e.g. link_efficiency.network=0.6:1.0 or nccl.launch=0us:50us; repeatable");
+  c->add_flag("--estimate", a->estimate,
+              "print what simulating each schedule will take (tasks, transfers, events, memory, time), estimated "
+              "from the layer's shape without building its graphs, and exit");
+  add_max_memory_option(c, a->max_memory);
   c->callback([a] {
     if (!a->vary.empty() && !a->sensitivity)
       throw UserError("--vary: needs --sensitivity (it sets a range --sensitivity varies)");
@@ -93,6 +100,43 @@ void add_layer(CLI::App& app) {
     const moe::Dims dims = moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
     const GpuProfile& gpu = gpu_profile(topo.gpu_model());
     gpu.peak(spec.dtype);  // rejects an unsupported dtype up front
+    // The schedules to simulate, as far as known before the closed form runs
+    // (auto: baseline and both of S1, S2, whichever it picks).
+    std::vector<std::string> est_names;
+    if (a->schedule == "all" || a->schedule == "auto")
+      est_names = a->schedule == "all" ? moe::preset_names() : std::vector<std::string>{"baseline", "s1", "s2"};
+    else if (a->schedule == "baseline")
+      est_names = {"baseline"};
+    else
+      est_names = {"baseline", a->schedule};
+    // What the simulation will take, before anything is built: refused above
+    // --max-memory, announced when long. The schedules' plans stay cached
+    // together, so their estimates add up.
+    {
+      moe::SimCost all;
+      std::vector<std::pair<std::string, moe::SimCost>> each;
+      for (const std::string& n : est_names) {
+        each.emplace_back(n, moe::estimate_schedule(spec, dims, moe::schedule_options(n, keys)));
+        all += each.back().second;
+      }
+      if (a->estimate) {
+        for (const auto& [n, e] : each)
+          fmt::print("{:<10} {:>12.4g} tasks {:>12.4g} transfers {:>12.4g} events {:>10.2f} GiB {:>10.1f} s\n", n,
+                     e.tasks, e.transfers, e.events, e.bytes / (1u << 30), e.seconds);
+        fmt::print("all        {}\n", moe::describe(all));
+        return;
+      }
+      const MemoryLimit lim = memory_limit(a->max_memory);
+      if (all.bytes > static_cast<double>(lim.bytes))
+        throw UserError(fmt::format(
+            "layer: simulating {} on {} GPUs needs an estimated {}, above the {} a run may use ({}); simulate "
+            "fewer schedules (--schedule s1) or GPUs (--topo-set nodes=N), or raise --max-memory; `parmsim layer "
+            "--estimate` prints each schedule's share",
+            fmt::join(est_names, ", "), dims.P, moe::describe(all), units::format_bytes(lim.bytes), lim.why));
+      if (all.seconds > 60)
+        fmt::print(stderr, "layer: simulating {} on {} GPUs: an estimated {}\n", fmt::join(est_names, ", "), dims.P,
+                   moe::describe(all));
+    }
     const auto cal = load_calibration_arg(a->calibration);
     moe::AlphaBeta ab = moe::alpha_beta_from_topology(topo);
     ab.calibration = cal.get();

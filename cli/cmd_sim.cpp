@@ -222,8 +222,9 @@ void add_topology(CLI::App& app) {
     const Topology t = a->topo.load();
     std::map<std::string, int> kinds;
     for (int v = 0; v < t.num_devices(); ++v) kinds[to_string(t.device(v).kind)]++;
-    fmt::print("topology {}: {} GPUs ({}) in {} nodes of {}; {} directed links\n", t.name(), t.num_gpus(),
-               t.gpu_model(), t.num_nodes(), t.gpus_per_node(), t.num_links());
+    fmt::print("topology {}: {} GPUs ({}) in {} nodes of {}; {} directed links; {:.1f} KiB in memory\n", t.name(),
+               t.num_gpus(), t.gpu_model(), t.num_nodes(), t.gpus_per_node(), t.num_links(),
+               static_cast<double>(t.footprint_bytes()) / 1024);
     for (const auto& [k, n] : kinds) fmt::print("  {:<16} {}\n", k, n);
     if (a->src >= 0 || a->dst >= 0) {
       if (a->src < 0 || a->dst < 0 || a->src >= t.num_gpus() || a->dst >= t.num_gpus())

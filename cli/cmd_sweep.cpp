@@ -47,6 +47,9 @@ void add_sweep(CLI::App& app) {
       constexpr std::uint64_t per_config = sizeof(sweep::Config) + 1024;
       lo.max_configs = m.bytes / per_config;
       lo.max_configs_why = fmt::format("{} B each, {}", per_config, m.why);
+      lo.max_bytes = m.bytes;
+      lo.bytes_per_config = per_config;
+      lo.max_bytes_why = m.why;
     }
     const sweep::Spec spec = sweep::load_spec(a->spec, a->calibration, lo);
     if (a->list) {

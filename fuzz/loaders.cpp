@@ -1,5 +1,9 @@
 #include "fuzz/loaders.hpp"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <fstream>
 #include <stdexcept>
 
 #include "cli/measured_trace.hpp"
@@ -12,6 +16,9 @@
 #include "sim/moe/model.hpp"
 #include "sim/sweep/sweep_spec.hpp"
 #include "sim/topo/topology_io.hpp"
+#include "sim/validation/gemm_validation.hpp"
+#include "sim/validation/moe_validation.hpp"
+#include "sim/validation/nccl_validation.hpp"
 
 // Where a fuzzed spec pretends to live: sweep and model specs name topology
 // files relative to their own directory (experiments/ -> ../topologies/...).
@@ -49,6 +56,26 @@ void layer(const std::string& t) {
   moe::backward_ops(f, spec, d, o);
 }
 
+void overlay(const std::string& t) { parse_topology_overlay_text(t, "fuzz.yaml"); }
+
+// The three validation tables (validate nccl, gemm, moe), through the one CSV
+// reader; the text goes through a file, as their loaders read paths.
+void validation_csv(const std::string& t) {
+  static const std::string path = fmt::format("/tmp/parmsim-fuzz-{}.csv", ::getpid());
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << t;
+  }
+  for (const auto& load : std::initializer_list<void (*)(const std::string&)>{
+           [](const std::string& p) { load_nccl_measurements(p); }, [](const std::string& p) { load_gemm_measurements(p); },
+           [](const std::string& p) { load_moe_measurements(p); }}) {
+    try {
+      load(path);
+    } catch (const UserError&) {
+    }
+  }
+}
+
 void sweep(const std::string& t) { sweep::parse_spec_text(t, PARMSIM_SOURCE_DIR "/experiments/fuzz.yaml"); }
 void model(const std::string& t) { moe::parse_model_spec_text(t, PARMSIM_SOURCE_DIR "/experiments/fuzz.yaml"); }
 void calibration(const std::string& t) { parse_calibration_text(t, "fuzz.yaml"); }
@@ -72,7 +99,8 @@ const std::vector<std::pair<std::string, Loader>>& loaders() {
       {"topology", topology},       {"graph_yaml", graph_yaml},       {"graph_json", graph_json},
       {"layer", layer},             {"sweep", sweep},                 {"model", model},
       {"calibration", calibration}, {"nccl_text", nccl_text},         {"nccl_json", nccl_json},
-      {"trace_csv", trace_csv},     {"trace_sidecar", trace_sidecar},
+      {"trace_csv", trace_csv},     {"trace_sidecar", trace_sidecar}, {"overlay", overlay},
+      {"validation_csv", validation_csv},
   };
   return all;
 }

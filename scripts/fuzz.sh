@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 bash scripts/setup.sh --fuzz
-all=(topology graph_yaml graph_json layer sweep model calibration nccl_text nccl_json trace_csv trace_sidecar)
+all=(topology graph_yaml graph_json layer sweep model calibration nccl_text nccl_json trace_csv trace_sidecar overlay validation_csv)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 
@@ -36,7 +36,8 @@ seeds() {
     model) ls experiments/{bert,gpt2}-moe.yaml ;;
     nccl_text) ls tests/data/nccl-tests/*.txt ;;
     nccl_json) ls tests/data/nccl-tests/*.json ;;
-    *) ;;  # calibration, trace_csv, trace_sidecar: their seeds are in fuzz/corpus/ (written by parmsim)
+    validation_csv) ls validation/*.csv ;;
+    *) ;;  # calibration, trace_csv, trace_sidecar, overlay: their seeds are in fuzz/corpus/ (written by parmsim)
   esac
 }
 

@@ -66,14 +66,14 @@ std::int64_t ceil_ps(std::uint64_t bytes, std::uint64_t bw) {
 }  // namespace
 
 TEST_CASE("flat ring allreduce on one NVSwitch matches 2(n-1)(alpha + S/(nB))", "[coll]") {
-  // DGX H100: 8 GPUs on one NVSwitch, 450 GB/s each way, 0.7 us per hop.
-  // alpha = GPU -> NVSwitch -> GPU = 1.4 us. S = 64 MiB, n = 8: each of the
+  // DGX H100: 8 GPUs on one NVSwitch, 450 GB/s each way, 0.2 us per link.
+  // alpha = GPU -> NVSwitch -> GPU = 0.4 us. S = 64 MiB, n = 8: each of the
   // 2(n-1) = 14 steps moves S/8 = 8388608 B at 450 GB/s = 18641351.1 ps,
-  // rounded up to 18641352 ps. Total = 14 * (1400000 + 18641352) = 280578928 ps.
+  // rounded up to 18641352 ps. Total = 14 * (400000 + 18641352) = 266578928 ps.
   const Topology t = topo("dgx-h100");
   const SimResult r = run_one(t, coll(CollOp::allreduce, range(8), 64ULL << 20, "flat_ring"), "analytical");
-  CHECK(r.makespan.count_ps() == 14 * (1'400'000 + ceil_ps(8'388'608, 450'000'000'000ULL)));
-  CHECK(r.makespan.count_ps() == 280'578'928);
+  CHECK(r.makespan.count_ps() == 14 * (400'000 + ceil_ps(8'388'608, 450'000'000'000ULL)));
+  CHECK(r.makespan.count_ps() == 266'578'928);
   // The flow model agrees: in a ring every link carries one flow at a time.
   CHECK(run_one(t, coll(CollOp::allreduce, range(8), 64ULL << 20, "flat_ring"), "flow").makespan == r.makespan);
 }
@@ -82,7 +82,7 @@ TEST_CASE("pairwise alltoall costs (p-1)(alpha + S/(pB))", "[coll]") {
   // Same NVSwitch, p = 8, S = 8 MiB per rank: 7 steps of 1 MiB at 450 GB/s.
   const Topology t = topo("dgx-h100");
   const SimResult r = run_one(t, coll(CollOp::alltoall, range(8), 8ULL << 20, "pairwise"), "analytical");
-  CHECK(r.makespan.count_ps() == 7 * (1'400'000 + ceil_ps(1'048'576, 450'000'000'000ULL)));
+  CHECK(r.makespan.count_ps() == 7 * (400'000 + ceil_ps(1'048'576, 450'000'000'000ULL)));
 }
 
 TEST_CASE("two flows on one link each get half its bandwidth under flow", "[coll]") {
@@ -277,30 +277,30 @@ TEST_CASE("the released SAA plan: p-1 AlltoAll rounds and p gather rounds of n/p
 }
 
 TEST_CASE("closed form by hand: ring, pairwise and direct on one NVSwitch", "[coll][cost]") {
-  // DGX H100: every GPU pair is GPU -> NVSwitch -> GPU, alpha = 2 x 0.7 us =
-  // 1.4 us, 450 GB/s per direction; the NVSwitch itself has no shared link.
+  // DGX H100: every GPU pair is GPU -> NVSwitch -> GPU, alpha = 2 x 0.2 us =
+  // 0.4 us, 450 GB/s per direction; the NVSwitch itself has no shared link.
   const Topology t = topo("dgx-h100");
-  const double a = 1.4e-6, B = 450e9;
+  const double a = 0.4e-6, B = 450e9;
   // Ring AllReduce, S = 64 MiB, p = 8: 2(p-1) = 14 rounds of S/8 = 8 MiB, one
-  // transfer per link: 14 * (1.4 us + 8388608 / 450e9) = 14 * 20.0413511 us = 280.578916 us.
+  // transfer per link: 14 * (0.4 us + 8388608 / 450e9) = 14 * 19.0413511 us = 266.578916 us.
   CHECK(cf(t, coll(CollOp::allreduce, range(8), 64ULL << 20, "flat_ring")) ==
         Approx(14 * (a + 8388608.0 / B)).epsilon(1e-9));
-  CHECK(cf(t, coll(CollOp::allreduce, range(8), 64ULL << 20, "flat_ring")) == Approx(280.578916e-6).epsilon(1e-8));
-  // Ring AllGather, S = 8 MiB (output), p = 8: 7 rounds of 1 MiB = 7 * (1.4 us + 2.3302 us) = 26.1114 us.
+  CHECK(cf(t, coll(CollOp::allreduce, range(8), 64ULL << 20, "flat_ring")) == Approx(266.578916e-6).epsilon(1e-8));
+  // Ring AllGather, S = 8 MiB (output), p = 8: 7 rounds of 1 MiB = 7 * (0.4 us + 2.3302 us) = 19.1114 us.
   CHECK(cf(t, coll(CollOp::allgather, range(8), 8ULL << 20, "flat_ring")) == Approx(7 * (a + 1048576.0 / B)).epsilon(1e-9));
   // Pairwise AlltoAll, S = 8 MiB per rank: 7 rounds, each rank sends 1 MiB and
-  // receives 1 MiB: 7 * (1.4 + 2.3302) us.
+  // receives 1 MiB: 7 * (0.4 + 2.3302) us.
   CHECK(cf(t, coll(CollOp::alltoall, range(8), 8ULL << 20, "pairwise")) ==
         Approx(7 * (a + 1048576.0 / B)).epsilon(1e-9));
   // Direct AlltoAll: one round; each GPU's uplink and downlink carry 7 x 1 MiB:
-  // 1.4 us + 7340032 / 450e9 = 1.4 + 16.3112 us = 17.7112 us.
+  // 0.4 us + 7340032 / 450e9 = 0.4 + 16.3112 us = 16.7112 us.
   CHECK(cf(t, coll(CollOp::alltoall, range(8), 8ULL << 20, "direct")) == Approx(a + 7 * 1048576.0 / B).epsilon(1e-9));
   // Direct with window 2: rounds of offsets {1,2},{3,4},{5,6},{7}: 3 x (a + 2 MiB/B) + (a + 1 MiB/B).
   Collective w = coll(CollOp::alltoall, range(8), 8ULL << 20, "direct");
   w.window = 2;
   CHECK(cf(t, w) == Approx(3 * (a + 2 * 1048576.0 / B) + (a + 1048576.0 / B)).epsilon(1e-9));
-  // SendRecv of 450 MB: 1.4 us + 1 ms.
-  CHECK(cf(t, coll(CollOp::sendrecv, {0, 1}, 450'000'000, "direct")) == Approx(1.4e-6 + 1e-3).epsilon(1e-9));
+  // SendRecv of 450 MB: 0.4 us + 1 ms.
+  CHECK(cf(t, coll(CollOp::sendrecv, {0, 1}, 450'000'000, "direct")) == Approx(0.4e-6 + 1e-3).epsilon(1e-9));
 }
 
 TEST_CASE("closed form by hand: PCIe ring and hierarchical AllReduce across NICs", "[coll][cost]") {
@@ -374,11 +374,11 @@ TEST_CASE("closed form: trivial collectives cost nothing; the form is linear in 
   const Collective r = coll(CollOp::allreduce, range(8), 1 << 20, "flat_ring");
   const double t1 = collective_time_s(r, t, 1e6), t2 = collective_time_s(r, t, 2e6), t3 = collective_time_s(r, t, 3e6);
   CHECK(t3 - t2 == Approx(t2 - t1).epsilon(1e-9));
-  CHECK(t1 - (t2 - t1) == Approx(14 * 1.4e-6).epsilon(1e-9));
+  CHECK(t1 - (t2 - t1) == Approx(14 * 0.4e-6).epsilon(1e-9));
   // AlltoAllv: the matrix as given (the bytes argument is ignored).
   Collective v = coll(CollOp::alltoallv, {0, 1}, 0, "pairwise");
   v.matrix = {{0, 450'000'000}, {0, 0}};
-  CHECK(collective_time_s(v, t) == Approx(1.4e-6 + 1e-3).epsilon(1e-9));
+  CHECK(collective_time_s(v, t) == Approx(0.4e-6 + 1e-3).epsilon(1e-9));
 }
 
 namespace {

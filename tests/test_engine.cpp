@@ -68,8 +68,8 @@ tasks:
                                             "c.yaml");
   const SimResult res = simulate(g, t, {"analytical"});
   const Time k = compute_time(gpu_profile("h100"), OpKind::copy, 0, 64 << 20, DType::fp32);
-  // 450 MB at 450 GB/s = 1 ms, plus 1.4 us latency, after rank 1's copy.
-  CHECK(res.makespan == k + Time::us(1000) + Time::ns(1400));
+  // 450 MB at 450 GB/s = 1 ms, plus 0.4 us latency (2 x 0.2 us), after rank 1's copy.
+  CHECK(res.makespan == k + Time::us(1000) + Time::ns(400));
 }
 
 TEST_CASE("a graph that cannot finish names the blocked tasks", "[engine]") {
@@ -159,8 +159,8 @@ tasks:
                                             "v.yaml");
   for (const char* net : {"analytical", "flow"}) {
     const SimResult r = simulate(g, t, {net});
-    // 64 MiB = 67108864 B over a 450 GB/s NVLink route: 149.1308 us, plus 1.4 us latency.
-    CHECK(r.trace[3].end.to_us() == Approx(150.5308).epsilon(1e-4));
+    // 64 MiB = 67108864 B over a 450 GB/s NVLink route: 149.1308 us, plus 0.4 us latency.
+    CHECK(r.trace[3].end.to_us() == Approx(149.5308).epsilon(1e-4));
     CHECK(r.trace[0].end.to_us() == Approx(149.1308).epsilon(1e-2));  // the sender is done when its bytes left
     CHECK(r.trace[1].end == Time::zero());  // members 1 and 2 receive nothing
     CHECK(r.trace[2].end == Time::zero());

@@ -46,10 +46,10 @@ double sim_us(const Topology& t, const Collective& c) {
 }  // namespace
 
 TEST_CASE("the machine's hop latencies: routes between ring neighbours and between nodes", "[latency][nccl]") {
-  // DGX H100: GPU -> NVSwitch -> GPU, 2 x 0.7 = 1.4 us; between nodes GPU -> PCIe switch -> NIC -> rail
+  // DGX H100: GPU -> NVSwitch -> GPU, 2 x 0.2 = 0.4 us; between nodes GPU -> PCIe switch -> NIC -> rail
   // switch -> NIC -> PCIe switch -> GPU: 0.5 + 0.5 + 1 + 1 + 0.5 + 0.5 = 4 us.
   const NcclSystem h = nccl_system(first(16), topo("dgx-h100", {"nodes=2"}));
-  CHECK(h.intra_hop_us == Approx(1.4));
+  CHECK(h.intra_hop_us == Approx(0.4));
   CHECK(h.inter_hop_us == Approx(4.0));
   // One node: no network hop.
   CHECK(nccl_system(first(8), topo("dgx-h100")).inter_hop_us == 0.0);
@@ -110,14 +110,20 @@ TEST_CASE("an NVLink latency what-if changes a one-node AllReduce by steps x per
 }
 
 TEST_CASE("bundled latencies above NCCL's constants enter the model", "[latency][nccl]") {
-  // DGX H100's 1.4 us GPU-GPU hop exceeds NCCL's NVLink LL hop (0.6): ring LL on one node is
-  // 6.6 + 14 x 1.4 = 26.2 us (NCCL's tables alone: 6.6 + 14 x 0.6 = 15.0).
-  const NcclSystem s = nccl_system(first(8), topo("dgx-h100"));
-  CHECK(nccl_estimate(CollOp::allreduce, s, NcclAlgo::ring, NcclProto::ll, 0, 8)->lat_us == Approx(26.2));
+  // DGX H100's 0.4 us GPU-GPU hop is below NCCL's NVLink LL hop (0.6): ring LL on one node is NCCL's
+  // 6.6 + 14 x 0.6 = 15.0 us.
+  const NcclSystem h = nccl_system(first(8), topo("dgx-h100"));
+  CHECK(nccl_estimate(CollOp::allreduce, h, NcclAlgo::ring, NcclProto::ll, 0, 8)->lat_us == Approx(15.0));
+  // The 8-GPU PCIe server's ring neighbours across the two CPUs are 3.0 us apart (GPU -> PCIe switch ->
+  // CPU -> CPU -> PCIe switch -> GPU: 0.5 + 0.5 + 1 + 0.5 + 0.5), above NCCL's PCIe LL hop (1.0): ring LL is
+  // 6.6 + 14 x 3.0 = 48.6 us (NCCL's tables alone: 6.6 + 14 x 1.0 = 20.6).
+  const NcclSystem s = nccl_system(first(8), topo("pcie-8gpu"));
+  CHECK(s.intra_hop_us == Approx(3.0));
+  CHECK(nccl_estimate(CollOp::allreduce, s, NcclAlgo::ring, NcclProto::ll, 0, 8)->lat_us == Approx(48.6));
   // A system filled in by hand has no hop latencies: NCCL's constants alone.
   NcclSystem hand = s;
   hand.intra_hop_us = 0;
-  CHECK(nccl_estimate(CollOp::allreduce, hand, NcclAlgo::ring, NcclProto::ll, 0, 8)->lat_us == Approx(15.0));
-  // Ring Simple keeps NCCL's 3.4 (above 1.4): 8.4 + 14 x 3.4 = 56.0 us.
-  CHECK(nccl_estimate(CollOp::allreduce, s, NcclAlgo::ring, NcclProto::simple, 0, 8)->lat_us == Approx(56.0));
+  CHECK(nccl_estimate(CollOp::allreduce, hand, NcclAlgo::ring, NcclProto::ll, 0, 8)->lat_us == Approx(20.6));
+  // Ring Simple keeps NCCL's PCIe 5.7 (above 3.0): 8.4 + 14 x 5.7 = 88.2 us.
+  CHECK(nccl_estimate(CollOp::allreduce, s, NcclAlgo::ring, NcclProto::simple, 0, 8)->lat_us == Approx(88.2));
 }

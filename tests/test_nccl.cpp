@@ -95,14 +95,13 @@ TEST_CASE("NCCL's choice on one 8 x H100 node: ring LL below ~1 MiB, NVLS above"
   CHECK(nccl_choose(CollOp::allgather, s, 1ULL << 30).algo == NcclAlgo::ring);
   // Ring Simple AllGather: 8.4 + 7 x 3.4 = 32.2 us.
   CHECK(nccl_estimate(CollOp::allgather, s, NcclAlgo::ring, NcclProto::simple, 0, 1 << 30)->lat_us == Approx(32.2));
-  // The topology's own hop, GPU -> NVSwitch -> GPU = 2 x 0.7 = 1.4 us, is longer than NCCL's NVLink LL
-  // hop: ring LL 6.6 + 14 x 1.4 = 26.2 us, tree LL 6.8 + 2 x 7 x 1.4 = 26.4 us, both above NVLS's 25 us
-  // (NVLS's one hop stays 25): NVLS at every size.
-  CHECK(machine.intra_hop_us == Approx(1.4));
-  CHECK(nccl_estimate(CollOp::allreduce, machine, NcclAlgo::ring, NcclProto::ll, 0, 8)->lat_us == Approx(26.2));
+  // The topology's own hop, GPU -> NVSwitch -> GPU = 2 x 0.2 = 0.4 us, is shorter than every NVLink
+  // constant of NCCL's: the machine gives NCCL's own answer, ring LL 6.6 + 14 x max(0.6, 0.4) = 15.0 us.
+  CHECK(machine.intra_hop_us == Approx(0.4));
+  CHECK(nccl_estimate(CollOp::allreduce, machine, NcclAlgo::ring, NcclProto::ll, 0, 8)->lat_us == Approx(15.0));
   const NcclEstimate small_m = nccl_choose(CollOp::allreduce, machine, 8);
-  CHECK(small_m.algo == NcclAlgo::nvls);
-  CHECK(small_m.lat_us == Approx(25.0));
+  CHECK(small_m.algo == NcclAlgo::ring);
+  CHECK(small_m.lat_us == Approx(15.0));
 }
 
 TEST_CASE("NCCL's choice on two DGX H100: tree LL, then tree LL128, then NVLS-Tree", "[nccl]") {
@@ -113,12 +112,12 @@ TEST_CASE("NCCL's choice on two DGX H100: tree LL, then tree LL128, then NVLS-Tr
   NcclSystem tables = s;
   tables.intra_hop_us = tables.inter_hop_us = 0;
   CHECK(nccl_choose(CollOp::allreduce, tables, 8).lat_us == Approx(25.2));
-  // With the topology's hops, NVLink 2 x 0.7 = 1.4 us (above NCCL's 0.6) and network 4 us (below NCCL's
-  // tree LL 5.0): 6.8 + 2 x (7 x 1.4 + 1 x 5.0) = 36.4 us.
+  // With the topology's hops, NVLink 2 x 0.2 = 0.4 us (below NCCL's 0.6) and network 4 us (below NCCL's
+  // tree LL 5.0): the same, 6.8 + 2 x (7 x 0.6 + 1 x 5.0) = 25.2 us.
   const NcclEstimate e8 = nccl_choose(CollOp::allreduce, s, 8);
   CHECK(e8.algo == NcclAlgo::tree);
   CHECK(e8.proto == NcclProto::ll);
-  CHECK(e8.lat_us == Approx(36.4));
+  CHECK(e8.lat_us == Approx(25.2));
   CHECK(nccl_choose(CollOp::allreduce, s, 2 << 20).proto == NcclProto::ll128);
   // NVLS-Tree: 25 + 2 x 1 x 20.9 = 66.8 us; 8 x min(59.5, 2 x 48, 57.7) = 461.6 bus, x 16/30 = 246.19 alg.
   const NcclEstimate e1g = nccl_choose(CollOp::allreduce, s, 1ULL << 30);
@@ -239,15 +238,15 @@ TEST_CASE("Topology keys nccl.launch and nccl.net_latency add to NCCL's latencie
   text << in.rdbuf() << "nccl: {launch: 5us, net_latency: 2us}\n";
   const Topology t = parse_topology_text(text.str(), "dgx-h100+nccl.yaml", {"nodes=2"});
   const NcclSystem s = nccl_system(all(CollOp::allreduce, 16, 1).group, t);
-  // Tree LL: 6.8 + 2 x (7 x max(0.6, hop 1.4) + log2(2) x (max(5.0, hop 4.0) + 2)) + 5 = 6.8 + 33.6 + 5
-  // = 45.4 us.
+  // Tree LL: 6.8 + 2 x (7 x max(0.6, hop 0.4) + log2(2) x (max(5.0, hop 4.0) + 2)) + 5 = 6.8 + 22.4 + 5
+  // = 34.2 us.
   const NcclEstimate e = nccl_choose(CollOp::allreduce, s, 8);
   CHECK(e.algo == NcclAlgo::tree);
-  CHECK(e.lat_us == Approx(45.4));
+  CHECK(e.lat_us == Approx(34.2));
   // Send/recv across nodes: 5 + 8.4 + 14 + 2 x 2 (Simple counts the NIC latency twice) = 31.4 us.
   CHECK(nccl_p2p_latency_us(s, true) == Approx(31.4));
   // The simulator runs it: 8 B alone takes the estimate.
-  CHECK(sim_us(t, all(CollOp::allreduce, 16, 8)) == Approx(45.4 + 8 / (e.bw_GBps * 1e3)).epsilon(1e-6));
+  CHECK(sim_us(t, all(CollOp::allreduce, 16, 8)) == Approx(34.2 + 8 / (e.bw_GBps * 1e3)).epsilon(1e-6));
 }
 
 TEST_CASE("A grouped send/recv batch pays the proxy's launch of every network peer", "[nccl][p2p]") {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -45,20 +46,17 @@ const Section kTopo{"sweep.topologies[]",
                      {"grid", "map", "{}", "key.path -> list of values; one variant per combination"}}};
 SectionRegistrar r1(kSweep), r2(kTopo);
 
-// Two grid values that mean the same: equal text, or equal numbers ("4" and "4.0").
-bool same_value(const std::string& a, const std::string& b) {
-  if (a == b) return true;
-  auto num = [](const std::string& s, double* v) {
-    try {
-      std::size_t used = 0;
-      *v = std::stod(s, &used);
-      return used == s.size();
-    } catch (const std::logic_error&) {
-      return false;
-    }
-  };
-  double x = 0, y = 0;
-  return num(a, &x) && num(b, &y) && x == y;
+// Two values of a grid list mean the same when their keys are equal: equal
+// text, or equal numbers ("4" and "4.0"): a number's key is its shortest
+// decimal form, anything else's its text.
+std::string value_key(const std::string& s) {
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(s, &used);
+    if (used == s.size() && !std::isnan(v)) return fmt::format("#{}", v == 0 ? 0.0 : v);
+  } catch (const std::logic_error&) {
+  }
+  return "$" + s;
 }
 
 // A value of the grid's experts_per_gpu: a whole number of experts per GPU,
@@ -84,13 +82,15 @@ std::vector<std::pair<std::string, std::vector<std::string>>> axes_of(const Yaml
     std::vector<std::string> vals;
     if (v.node().IsSequence()) {
       if (v.size() == 0) v.fail("a non-empty list of values");
+      // Each value by its key (value_key), so a list of
+      // n values is checked in n log n, not n^2 comparisons.
+      std::map<std::string, std::size_t> seen;
       for (std::size_t i = 0; i < v.size(); ++i) {
         const std::string x = v[i].as_string();
-        for (std::size_t j = 0; j < vals.size(); ++j)
-          if (same_value(vals[j], x))
-            v[i].fail(fmt::format("each value once (a repeat runs the same configurations twice); '{}' is already "
-                                  "at {}",
-                                  vals[j], v[j].where()));
+        if (const auto [it, fresh] = seen.emplace(value_key(x), i); !fresh)
+          v[i].fail(fmt::format("each value once (a repeat runs the same configurations twice); '{}' is already "
+                                "at {}",
+                                vals[it->second], v[it->second].where()));
         vals.push_back(x);
       }
     } else {
@@ -195,6 +195,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
     std::vector<std::string> fixed, overlay;
     std::vector<std::pair<std::string, std::vector<std::string>>> axes;
     std::uint64_t variants = 1;
+    std::uint64_t bytes = 0;  // one variant's, as the first one measures
   };
   std::vector<Entry> entries;
   std::uint64_t variants = 0;
@@ -229,6 +230,12 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
     } catch (const UserError& e) {
       throw UserError(fmt::format("{}: {}", t.at("file").where(), e.what()));
     }
+    // The topology, and the closed form's model the runner makes of it
+    // (AlphaBeta and its cost forms: 40 KiB on parm-32gpu, measured as the
+    // peak RSS of a 2000-variant sweep, 133 KiB per variant, less the
+    // topology's 93 KiB footprint).
+    constexpr std::uint64_t kModelBytes = 40 << 10;
+    en.bytes = topo->footprint_bytes() + kModelBytes;
     en.label = t.has("label") ? t.at("label").as_string() : topo->name();
     // Rows name their topology by its label (and grid values): two variants with the same label would be told
     // apart by nothing.
@@ -276,6 +283,67 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
                                 "({}); shard it into smaller specs, or raise --max-memory",
                                 file, total, grid_shape(variants, axes), opt.max_configs, opt.max_configs_why));
 
+  // Counting under skip_invalid: only the axes whose values change what
+  // decides validity (the layer's shape, its dtype, experts_per_gpu) are
+  // expanded; each valid combination of them stands for `factor` rows of the
+  // others (schedule options, ds_moe, dispatch, saa, host_op). The work is the
+  // product of the deciding axes' lengths and the variants, bounded up front.
+  std::vector<std::pair<std::string, std::vector<std::string>>> count_axes = axes;
+  std::uint64_t factor = 1;
+  if (count_only && skip) {
+    auto shape = [](const moe::LayerSpec& l) {
+      return fmt::format("{},{},{},{},{},{},{},{},{}", l.B, l.L, l.M, l.H, l.E, l.k, l.f, l.mp, static_cast<int>(l.dtype));
+    };
+    count_axes.clear();
+    for (const auto& [key, vals] : axes) {
+      bool decides = key == "experts_per_gpu";
+      for (std::size_t i = 0; i < vals.size() && !decides; ++i) {
+        moe::LayerSpec a, b;
+        moe::ScheduleKeys ka, kb;
+        try {
+          moe::apply_keys(&a, &ka, {key + "=" + vals[0]}, grid.at(key).where());
+          moe::apply_keys(&b, &kb, {key + "=" + vals[i]}, grid.at(key).where());
+        } catch (const UserError& e) {
+          throw UserError(
+              fmt::format("{} (grid keys are the layer keys, the schedule options and experts_per_gpu)", e.what()));
+        }
+        decides = shape(a) != shape(b);
+      }
+      if (decides)
+        count_axes.emplace_back(key, vals);
+      else
+        factor *= vals.size();
+    }
+    constexpr std::uint64_t kMaxChecks = 10'000'000;  // about 10 s at 1 us a check
+    const std::uint64_t checks = grid_size(count_axes, variants);
+    if (checks == 0 || checks > kMaxChecks) {
+      std::string keys;
+      for (const auto& [k, v] : count_axes) keys += fmt::format("{}{} ({})", keys.empty() ? "" : ", ", k, v.size());
+      throw UserError(fmt::format(
+          "{}: counting under skip_invalid checks every combination of the keys that decide validity ({}) on each of "
+          "{} topology variant(s): {} checks, more than {}; without skip_invalid, --count gives the product of the "
+          "axes at once ({}), or narrow those keys",
+          file, keys, variants, checks == 0 ? std::string("past 2^62") : std::to_string(checks), kMaxChecks,
+          grid_shape(variants, axes)));
+    }
+  }
+
+  if (!count_only && opt.max_bytes > 0) {
+    // Checked with 128-bit sums: the grid may be near 2^62 configurations.
+    unsigned __int128 need = static_cast<unsigned __int128>(total) * opt.bytes_per_config, topo_bytes = 0;
+    for (const Entry& en : entries) topo_bytes += static_cast<unsigned __int128>(en.variants) * en.bytes;
+    need += topo_bytes;
+    if (need > opt.max_bytes) {
+      const auto gib = [](unsigned __int128 b) { return static_cast<double>(b) / (1u << 30); };
+      throw UserError(fmt::format("{}: the run needs an estimated {:.2f} GiB: {} topology variant(s) ({:.2f} GiB: "
+                                  "each topology and its closed-form costs) and {} configurations ({:.2f} GiB); "
+                                  "above the {:.2f} GiB it may use ({}); shard it into smaller specs, or raise "
+                                  "--max-memory",
+                                  file, gib(need), variants, gib(topo_bytes), total, gib(need - topo_bytes),
+                                  gib(opt.max_bytes), opt.max_bytes_why));
+    }
+  }
+
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const Entry& en = entries[i];
     const YamlReader t = tops[i];
@@ -302,7 +370,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
       const Topology& topo = *v.topo;
       if (!count_only) s.topologies.push_back(v);
       // Counting under skip_invalid: each variant's layers are checked as they come, one variant at a time.
-      for_each_combination(axes, [&](const std::vector<std::string>& row) {
+      for_each_combination(count_only ? count_axes : axes, [&](const std::vector<std::string>& row) {
         moe::LayerSpec spec;
         moe::ScheduleKeys keys;
         std::int64_t per_gpu = 0;
@@ -327,7 +395,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
           gpu_profile(topo.gpu_model()).peak(spec.dtype);
         } catch (const UserError& e) {
           if (skip) {
-            ++s.skipped;
+            s.skipped += factor;
             return;
           }
           throw UserError(
@@ -335,7 +403,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
                           "such combinations out)",
                           file, desc, v.label, e.what()));
         }
-        ++s.count;
+        s.count += factor;
         if (count_only) return;
         Config c;
         c.index = static_cast<int>(s.configs.size());

@@ -55,6 +55,12 @@ struct LoadOptions {
   // expanded; `max_configs_why` says where the limit comes from.
   std::uint64_t max_configs = 0;
   std::string max_configs_why;
+  // The memory a run may use (0: no limit): the configurations at
+  // `bytes_per_config` each plus every topology variant (its footprint, as the
+  // first variant of its entry measures, and its closed-form costs) must fit,
+  // checked before any variant past the first is loaded.
+  std::uint64_t max_bytes = 0, bytes_per_config = 0;
+  std::string max_bytes_why;
 };
 
 // Loads, validates and expands a spec. Every configuration is checked

@@ -107,6 +107,20 @@ struct NoTransitThroughGpu {
 
 }  // namespace
 
+std::size_t Topology::footprint_bytes() const {
+  auto vec = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
+  std::size_t b = sizeof(*this);
+  // adjacency_list (vecS, bidirectional): a vertex holds its property and two
+  // edge lists; an edge its property, a list node and two out/in entries.
+  b += boost::num_vertices(graph_) * (sizeof(Device) + 6 * sizeof(void*));
+  b += boost::num_edges(graph_) * (sizeof(Link) + 7 * sizeof(void*));
+  b += vec(gpu_vertex_) + vec(links_) + vec(link_ends_) + vec(link_class_) + vec(out_start_) + vec(out_) +
+       vec(local_hb_) + vec(table_) + vec(hb_dist_);
+  for (const Route& r : table_) b += vec(r.links);
+  for (const auto& d : hb_dist_) b += vec(d);
+  return b;
+}
+
 std::vector<int> Topology::bfs_to(int dst_gpu) const { return bfs_to_vertex(gpu_vertex_[dst_gpu]); }
 
 std::vector<int> Topology::bfs_to_vertex(int to) const {

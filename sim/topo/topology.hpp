@@ -120,6 +120,10 @@ class Topology {
   const Device& device(int v) const { return graph_[v]; }
   int num_devices() const { return static_cast<int>(boost::num_vertices(graph_)); }
   int num_links() const { return static_cast<int>(links_.size()); }
+  // The bytes this topology holds (its graph, links and route table), for the
+  // commands that check what a run needs before it starts. Approximate: the
+  // containers' capacities, and 3 pointers per graph edge and vertex entry.
+  std::size_t footprint_bytes() const;
   const Link& link(int id) const { return links_[id]; }
   std::string link_name(int id) const;
   // The devices (vertices) a directed link leaves and enters.

@@ -357,8 +357,8 @@ Topology load_topology(const std::string& file, const std::vector<std::string>& 
   return build(r);
 }
 
-std::vector<std::string> load_topology_overlay(const std::string& file) {
-  const YamlReader r = YamlReader::load_file(file);
+// An overlay's map as "key.path=value" assignments.
+static std::vector<std::string> overlay_assignments(const YamlReader& r) {
   std::vector<std::string> out;
   if (!r.node().IsDefined() || r.node().IsNull()) return out;  // an empty overlay changes nothing
   if (!r.node().IsMap()) r.fail("a map of topology keys, e.g. {link_efficiency: {nvlink: 0.8}, nccl: {launch: 14us}}");
@@ -377,5 +377,14 @@ std::vector<std::string> load_topology_overlay(const std::string& file) {
   walk(walk, r, "");
   return out;
 }
+
+std::vector<std::string> load_topology_overlay(const std::string& file) {
+  return overlay_assignments(YamlReader::load_file(file));
+}
+
+std::vector<std::string> parse_topology_overlay_text(const std::string& text, const std::string& name) {
+  return overlay_assignments(YamlReader::load_string(text, name));
+}
+
 
 }  // namespace parmsim

@@ -25,5 +25,7 @@ Topology parse_topology_text(const std::string& text, const std::string& name,
 // assignments ("nccl.launch=14us"), for `overlay` above. Throws UserError
 // naming file:line for anything but a map of single values.
 std::vector<std::string> load_topology_overlay(const std::string& file);
+// The same from text (the fuzz targets); `name` stands for the file in messages.
+std::vector<std::string> parse_topology_overlay_text(const std::string& text, const std::string& name);
 
 }  // namespace parmsim

@@ -175,7 +175,7 @@ std::string moe_validation_topology(const MoeMeasurement& m) {
     for (int i = 0; i < g; ++i) y += fmt::format("    - {{name: nic{}, kind: nic}}\n", i);
   y += "  links:\n";
   if (nvswitch)
-    y += fmt::format("    - {{a: [{}], b: nvswitch, bandwidth: {}GBps, latency: 700ns}}\n", gpus,
+    y += fmt::format("    - {{a: [{}], b: nvswitch, bandwidth: {}GBps, latency: 200ns}}\n", gpus,
                      nvlink_gbps_per_direction(m.gpu));
   std::string pcie = gpus;
   if (nodes > 1)

@@ -121,7 +121,7 @@ std::string nccl_validation_topology(const NcclMeasurement& m, bool line_rate) {
   for (int n = 0; n < k; ++n) y += fmt::format("    - {{name: nic{}, kind: nic}}\n", n);
   y += "  links:\n    - {a: [";
   for (int i = 0; i < g; ++i) y += fmt::format("{}gpu{}", i ? ", " : "", i);
-  y += fmt::format("], b: nvswitch, bandwidth: {}GBps, latency: 700ns}}\n", nvlink);
+  y += fmt::format("], b: nvswitch, bandwidth: {}GBps, latency: 200ns}}\n", nvlink);
   for (int s = 0; s < switches; ++s) {
     std::string members;
     for (int i = 0; i < g; ++i)

@@ -317,6 +317,55 @@ echo "sweep --count, 2 x 10^11 configurations: $ms ms"
 refused sweep-huge-grid "$tmp/huge.yaml: the grid expands to 200000000000 configurations (2 topology variant(s) x B(1000) x L(1000) x M(100) x H(100) x f(10) x experts_per_gpu(1))" -- \
   "$bin" sweep "$tmp/huge.yaml" -q -o "$tmp/huge.csv"
 
+# Counting under skip_invalid (class D) expands only the keys that decide
+# validity. By hand, on parm-32gpu (4 GPUs a node, E = 32 from experts_per_gpu):
+# mp = 8 does not divide a node, mp = 1, 2, 4 are valid, so of B(2) x mp(4)
+# x chunks(3) x ds_moe(2) x dispatch(2) = 96 rows, 2 x 3 x 12 = 72 are valid and
+# 24 skipped; the full expansion (a run's) must agree.
+printf 'name: skipcount\nskip_invalid: true\ntopologies:\n  - {file: topos/parm-32gpu.yaml}\ngrid:\n  B: [2, 4]\n  mp: [1, 2, 4, 8]\n  chunks: [1, 2, 3]\n  ds_moe: [0.14.4, lean]\n  dispatch: [einsum, index]\n  experts_per_gpu: [1]\n' > "$tmp/skipcount.yaml"
+out=$("$bin" sweep "$tmp/skipcount.yaml" --count 2>&1)
+[ "$out" = "skipcount: 72 configurations x 3 schedules on 1 topology variant(s); 24 invalid skipped" ] && ok ||
+  bad "skip_invalid count by the deciding keys: $out"
+"$bin" sweep "$tmp/skipcount.yaml" -q -o "$tmp/skipcount.csv" -j 2 &&
+  [ "$(($(wc -l < "$tmp/skipcount.csv") - 1))" = 216 ] && ok || bad "skip_invalid run: not 72 x 3 rows"
+rm -f "$tmp/skipcount.csv" "$tmp/skipcount.csv.run.json"
+# 2 x 10^6 rows whose size comes from keys that cannot make a row invalid: counted at once.
+python3 -c "
+print('name: wide\nskip_invalid: true\ntopologies:\n  - {file: topos/parm-32gpu.yaml}\ngrid:\n  B: [2, 4]\n  experts_per_gpu: [1]')
+print('  chunks: [' + ', '.join(str(i + 1) for i in range(1000)) + ']')
+print('  host_op: [' + ', '.join(f'{i}us' for i in range(1000)) + ']')" > "$tmp/wide.yaml"
+t0=$(date +%s%N)
+out=$("$bin" sweep "$tmp/wide.yaml" --count 2>&1)
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ "$out" = "wide: 2000000 configurations x 3 schedules on 1 topology variant(s); 0 invalid skipped" ] && [ $ms -lt 2000 ] && ok ||
+  bad "skip_invalid count of 2e6 rows: $out ($ms ms)"
+# The deciding keys themselves past 10^7 combinations: refused up front, naming them.
+sed 's/^name: huge/name: huge\nskip_invalid: true/' "$tmp/huge.yaml" > "$tmp/huge-skip.yaml"
+t0=$(date +%s%N)
+refused sweep-count-skip-huge "counting under skip_invalid checks every combination of the keys that decide validity (B (1000), L (1000), M (100), H (100), f (10), experts_per_gpu (1))" "200000000000 checks, more than 10000000" -- \
+  "$bin" sweep "$tmp/huge-skip.yaml" --count
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ $ms -lt 1000 ] && ok || bad "refusing the huge skip_invalid count took $ms ms"
+
+# A layer too large for the memory a run may use is refused before anything is
+# built, with its estimate (16,384 GPUs: 2048 DGX H100 nodes), in well under 1 s.
+t0=$(date +%s%N)
+refused layer-16k-gpus "layer: simulating baseline, s1, s2 on 16384 GPUs needs an estimated" "transfers" "--max-memory" -- \
+  "$bin" layer -t $T --topo-set nodes=2048 --set E=16384,mp=1 --max-memory 8GiB
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ $ms -lt 1000 ] && ok || bad "refusing the 16,384-GPU layer took $ms ms"
+echo "layer on 16,384 GPUs refused in $ms ms"
+# The 20,000-variant sweep: its variants' memory is estimated before the second is loaded.
+python3 -c "
+print('name: variants\ntopologies:\n  - {file: topos/parm-32gpu.yaml, grid: {fabric.bandwidth: [' + ', '.join(f'{100 + i}Gbps' for i in range(20000)) + ']}}')
+print('grid: {B: [4]}')" > "$tmp/variants.yaml"
+t0=$(date +%s%N)
+refused sweep-20k-variants "the run needs an estimated" "20000 topology variant(s)" "(--max-memory 1GiB)" -- \
+  "$bin" sweep "$tmp/variants.yaml" -q -o "$tmp/variants.csv" --max-memory 1GiB
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ $ms -lt 1000 ] && ok || bad "refusing the 20,000-variant sweep took $ms ms"
+echo "sweep of 20,000 topology variants refused in $ms ms"
+
 # ---- sweep specs that would run a configuration twice ----------------------
 sed 's/B: \[2, 4\]/B: [2, 4, 2]/' "$tmp/spec.yaml" > "$tmp/dupval.yaml"
 l=$(grep -n '^  B:' "$tmp/dupval.yaml" | cut -d: -f1)
