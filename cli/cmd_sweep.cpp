@@ -1,10 +1,14 @@
 // parmsim sweep
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
+#include <thread>
 
 #include "cli/common.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/units.hpp"
+#include "sim/moe/resources.hpp"
 #include "sim/mpi/mpi_shim.hpp"
 #include "sim/sweep/runner.hpp"
 
@@ -58,6 +62,34 @@ void add_sweep(CLI::App& app) {
       return;
     }
     if (a->out.empty()) throw UserError("sweep: --output FILE is required");
+    {
+      // What the simulations need, before any runs: each thread holds one
+      // configuration's graphs and plans at a time (sim/moe/resources.hpp).
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      const std::size_t threads = std::min<std::size_t>(
+          spec.configs.size(), static_cast<std::size_t>(a->jobs <= 0 ? cores : std::min(a->jobs, 4 * cores)));
+      moe::SimCost worst, all;
+      std::size_t worst_at = 0;
+      for (const sweep::Config& c : spec.configs) {
+        const Topology& t = *spec.topologies[static_cast<std::size_t>(c.topology)].topo;
+        const moe::Dims d = moe::make_dims(c.layer, t.num_gpus(), t.gpus_per_node());
+        moe::SimCost one;
+        for (const std::string& n : spec.schedules) one += moe::estimate_schedule(c.layer, d, moe::schedule_options(n, c.keys));
+        if (one.bytes > worst.bytes) worst = one, worst_at = static_cast<std::size_t>(c.index);
+        all += one;
+      }
+      const MemoryLimit m = memory_limit(a->max_memory);
+      const double need = worst.bytes * static_cast<double>(threads);
+      if (need > static_cast<double>(m.bytes))
+        throw UserError(fmt::format(
+            "sweep: {} thread(s) simulating at once need an estimated {:.2f} GiB: configuration {} ({}) alone takes {}; "
+            "above the {} a run may use ({}); run fewer threads (-j), shard the spec, or raise --max-memory",
+            threads, need / (1u << 30), worst_at, moe::spec_string(spec.configs[worst_at].layer), moe::describe(worst),
+            units::format_bytes(m.bytes), m.why));
+      if (!a->quiet && all.seconds / static_cast<double>(std::max<std::size_t>(threads, 1)) > 60)
+        fmt::print(stderr, "sweep: an estimated {:.0f} s of simulation on {} thread(s) ({:.2g} events)\n",
+                   all.seconds / static_cast<double>(threads), threads, all.events);
+    }
     sweep::RunOptions o;
     o.out = a->out;
     o.threads = a->jobs;

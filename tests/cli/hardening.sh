@@ -355,6 +355,10 @@ refused layer-16k-gpus "layer: simulating baseline, s1, s2 on 16384 GPUs needs a
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 [ $ms -lt 1000 ] && ok || bad "refusing the 16,384-GPU layer took $ms ms"
 echo "layer on 16,384 GPUs refused in $ms ms"
+# A sweep whose layers are too large for its threads: refused before any runs, naming the configuration.
+printf 'name: big\ntopologies:\n  - {file: %s/%s, set: {nodes: 512}}\ngrid: {B: [2, 4], experts_per_gpu: [1], mp: [1]}\n' "$PWD" $T > "$tmp/big.yaml"
+refused sweep-layers-too-large "sweep: 2 thread(s) simulating at once need an estimated" "configuration 0 (B=2," "run fewer threads (-j)" -- \
+  "$bin" sweep "$tmp/big.yaml" -q -o "$tmp/big.csv" -j 2 --max-memory 12GiB
 # The 20,000-variant sweep: its variants' memory is estimated before the second is loaded.
 python3 -c "
 print('name: variants\ntopologies:\n  - {file: topos/parm-32gpu.yaml, grid: {fabric.bandwidth: [' + ', '.join(f'{100 + i}Gbps' for i in range(20000)) + ']}}')

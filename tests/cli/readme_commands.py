@@ -130,6 +130,7 @@ CHECKS = [
     (r"validate nccl", has(r"MAPE")),
     (r"validate gemm", has(r"MAPE")),
     (r"validate moe", has(r"^MAPE over the \d+ rows of modelled systems", r"^  tutel-ut ")),
+    (r"layer .*--estimate", has(r"^baseline\s+[0-9.e+]+ tasks", r"^all\s+[0-9.]+ GiB and about")),
     (r"layer .*--sensitivity", has(LAYER_HEADER, r"^sensitivity: auto's speedup", r"^nccl\.launch\s+0us\s+50us")),
     (r"simulate .*--trace out/demo\.json --csv out/demo\.csv", both(files("demo.json"), files("demo.csv", head=TRACE_COLS))),
     (r"topology .*--route 0 --to 5", has(r"gpu0", r"gpu5|n1")),
