@@ -13,35 +13,17 @@
 #include "sim/coll/nccl_model.hpp"
 #include "sim/engine/simulator.hpp"
 #include "sim/topo/topology_io.hpp"
+#include "tests/collectives.hpp"
 
 using namespace parmsim;
 
 namespace {
 
-Topology topo(const std::string& name, const std::vector<std::string>& set = {}) {
-  return load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/" + name + ".yaml", set);
-}
-
-Collective all(CollOp op, int p, std::uint64_t bytes, std::string algo = "", std::string proto = "") {
-  Collective c;
-  c.name = "c";
-  c.op = op;
-  c.bytes = bytes;
-  c.algo = std::move(algo);
-  c.proto = std::move(proto);
-  for (int r = 0; r < p; ++r) c.group.push_back(r);
-  return c;
-}
+using test::all;
+using test::sim_us;
+using test::topo;
 
 std::vector<int> first(int p) { return all(CollOp::allreduce, p, 0).group; }
-
-double sim_us(const Topology& t, const Collective& c) {
-  TaskGraphBuilder b(static_cast<int>(c.group.size()));
-  b.add_stream_all("comm");
-  b.add_collective_tasks(c, "comm", "c");
-  const TaskGraph g = std::move(b).build();
-  return simulate(g, t, {}).makespan.to_us();
-}
 
 }  // namespace
 

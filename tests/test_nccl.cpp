@@ -13,32 +13,15 @@
 #include "sim/engine/simulator.hpp"
 #include "sim/net/maxmin.hpp"
 #include "sim/topo/topology_io.hpp"
+#include "tests/collectives.hpp"
 
 using namespace parmsim;
 
 namespace {
 
-Topology topo(const std::string& name, std::vector<std::string> set = {}) {
-  return load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/" + name + ".yaml", set);
-}
-
-Collective all(CollOp op, int p, std::uint64_t bytes, std::string algo = "") {
-  Collective c;
-  c.name = "c";
-  c.op = op;
-  c.bytes = bytes;
-  c.algo = std::move(algo);
-  for (int r = 0; r < p; ++r) c.group.push_back(r);
-  return c;
-}
-
-double sim_us(const Topology& t, const Collective& c) {
-  TaskGraphBuilder b(static_cast<int>(c.group.size()));
-  b.add_stream_all("comm");
-  b.add_collective_tasks(c, "comm", "c");
-  const TaskGraph g = std::move(b).build();
-  return simulate(g, t, {}).makespan.to_us();
-}
+using test::all;
+using test::sim_us;
+using test::topo;
 
 }  // namespace
 
