@@ -15,12 +15,25 @@
 #include "sim/graph/graph_io.hpp"
 #include "sim/engine/trace_writer.hpp"
 #include "sim/io/output.hpp"
+#include "sim/moe/resources.hpp"
 #include "sim/net/network_model.hpp"
 #include "sim/topo/topology_io.hpp"
 
 namespace parmsim::cli {
 
 namespace {
+
+// The simulation's estimate against --max-memory, before any plan is made
+// (sim/moe/resources.hpp); a long one is announced.
+void refuse_above_memory(const char* cmd, const moe::SimCost& e, const std::string& max_memory) {
+  const MemoryLimit lim = memory_limit(max_memory);
+  if (e.bytes > static_cast<double>(lim.bytes))
+    throw UserError(fmt::format("{}: the simulation needs an estimated {}, above the {} a run may use ({}); use "
+                                "fewer GPUs or smaller groups, or raise --max-memory",
+                                cmd, moe::describe(e), units::format_bytes(lim.bytes), lim.why));
+  if (e.seconds > 60) fmt::print(stderr, "{}: an estimated {}\n", cmd, moe::describe(e));
+}
+
 
 std::string network_help() {
   std::string s = "network model:";
@@ -51,9 +64,11 @@ void add_collective(CLI::App& app) {
     std::string op = "allreduce", bytes = "1MiB:256MiB", algo = "auto", proto, network = "flow", gpus = "all";
     int inner = 0, window = 0, channels = 0;
     bool json = false;
+    std::string max_memory;
   };
   auto a = std::make_shared<Args>();
   a->topo.add(c);
+  add_max_memory_option(c, a->max_memory);
   c->add_option("--op", a->op, "alltoall | allgather | reducescatter | allreduce | sendrecv | saa")
       ->capture_default_str();
   c->add_option("--bytes,-b", a->bytes, "sizes: 1MiB,64MiB or FROM:TO (doubling); nccl-tests' size convention")
@@ -102,6 +117,7 @@ void add_collective(CLI::App& app) {
     if (p < 2) throw UserError("--gpus: a collective needs at least two GPUs");
     const std::vector<std::uint64_t> sizes = parse_sizes(a->bytes, "--bytes");
     make_network(a->network, topo);  // rejects an unknown model before any output
+    refuse_above_memory("collective", moe::estimate_collective(proto), a->max_memory);
     // A time past 2^63 ps at one of the sizes: the option's value is the cause (a calibration entry, when it
     // is, is named inside).
     auto sized = [&](std::uint64_t bytes, auto&& f) {
@@ -156,11 +172,12 @@ void add_simulate(CLI::App& app) {
   auto* c = app.add_subcommand("simulate", "simulate a task graph file (YAML or JSON) on a topology");
   struct Args {
     TopoArgs topo;
-    std::string graph, network = "flow", trace, csv;
+    std::string graph, network = "flow", trace, csv, max_memory;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
   a->topo.add(c);
+  add_max_memory_option(c, a->max_memory);
   c->add_option("--graph,-g", a->graph, "task graph file (format: docs/task-graph.md)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -172,6 +189,7 @@ void add_simulate(CLI::App& app) {
     check_network_option(a->network);
     const Topology topo = a->topo.load();
     const TaskGraph g = load_task_graph(a->graph);
+    refuse_above_memory("simulate", moe::estimate_graph(g), a->max_memory);
     const auto cal = load_calibration_arg(a->topo.calibration);
     SimOptions so;
     so.network = a->network;

@@ -12,27 +12,46 @@ namespace parmsim::moe {
 namespace {
 
 // Measured (docs/performance.md, "What a run needs"): peak RSS and wall time
-// of `parmsim layer -t topologies/dgx-h100.yaml --topo-set nodes=N --set
-// E=8N,mp=1` (all three schedules) on this project's 2-core x86 VM, N = 16,
-// 32, 64, 128 (128 to 1024 GPUs), against the counts estimate_schedule gives:
-//   N    tasks   transfers  events   peak RSS   wall
-//   16   1.2e4   2.0e5      4.1e5    25 MB      0.07 s
-//   32   2.4e4   7.8e5      1.6e6    66 MB      0.40 s
-//   64   4.8e4   3.1e6      6.4e6    190 MB     2.40 s
-//   128  9.5e4   1.3e7      2.5e7    694 MB     11.8 s
-// Memory: 12 MiB + 610 B per task + 48 B per transfer reproduces N = 64 and
-// 128 (the two fitted) and gives 63 MB at N = 32. Time: the seconds per event
-// grow with the flows in flight (the max-min rates are recomputed over more
-// of them): 0.25 us at N = 32, 0.47 us at N = 128, a power 0.23 of the events.
+// on this project's 2-core x86 VM of `parmsim layer -t topologies/dgx-h100.yaml
+// --topo-set nodes=N --set E=8N,mp=1` (all three schedules) and of `parmsim
+// collective -t topologies/fat-tree-1024.yaml --op alltoall -b 64MiB [--gpus
+// 0-511]`, against the counts estimate_schedule and estimate_graph give:
+//   run              tasks   transfers  flows at once  events   peak RSS   wall
+//   layer, N = 64    4.8e4   3.1e6      2.6e5          6.4e6    190 MB     2.40 s
+//   layer, N = 128   9.5e4   1.3e7      1.05e6         2.5e7    694 MB     11.8 s
+//   AlltoAll, 512    512     2.6e5      2.6e5                   126 MB     0.26 s
+//   AlltoAll, 1024   1024    1.05e6     1.05e6                  448 MB     1.95 s
+// A stored plan's transfer costs little; a flow in flight (its route, its
+// max-min state) costs most. 12 MiB + 610 B per task + 16 B per transfer +
+// 396 B per flow at once fits the layer at N = 128 and the 1024-GPU AlltoAll
+// (the two fitted, with the 512-GPU one: 445 - 12 = 433 MB over 1.05e6 flows
+// gives 412 B for a transfer and its flow) and gives 195 MB at N = 64 and 118
+// MB for the 512-GPU AlltoAll.
 constexpr double kBytesPerTask = 610;
-constexpr double kBytesPerTransfer = 48;
+constexpr double kBytesPerTransfer = 16;
+constexpr double kBytesPerFlow = 396;
 constexpr double kBaseBytes = 12.0 * (1 << 20);
 constexpr double kSecondsPerEventAt = 0.47e-6, kEventsAt = 2.5e7, kEventPower = 0.23;
 // NCCL's algorithms (ring, tree, NVLS) as flows: at most two per member per
 // channel, and NCCL runs at most 32 channels (MAXCHANNELS).
 constexpr double kNcclFlowsPerMember = 2.0 * 32;
 
-double transfers_of(CollOp op, double g, double inner, const std::string& saa_algo, double* a2a) {
+// How many of a collective's transfers over one group run at once: every
+// pair for a grouped send/recv or direct AlltoAll, one round of g for the
+// round-based algorithms, a round of the SAA (g to their peers and g (inner -
+// 1) gathers), NCCL's flows.
+double concurrent_of(CollOp op, double g, double inner, const std::string& algo) {
+  if (g < 2 && op != CollOp::saa) return 0;
+  if (op == CollOp::saa) return g * inner;
+  if (algo == "pairwise" || algo == "flat_ring") return g;
+  if (op == CollOp::alltoall || op == CollOp::alltoallv || algo == "direct" || algo == "hierarchical")
+    return g * (g - 1);
+  return kNcclFlowsPerMember * g;
+}
+
+// A collective's transfers over one group of g members (collective_plan.cpp).
+// `algo`: the collective's algorithm ("" or "auto": the default for its op).
+double transfers_of(CollOp op, double g, double inner, const std::string& algo, double* a2a) {
   if (g < 2 && op != CollOp::saa) return 0;
   switch (op) {
     case CollOp::alltoall:
@@ -40,22 +59,37 @@ double transfers_of(CollOp op, double g, double inner, const std::string& saa_al
       *a2a += g * (g - 1);
       return g * (g - 1);
     case CollOp::saa: {
-      // collective_plan.cpp: W rounds of g transfers, each gathered to the inner-1 peers.
-      const double W = saa_algo == "released" ? g : g / inner;
-      *a2a += W * g * inner;
-      return W * g * inner;
+      // W rounds (released W = g, pipelined g / inner): in each but the first (a member's own chunk)
+      // every member sends one chunk, and every round's chunk is gathered to the inner - 1 peers.
+      const double W = algo == "pipelined" ? g / inner : g;
+      const double x = (W - 1) * g + W * g * (inner - 1);
+      *a2a += x;
+      return x;
     }
     default:
-      return kNcclFlowsPerMember * g;
+      break;
   }
+  // AllReduce, AllGather, ReduceScatter, SendRecv.
+  const double rounds = op == CollOp::allreduce ? 2 : 1;  // AllReduce: reduce-scatter, then all-gather
+  if (algo == "direct" || algo == "pairwise" || algo == "hierarchical") return rounds * g * (g - 1);
+  if (algo == "flat_ring") return rounds * g * (g - 1);
+  return kNcclFlowsPerMember * g;  // NCCL's ring, tree, NVLS
 }
 
 }  // namespace
 
+SimCost finish_cost(SimCost c) {
+  c.events = 2 * (c.tasks + c.transfers);
+  c.bytes = kBaseBytes + c.tasks * kBytesPerTask + c.transfers * kBytesPerTransfer + c.flows * kBytesPerFlow;
+  c.seconds = c.events * kSecondsPerEventAt * std::pow(c.events / kEventsAt, kEventPower);
+  return c;
+}
+
 SimCost& SimCost::operator+=(const SimCost& o) {
-  tasks += o.tasks, transfers += o.transfers, a2a_transfers += o.a2a_transfers;
-  events += o.events, bytes += o.bytes, seconds += o.seconds;
-  return *this;
+  // Counts add up (plans stay cached together); flows at once do not; the
+  // memory and time follow from the sums.
+  tasks += o.tasks, transfers += o.transfers, a2a_transfers += o.a2a_transfers, flows = std::max(flows, o.flows);
+  return *this = finish_cost(*this);
 }
 
 SimCost estimate_schedule(const LayerSpec& s, const Dims& d, const ScheduleOptions& o) {
@@ -64,8 +98,12 @@ SimCost estimate_schedule(const LayerSpec& s, const Dims& d, const ScheduleOptio
   auto groups = [&](GroupKind k) { return k == GroupKind::ep ? G : k == GroupKind::world ? 1.0 : P / G; };
   auto size = [&](GroupKind k) { return k == GroupKind::ep ? n_ep : k == GroupKind::world ? P : G; };
   auto coll = [&](CollOp op, GroupKind k, double times) {
+    const std::string algo = op == CollOp::saa ? s.saa_algo : op == CollOp::alltoall ? o.a2a_algo : std::string();
     c.tasks += times * P;
-    c.transfers += times * groups(k) * transfers_of(op, size(k), G, s.saa_algo, &c.a2a_transfers);
+    double a2a = 0;
+    c.transfers += times * groups(k) * transfers_of(op, size(k), G, algo, &a2a);
+    c.a2a_transfers += times * groups(k) * a2a;
+    c.flows = std::max(c.flows, groups(k) * concurrent_of(op, size(k), G, algo));  // a collective's groups run together
   };
   const std::vector<MoeOp> fwd = forward_ops(s, d, o);
   const std::vector<MoeOp> bwd = backward_ops(fwd, s, d, o);
@@ -106,10 +144,36 @@ SimCost estimate_schedule(const LayerSpec& s, const Dims& d, const ScheduleOptio
       }
     }
   if (s.host_op > Time()) c.tasks *= 2;  // a host task beside each GPU task
-  c.events = 2 * (c.tasks + c.transfers);
-  c.bytes = kBaseBytes + c.tasks * kBytesPerTask + c.transfers * kBytesPerTransfer;
-  c.seconds = c.events * kSecondsPerEventAt * std::pow(c.events / kEventsAt, kEventPower);
-  return c;
+  return finish_cost(c);
+}
+
+double plan_transfers(const Collective& c) {
+  double a2a = 0;
+  const double g = static_cast<double>(c.op == CollOp::sendrecv ? 2 : c.group.size());
+  if (c.op == CollOp::sendrecv) return 1;
+  return transfers_of(c.op, g, std::max(1, c.inner), c.algo, &a2a);
+}
+
+SimCost estimate_collective(const Collective& c) {
+  SimCost e;
+  e.tasks = static_cast<double>(c.group.size());
+  e.transfers = plan_transfers(c);
+  e.flows = concurrent_of(c.op, static_cast<double>(c.op == CollOp::sendrecv ? 2 : c.group.size()), std::max(1, c.inner),
+                          c.algo);
+  return finish_cost(e);
+}
+
+SimCost estimate_graph(const TaskGraph& g) {
+  SimCost c;
+  c.tasks = static_cast<double>(g.tasks().size());
+  for (const Collective& col : g.collectives()) {
+    const double x = plan_transfers(col);
+    c.transfers += x;
+    c.flows = std::max(c.flows, concurrent_of(col.op, static_cast<double>(col.op == CollOp::sendrecv ? 2 : col.group.size()),
+                                              std::max(1, col.inner), col.algo));
+    if (col.op == CollOp::alltoall || col.op == CollOp::alltoallv || col.op == CollOp::saa) c.a2a_transfers += x;
+  }
+  return finish_cost(c);
 }
 
 std::string describe(const SimCost& c) {

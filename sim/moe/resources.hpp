@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "sim/graph/task_graph.hpp"
 #include "sim/moe/layer.hpp"
 
 namespace parmsim::moe {
@@ -16,6 +17,7 @@ struct SimCost {
   double tasks = 0;          // compute and collective tasks over all ranks
   double transfers = 0;      // point-to-point transfers of every collective's plan
   double a2a_transfers = 0;  // of which AlltoAll and SAA plans (exact: every pair exchanges)
+  double flows = 0;          // transfers in flight at once, at most (one collective's groups together)
   double events = 0;         // engine events: a start and an end per task and per transfer
   double bytes = 0;          // peak memory of the simulation
   double seconds = 0;        // single-thread run time on a 2-core x86 VM (the measurements in resources.cpp)
@@ -28,6 +30,16 @@ struct SimCost {
 // at 128 to 1024 GPUs. Not counted: the closed form's routes, which on
 // topologies past 1024 GPUs can take longer than the simulation (issue 28).
 SimCost estimate_schedule(const LayerSpec& s, const Dims& d, const ScheduleOptions& o);
+
+// Any task graph (`parmsim simulate`, `collective`): its tasks, and each
+// collective's transfers by its operation, group and algorithm.
+SimCost estimate_graph(const TaskGraph& g);
+// Events, memory and time from a cost's tasks and transfers.
+SimCost finish_cost(SimCost c);
+// One collective's plan: how many point-to-point transfers it holds.
+double plan_transfers(const Collective& c);
+// One collective alone (`parmsim collective`): its members' tasks, its transfers and its flows at once.
+SimCost estimate_collective(const Collective& c);
 
 // "12.3 GiB and about 40 min (1.2e9 transfers, 2.5e9 events)", for messages.
 std::string describe(const SimCost& c);
