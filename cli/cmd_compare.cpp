@@ -30,7 +30,7 @@ void add_compare(CLI::App& app) {
                                "measured against predicted time per task kind and end to end; with --calibration "
                                "and/or --overlay, uncalibrated, table-calibrated and parameter-calibrated side by side");
   struct Args {
-    std::string measured, topo, topo_set, overlay, calibration, network = "analytical", out;
+    std::string measured, topo, topo_set, overlay, calibration, network = "analytical", out, max_memory;
   };
   auto a = std::make_shared<Args>();
   c->add_option("--measured", a->measured, "trace CSV written by parmsim execute (its .json sidecar beside it)")
@@ -43,6 +43,7 @@ void add_compare(CLI::App& app) {
   add_overlay_option(c, a->overlay);
   add_calibration_option(c, a->calibration);
   c->add_option("-n,--network", a->network, network_model_names(" | ", " | "))->capture_default_str();
+  add_max_memory_option(c, a->max_memory);
   c->add_option("-o,--output", a->out, "CSV: name, measured_us, predicted_us (for plots/make_figures.py)");
   c->callback([a] {
     check_network_option(a->network);
@@ -60,7 +61,8 @@ void add_compare(CLI::App& app) {
         a->measured + ".json",
         fmt::format("{}: no {}.json beside it; traces from `parmsim execute` have one", a->measured, a->measured));
     // Rebuild the executed graph, then the measured durations by task id.
-    const TaskGraph g = graph_from_sidecar(side, a->measured + ".json", exec::small_layer());
+    const MemoryLimit lim = memory_limit(a->max_memory);
+    const TaskGraph g = graph_from_sidecar(side, a->measured + ".json", exec::small_layer(), lim.bytes, lim.why);
     const MeasuredRows rows =
         read_trace_rows(slurp(a->measured, fmt::format("{}: cannot open file", a->measured)), a->measured, g);
     const std::vector<double>&measured = rows.duration, &mstart = rows.start, &mend = rows.end;

@@ -9,6 +9,7 @@
 #include "cli/common.hpp"
 #include "sim/net/network_model.hpp"
 #include "sim/moe/model.hpp"
+#include "sim/moe/resources.hpp"
 #include "sim/topo/topology_io.hpp"
 
 namespace parmsim::cli {
@@ -18,7 +19,7 @@ void add_model(CLI::App& app) {
                                "predict a whole training iteration of an MoE transformer (BERT-MoE, GPT-2-MoE) "
                                "under baseline, S1 and S2");
   struct Args {
-    std::string spec, network, calibration, overlay;
+    std::string spec, network, calibration, overlay, max_memory;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -29,12 +30,25 @@ void add_model(CLI::App& app) {
   c->add_flag("--json", a->json, "print JSON");
   add_calibration_option(c, a->calibration);
   add_overlay_option(c, a->overlay);
+  add_max_memory_option(c, a->max_memory);
   c->callback([a] {
     moe::ModelSpec m = moe::load_model_spec(a->spec);
     if (!a->network.empty()) check_network_option(a->network), m.network = a->network;
     const Topology topo = load_topology(m.topology_file, m.topology_overrides, load_overlay_arg(a->overlay));
     const auto cal = load_calibration_arg(a->calibration);
     const moe::LayerSpec layer = moe::model_layer(m, topo);  // E as run: experts_per_gpu * GPUs, or the spec's E
+    {
+      // The MoE layer's schedules dominate what the iteration simulates (sim/moe/resources.hpp).
+      const moe::Dims d = moe::make_dims(layer, topo.num_gpus(), topo.gpus_per_node());
+      moe::SimCost e;
+      for (const std::string& n : moe::preset_names()) e += moe::estimate_schedule(layer, d, moe::preset(n));
+      const MemoryLimit lim = memory_limit(a->max_memory);
+      if (e.bytes > static_cast<double>(lim.bytes))
+        throw UserError(fmt::format("model: the MoE layer's schedules ({}) need an estimated {}, above the {:.2f} GiB a "
+                                    "run may use ({}); use fewer GPUs or raise --max-memory",
+                                    moe::spec_string(layer), moe::describe(e),
+                                    static_cast<double>(lim.bytes) / (1u << 30), lim.why));
+    }
     const auto res = moe::run_model(m, topo, cal.get());
     const double base = res.front().total().to_seconds();
     if (a->json) {

@@ -10,6 +10,7 @@
 #include "cli/common.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/csv.hpp"
+#include "sim/moe/resources.hpp"
 #include "sim/io/yaml_reader.hpp"
 
 namespace parmsim::cli {
@@ -21,7 +22,8 @@ constexpr int kMaxRanks = 1024;
 
 }  // namespace
 
-TaskGraph graph_from_sidecar(const std::string& json_text, const std::string& name, const moe::LayerSpec& base) {
+TaskGraph graph_from_sidecar(const std::string& json_text, const std::string& name, const moe::LayerSpec& base,
+                             std::uint64_t max_bytes, const std::string& max_why) {
   nlohmann::json side;
   try {
     YamlReader::load_string(json_text, name);  // strict JSON, no repeated key
@@ -51,6 +53,27 @@ TaskGraph graph_from_sidecar(const std::string& json_text, const std::string& na
   const moe::ScheduleOptions o = moe::preset(str("schedule", "s2"));
   const int gpus = ranks("gpus", 8), node_gpus = ranks("node_gpus", 8);
   const moe::Dims d = moe::make_dims(s, gpus, node_gpus);
+  // The executed graph (forward and backward in one) holds what the simulator's would.
+  const moe::SimCost e = moe::estimate_schedule(s, d, o);
+  if (side.contains("tasks")) {
+    // The trace's own task count: layer keys describing a far larger graph are refused before it is
+    // built (the estimate is within 25% of the built graph's tasks, tests/test_resources.cpp).
+    const auto& t = side["tasks"];
+    if (!t.is_number_integer() || t.get<std::int64_t>() < 1)
+      throw UserError(fmt::format("{}: key 'tasks': expected a positive integer, got {}", name, excerpt(t.dump())));
+    const double n = static_cast<double>(t.get<std::int64_t>());
+    if (e.tasks > 2 * n + 64)
+      throw UserError(fmt::format("{}: key 'layer' ({}) describes a graph of about {:.3g} tasks, but key 'tasks' says "
+                                  "the trace has {}: the sidecar is not the one `parmsim execute` wrote with it",
+                                  name, moe::spec_string(s), e.tasks, t.get<std::int64_t>()));
+  }
+  if (max_bytes > 0) {
+    if (e.bytes > static_cast<double>(max_bytes))
+      throw UserError(fmt::format("{}: the graph of this layer ({}) needs an estimated {}, above the {:.2f} GiB a run "
+                                  "may use ({})",
+                                  name, moe::spec_string(s), moe::describe(e),
+                                  static_cast<double>(max_bytes) / (1u << 30), max_why));
+  }
   const auto f = moe::forward_ops(s, d, o);
   return moe::build_training_graph(f, moe::backward_ops(f, s, d, o), s, d, o);
 }

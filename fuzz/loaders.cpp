@@ -83,7 +83,10 @@ void calibration(const std::string& t) { parse_calibration_text(t, "fuzz.yaml");
 // Every table of the file (calibrate imports each).
 void nccl_text(const std::string& t) { calib::parse_nccl_tests_text_all(t, "fuzz.txt"); }
 void nccl_json(const std::string& t) { calib::parse_nccl_tests_json(t, "fuzz.json"); }
-void trace_sidecar(const std::string& t) { cli::graph_from_sidecar(t, "fuzz.csv.json", small_layer()); }
+// Bounded as `parmsim compare` bounds it (below libFuzzer's 2 GiB RSS limit).
+void trace_sidecar(const std::string& t) {
+  cli::graph_from_sidecar(t, "fuzz.csv.json", small_layer(), std::uint64_t{1} << 30, "the fuzz target's bound");
+}
 
 // A trace CSV against the graph of `parmsim execute --schedule s2` with its defaults.
 void trace_csv(const std::string& t) {

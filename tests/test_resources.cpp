@@ -2,6 +2,8 @@
 // (sim/moe/resources.hpp), against the graphs and plans it would build.
 #include <catch2/catch.hpp>
 
+#include <tuple>
+
 #include "sim/coll/collective_plan.hpp"
 #include "sim/moe/layer.hpp"
 #include "sim/moe/layer_keys.hpp"
@@ -14,18 +16,20 @@ namespace {
 
 // The tasks and the AlltoAll/SAA transfers of one schedule's forward and
 // backward graphs as built (every collective's plan made on the topology).
-std::pair<double, double> built(const moe::LayerSpec& s, const Topology& t, const std::string& schedule) {
+// The last element: what estimate_graph makes of the same graphs.
+std::tuple<double, double, double> built(const moe::LayerSpec& s, const Topology& t, const std::string& schedule) {
   const moe::Dims d = moe::make_dims(s, t.num_gpus(), t.gpus_per_node());
   const moe::ScheduleOptions o = moe::preset(schedule);
   const auto f = moe::forward_ops(s, d, o);
   const auto b = moe::backward_ops(f, s, d, o);
-  double tasks = 0, a2a = 0;
+  double tasks = 0, a2a = 0, graph_a2a = 0;
   for (const TaskGraph& g : {moe::build_graph(f, s, d, o), moe::build_backward_graph(f, b, s, d, o)}) {
     tasks += static_cast<double>(g.tasks().size());
+    graph_a2a += moe::estimate_graph(g).a2a_transfers;
     for (const Collective& c : g.collectives())
       if (c.op == CollOp::alltoall || c.op == CollOp::saa) a2a += static_cast<double>(make_plan(c, t).xfers.size());
   }
-  return {tasks, a2a};
+  return {tasks, a2a, graph_a2a};
 }
 
 }  // namespace
@@ -41,9 +45,10 @@ TEST_CASE("the estimate counts the AlltoAll and SAA transfers the plans hold", "
     const moe::Dims d = moe::make_dims(s, t.num_gpus(), t.gpus_per_node());
     for (const char* schedule : {"baseline", "s1", "s2"}) {
       INFO(schedule << " mp=" << mp);
-      const auto [tasks, a2a] = built(s, t, schedule);
+      const auto [tasks, a2a, graph_a2a] = built(s, t, schedule);
       const moe::SimCost e = moe::estimate_schedule(s, d, moe::preset(schedule));
       CHECK(e.a2a_transfers == a2a);
+      CHECK(graph_a2a == a2a);  // the same count from the built graphs' collectives
       // Tasks: the estimate counts one task per rank per kernel and collective; the builder adds
       // none and omits views, so the two agree within the host and view tasks it leaves out.
       CHECK(e.tasks == Approx(tasks).epsilon(0.25));

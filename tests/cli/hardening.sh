@@ -109,6 +109,19 @@ import sys; p = sys.argv[1]; rows = open(p).read().split('\n'); f = rows[1].spli
 rows[1] = ','.join(f); open(p, 'w').write('\n'.join(rows))" "$tmp/m.csv"
   refused compare-measured-nan "m.csv:2: start_us, end_us, duration_us: expected finite times" -- $C "$tmp/cmp.csv"
   cp "$tmp/csv.bak" "$tmp/m.csv"
+  # A 150-byte sidecar whose layer keys describe a graph of 1.7e7 tasks (E = 2^20) for a trace of 320
+  # (class E): refused from the estimate before the graph is built (before: 6.7 GB, 20 s).
+  sed -i 's/"layer": "[^"]*"/"layer": "E=1048576"/' "$tmp/m.csv.json"
+  t0=$(date +%s%N)
+  refused compare-sidecar-huge "m.csv.json: key 'layer' (B=2,L=8,M=16,H=32,E=1048576" "describes a graph of about" "key 'tasks' says the trace has" -- $C "$tmp/cmp.csv"
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ $ms -lt 1000 ] && ok || bad "refusing the huge sidecar took $ms ms"
+  # Without its task count, --max-memory bounds it.
+  python3 -c "
+import json, sys; p = sys.argv[1]; j = json.load(open(p)); del j['tasks']; json.dump(j, open(p, 'w'))" "$tmp/m.csv.json"
+  refused compare-sidecar-max-memory "m.csv.json: the graph of this layer" "above the 1.00 GiB a run may use (--max-memory 1GiB)" -- \
+    "$bin" compare --measured "$tmp/m.csv" -t topologies/cpu-host.yaml --max-memory 1GiB -o "$tmp/cmp.csv"
+  cp "$tmp/side.bak" "$tmp/m.csv.json"
   rm "$tmp/csv.bak" "$tmp/side.bak"
 else
   bad "execute for compare failed"
@@ -327,6 +340,12 @@ echo "layer on 16,384 GPUs refused in $ms ms"
 printf 'name: big\ntopologies:\n  - {file: %s/%s, set: {nodes: 512}}\ngrid: {B: [2, 4], experts_per_gpu: [1], mp: [1]}\n' "$PWD" $T > "$tmp/big.yaml"
 refused sweep-layers-too-large "sweep: 2 thread(s) simulating at once need an estimated" "configuration 0 (B=2," "run fewer threads (-j)" -- \
   "$bin" sweep "$tmp/big.yaml" -q -o "$tmp/big.csv" -j 2 --max-memory 12GiB
+# model: the MoE layer's schedules past --max-memory are refused before any simulation.
+refused model-max-memory "model: the MoE layer's schedules" "need an estimated" "(--max-memory 1MiB)" -- \
+  "$bin" model experiments/bert-moe.yaml --max-memory 1MiB
+# collective and simulate: a 16,384-GPU AlltoAll (2.7e8 transfers), before any plan is made.
+refused collective-16k-alltoall "collective: the simulation needs an estimated" "2.7e+08 transfers" -- \
+  "$bin" collective -t $T --topo-set nodes=2048 --op alltoall -b 1MiB --max-memory 8GiB
 # The 20,000-variant sweep: its variants' memory is estimated before the second is loaded.
 python3 -c "
 print('name: variants\ntopologies:\n  - {file: topos/parm-32gpu.yaml, grid: {fabric.bandwidth: [' + ', '.join(f'{100 + i}Gbps' for i in range(20000)) + ']}}')
