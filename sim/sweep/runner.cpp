@@ -442,6 +442,20 @@ std::string failure_text(const std::exception_ptr& e) {
   }
 }
 
+// Prints a failure_text as the command's error line would (main prints
+// nothing after a ReportedElsewhere).
+void print_failure(const std::string& text) {
+  const std::string msg = text.substr(1);
+  if (text[0] == 'U')
+    std::fprintf(stderr, "parmsim: error: %s\n", msg.c_str());
+  else
+    std::fprintf(stderr,
+                 "parmsim: internal error: %s\nparmsim: this is a bug in parmsim %s; please report it with the command "
+                 "line and its input files\n",
+                 msg.c_str(), std::string(kVersion).c_str());
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
@@ -472,8 +486,11 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
       start = kFailed;
     }
   }
+  // Under mpirun rank 0 says why now, before the broadcast lets the other ranks
+  // exit: mpirun ends the job at the first non-zero exit.
+  if (root_failure && opt.mpi_size > 1) print_failure(failure_text(root_failure));
   start = mpi::broadcast_size(start);
-  if (root_failure) std::rethrow_exception(root_failure);
+  if (root_failure && opt.mpi_size == 1) std::rethrow_exception(root_failure);
   if (start == kFailed) throw ReportedElsewhere("sweep: MPI rank 0 could not start the sweep");
   sum.configs_resumed = start;
 
@@ -561,17 +578,16 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
           // The first failing rank's reason, printed here and now: mpirun ends
           // the job at the first non-zero exit, which could be another rank's
           // before this one's message is out. The barrier holds them until it is.
-          std::string msg;
+          std::string msg;  // kind ('U' or 'I'), then the message
           for (std::size_t r = 0; r < why.size() && msg.empty(); ++r)
             if (!why[r].empty())
-              msg = fmt::format("{}{}", r == 0 ? std::string() : fmt::format("sweep: MPI rank {} of {}: ", r, why.size()),
-                                why[r].substr(1));
-          if (msg.empty()) msg = "sweep: a rank reported a failure but none said which";
-          std::fprintf(stderr, "parmsim: error: %s\n", msg.c_str());
-          std::fflush(stderr);
+              msg = why[r].substr(0, 1) +
+                    (r == 0 ? std::string() : fmt::format("sweep: MPI rank {} of {}: ", r, why.size())) + why[r].substr(1);
+          if (msg.empty()) msg = "Isweep: a rank reported a failure but none said which";
+          print_failure(msg);
           mpi::barrier();
           if (written == 0) ::unlink(pf.path.c_str());
-          throw ReportedElsewhere(msg);
+          throw ReportedElsewhere(msg.substr(1));
         }
         mpi::barrier();
         throw ReportedElsewhere("sweep: a rank failed");
