@@ -126,16 +126,10 @@ void add_layer(CLI::App& app) {
         fmt::print("all        {}\n", moe::describe(all));
         return;
       }
-      const MemoryLimit lim = memory_limit(a->max_memory);
-      if (all.bytes > static_cast<double>(lim.bytes))
-        throw UserError(fmt::format(
-            "layer: simulating {} on {} GPUs needs an estimated {}, above the {} a run may use ({}); simulate "
-            "fewer schedules (--schedule s1) or GPUs (--topo-set nodes=N), or raise --max-memory; `parmsim layer "
-            "--estimate` prints each schedule's share",
-            fmt::join(est_names, ", "), dims.P, moe::describe(all), units::format_bytes(lim.bytes), lim.why));
-      if (all.seconds > 60)
-        fmt::print(stderr, "layer: simulating {} on {} GPUs: an estimated {}\n", fmt::join(est_names, ", "), dims.P,
-                   moe::describe(all));
+      check_estimate(fmt::format("layer: simulating {} on {} GPUs", fmt::join(est_names, ", "), dims.P), all,
+                     a->max_memory,
+                     "simulate fewer schedules (--schedule s1) or GPUs (--topo-set nodes=N), or raise --max-memory; "
+                     "`parmsim layer --estimate` prints each schedule's share");
     }
     const auto cal = load_calibration_arg(a->calibration);
     moe::AlphaBeta ab = moe::alpha_beta_from_topology(topo);

@@ -42,12 +42,8 @@ void add_model(CLI::App& app) {
       const moe::Dims d = moe::make_dims(layer, topo.num_gpus(), topo.gpus_per_node());
       moe::SimCost e;
       for (const std::string& n : moe::preset_names()) e += moe::estimate_schedule(layer, d, moe::preset(n));
-      const MemoryLimit lim = memory_limit(a->max_memory);
-      if (e.bytes > static_cast<double>(lim.bytes))
-        throw UserError(fmt::format("model: the MoE layer's schedules ({}) need an estimated {}, above the {:.2f} GiB a "
-                                    "run may use ({}); use fewer GPUs or raise --max-memory",
-                                    moe::spec_string(layer), moe::describe(e),
-                                    static_cast<double>(lim.bytes) / (1u << 30), lim.why));
+      check_estimate(fmt::format("model: simulating the MoE layer's schedules ({})", moe::spec_string(layer)), e,
+                     a->max_memory, "use fewer GPUs or raise --max-memory");
     }
     const auto res = moe::run_model(m, topo, cal.get());
     const double base = res.front().total().to_seconds();

@@ -23,18 +23,6 @@ namespace parmsim::cli {
 
 namespace {
 
-// The simulation's estimate against --max-memory, before any plan is made
-// (sim/moe/resources.hpp); a long one is announced.
-void refuse_above_memory(const char* cmd, const moe::SimCost& e, const std::string& max_memory) {
-  const MemoryLimit lim = memory_limit(max_memory);
-  if (e.bytes > static_cast<double>(lim.bytes))
-    throw UserError(fmt::format("{}: the simulation needs an estimated {}, above the {} a run may use ({}); use "
-                                "fewer GPUs or smaller groups, or raise --max-memory",
-                                cmd, moe::describe(e), units::format_bytes(lim.bytes), lim.why));
-  if (e.seconds > 60) fmt::print(stderr, "{}: an estimated {}\n", cmd, moe::describe(e));
-}
-
-
 std::string network_help() {
   std::string s = "network model:";
   for (const NetworkModelInfo& m : network_models()) s += fmt::format("\n  {}: {}", m.name, m.help);
@@ -117,7 +105,8 @@ void add_collective(CLI::App& app) {
     if (p < 2) throw UserError("--gpus: a collective needs at least two GPUs");
     const std::vector<std::uint64_t> sizes = parse_sizes(a->bytes, "--bytes");
     make_network(a->network, topo);  // rejects an unknown model before any output
-    refuse_above_memory("collective", moe::estimate_collective(proto), a->max_memory);
+    check_estimate("collective: the simulation", moe::estimate_collective(proto), a->max_memory,
+                   "use fewer GPUs or smaller groups, or raise --max-memory");
     // A time past 2^63 ps at one of the sizes: the option's value is the cause (a calibration entry, when it
     // is, is named inside).
     auto sized = [&](std::uint64_t bytes, auto&& f) {
@@ -189,7 +178,8 @@ void add_simulate(CLI::App& app) {
     check_network_option(a->network);
     const Topology topo = a->topo.load();
     const TaskGraph g = load_task_graph(a->graph);
-    refuse_above_memory("simulate", moe::estimate_graph(g), a->max_memory);
+    check_estimate("simulate: the simulation", moe::estimate_graph(g), a->max_memory,
+                   "use fewer GPUs or smaller groups, or raise --max-memory");
     const auto cal = load_calibration_arg(a->topo.calibration);
     SimOptions so;
     so.network = a->network;

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <thread>
 
 #include "cli/common.hpp"
 #include "sim/core/error.hpp"
@@ -65,9 +64,8 @@ void add_sweep(CLI::App& app) {
     {
       // What the simulations need, before any runs: each thread holds one
       // configuration's graphs and plans at a time (sim/moe/resources.hpp).
-      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      const std::size_t threads = std::min<std::size_t>(
-          spec.configs.size(), static_cast<std::size_t>(a->jobs <= 0 ? cores : std::min(a->jobs, 4 * cores)));
+      const std::size_t threads =
+          std::min<std::size_t>(spec.configs.size(), static_cast<std::size_t>(sweep::sweep_threads(a->jobs)));
       moe::SimCost worst, all;
       std::size_t worst_at = 0;
       for (const sweep::Config& c : spec.configs) {

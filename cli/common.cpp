@@ -185,6 +185,15 @@ void add_max_memory_option(CLI::App* c, std::string& value) {
           "SIZE"));
 }
 
+void check_estimate(const std::string& what, const moe::SimCost& e, const std::string& max_memory,
+                    const std::string& lower) {
+  const MemoryLimit lim = memory_limit(max_memory);
+  if (e.bytes > static_cast<double>(lim.bytes))
+    throw UserError(fmt::format("{} needs an estimated {}, above the {} a run may use ({}); {}", what, moe::describe(e),
+                                units::format_bytes(lim.bytes), lim.why, lower));
+  if (e.seconds > 60) fmt::print(stderr, "{}: an estimated {}\n", what, moe::describe(e));
+}
+
 MemoryLimit memory_limit(const std::string& value) {
   if (!value.empty()) {
     std::string why;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/moe/resources.hpp"
+
 namespace parmsim {
 struct Calibration;
 }
@@ -50,6 +52,11 @@ struct MemoryLimit {
 // The option's value, or by default half of the machine's physical memory
 // (sysconf), or of the cgroup's limit when that is lower.
 MemoryLimit memory_limit(const std::string& value);
+// Refuses a simulation estimated (sim/moe/resources.hpp) above --max-memory:
+// "WHAT needs an estimated ..., above the LIMIT a run may use (WHY); LOWER".
+// One estimated past a minute is announced on stderr.
+void check_estimate(const std::string& what, const moe::SimCost& e, const std::string& max_memory,
+                    const std::string& lower);
 
 // --network NAME: one of network_models(), else a UserError naming the option.
 void check_network_option(const std::string& name);

@@ -5,6 +5,7 @@
 
 #include "cli/common.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/report.hpp"
 #include "sim/io/output.hpp"
 #include "sim/io/yaml_reader.hpp"
 #include "sim/version.hpp"
@@ -51,15 +52,12 @@ int main(int argc, char** argv) {
   } catch (const parmsim::ReportedElsewhere&) {
     return 1;  // MPI rank 0 prints the reason
   } catch (const parmsim::UserError& e) {
-    std::fprintf(stderr, "parmsim: error: %s\n", e.what());
+    std::fputs(parmsim::error_lines(false, e.what()).c_str(), stderr);
     return 1;
   } catch (const std::exception& e) {
     // parmsim's own invariant (InternalError) or a library's exception that no
     // check turned into a UserError: either is a bug to report.
-    std::fprintf(stderr,
-                 "parmsim: internal error: %s\n"
-                 "parmsim: this is a bug in parmsim %s; please report it with the command line and its input files\n",
-                 e.what(), std::string(parmsim::kVersion).c_str());
+    std::fputs(parmsim::error_lines(true, e.what()).c_str(), stderr);
     return 3;
   }
   return 0;

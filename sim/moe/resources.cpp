@@ -147,32 +147,34 @@ SimCost estimate_schedule(const LayerSpec& s, const Dims& d, const ScheduleOptio
   return finish_cost(c);
 }
 
-double plan_transfers(const Collective& c) {
-  double a2a = 0;
-  const double g = static_cast<double>(c.op == CollOp::sendrecv ? 2 : c.group.size());
-  if (c.op == CollOp::sendrecv) return 1;
-  return transfers_of(c.op, g, std::max(1, c.inner), c.algo, &a2a);
+namespace {
+
+// One collective of a graph: its transfers, how many run at once, and the
+// AlltoAll/SAA share of its transfers.
+SimCost counts_of(const Collective& c) {
+  SimCost e;
+  if (c.op == CollOp::sendrecv) {
+    e.transfers = e.flows = 1;
+    return e;
+  }
+  const double g = static_cast<double>(c.group.size());
+  e.transfers = transfers_of(c.op, g, std::max(1, c.inner), c.algo, &e.a2a_transfers);
+  e.flows = concurrent_of(c.op, g, std::max(1, c.inner), c.algo);
+  return e;
 }
 
+}  // namespace
+
 SimCost estimate_collective(const Collective& c) {
-  SimCost e;
+  SimCost e = counts_of(c);
   e.tasks = static_cast<double>(c.group.size());
-  e.transfers = plan_transfers(c);
-  e.flows = concurrent_of(c.op, static_cast<double>(c.op == CollOp::sendrecv ? 2 : c.group.size()), std::max(1, c.inner),
-                          c.algo);
   return finish_cost(e);
 }
 
 SimCost estimate_graph(const TaskGraph& g) {
   SimCost c;
+  for (const Collective& col : g.collectives()) c += counts_of(col);
   c.tasks = static_cast<double>(g.tasks().size());
-  for (const Collective& col : g.collectives()) {
-    const double x = plan_transfers(col);
-    c.transfers += x;
-    c.flows = std::max(c.flows, concurrent_of(col.op, static_cast<double>(col.op == CollOp::sendrecv ? 2 : col.group.size()),
-                                              std::max(1, col.inner), col.algo));
-    if (col.op == CollOp::alltoall || col.op == CollOp::alltoallv || col.op == CollOp::saa) c.a2a_transfers += x;
-  }
   return finish_cost(c);
 }
 

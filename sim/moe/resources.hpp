@@ -36,8 +36,6 @@ SimCost estimate_schedule(const LayerSpec& s, const Dims& d, const ScheduleOptio
 SimCost estimate_graph(const TaskGraph& g);
 // Events, memory and time from a cost's tasks and transfers.
 SimCost finish_cost(SimCost c);
-// One collective's plan: how many point-to-point transfers it holds.
-double plan_transfers(const Collective& c);
 // One collective alone (`parmsim collective`): its members' tasks, its transfers and its flows at once.
 SimCost estimate_collective(const Collective& c);
 

@@ -23,6 +23,7 @@
 
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
+#include "sim/core/report.hpp"
 #include "sim/io/csv.hpp"
 #include "sim/io/output.hpp"
 #include "sim/moe/layer_keys.hpp"
@@ -442,28 +443,26 @@ std::string failure_text(const std::exception_ptr& e) {
   }
 }
 
-// Prints a failure_text as the command's error line would (main prints
+// Prints a failure_text as the command's error lines would (main prints
 // nothing after a ReportedElsewhere).
 void print_failure(const std::string& text) {
-  const std::string msg = text.substr(1);
-  if (text[0] == 'U')
-    std::fprintf(stderr, "parmsim: error: %s\n", msg.c_str());
-  else
-    std::fprintf(stderr,
-                 "parmsim: internal error: %s\nparmsim: this is a bug in parmsim %s; please report it with the command "
-                 "line and its input files\n",
-                 msg.c_str(), std::string(kVersion).c_str());
+  std::fputs(error_lines(text[0] != 'U', text.substr(1)).c_str(), stderr);
   std::fflush(stderr);
 }
 
 }  // namespace
 
-RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
-  RunOptions opt = opt_in;
+int sweep_threads(int asked) {
   // 0: one thread per core; never more than 4 per core (more only contend).
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return asked <= 0 ? cores : std::min(asked, 4 * cores);
+}
+
+RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
+  RunOptions opt = opt_in;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int asked = opt.threads;
-  opt.threads = opt.threads <= 0 ? cores : std::min(opt.threads, 4 * cores);
+  opt.threads = sweep_threads(asked);
   const auto t0 = std::chrono::steady_clock::now();
   RunSummary sum;
   const bool root = opt.mpi_rank == 0;

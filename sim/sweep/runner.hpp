@@ -42,4 +42,8 @@ struct RunSummary {
 };
 RunSummary run_sweep(const Spec& spec, const RunOptions& opt);
 
+// The threads a run uses for RunOptions::threads = `asked` (before the cap
+// at one per configuration): all cores for 0, else at most 4 per core.
+int sweep_threads(int asked);
+
 }  // namespace parmsim::sweep

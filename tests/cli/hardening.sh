@@ -343,7 +343,7 @@ printf 'name: big\ntopologies:\n  - {file: %s/%s, set: {nodes: 512}}\ngrid: {B: 
 refused sweep-layers-too-large "sweep: 2 thread(s) simulating at once need an estimated" "configuration 0 (B=2," "run fewer threads (-j)" -- \
   "$bin" sweep "$tmp/big.yaml" -q -o "$tmp/big.csv" -j 2 --max-memory 12GiB
 # model: the MoE layer's schedules past --max-memory are refused before any simulation.
-refused model-max-memory "model: the MoE layer's schedules" "need an estimated" "(--max-memory 1MiB)" -- \
+refused model-max-memory "model: simulating the MoE layer's schedules" "needs an estimated" "(--max-memory 1MiB)" -- \
   "$bin" model experiments/bert-moe.yaml --max-memory 1MiB
 # collective and simulate: a 16,384-GPU AlltoAll (2.7e8 transfers), before any plan is made.
 refused collective-16k-alltoall "collective: the simulation needs an estimated" "2.7e+08 transfers" -- \
