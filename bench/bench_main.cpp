@@ -69,7 +69,8 @@ static void BM_FatTreeAlltoAll(benchmark::State& state) {
   const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/fat-tree-1024.yaml");
   const TaskGraph g = one_collective(CollOp::alltoall, "", 1024);
   SimResult r;
-  for (auto _ : state) r = simulate(g, t, {state.range(0) == 0 ? "flow" : "analytical"});
+  Workspace ws;
+  for (auto _ : state) r = simulate(g, t, {state.range(0) == 0 ? "flow" : "analytical"}, ws);
   state.counters["sim_us"] = r.makespan.to_us();
   state.counters["transfers"] = static_cast<double>(r.transfers);
   state.counters["peak_rss_MiB"] = peak_rss_mib();
@@ -82,7 +83,8 @@ static void BM_FatTreeAllReduce(benchmark::State& state) {
   const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/fat-tree-1024.yaml");
   const TaskGraph g = one_collective(CollOp::allreduce, "", 1024);
   SimResult r;
-  for (auto _ : state) r = simulate(g, t, {"flow"});
+  Workspace ws;
+  for (auto _ : state) r = simulate(g, t, {"flow"}, ws);
   state.counters["sim_us"] = r.makespan.to_us();
   state.counters["transfers"] = static_cast<double>(r.transfers);
   state.counters["peak_rss_MiB"] = peak_rss_mib();
@@ -97,7 +99,8 @@ static void BM_Switch1024(benchmark::State& state) {
   const TaskGraph g = one_collective(state.range(0) == 0 ? CollOp::alltoall : CollOp::allreduce,
                                      state.range(0) == 0 ? "direct" : state.range(0) == 1 ? "flat_ring" : "", 1024);
   SimResult r;
-  for (auto _ : state) r = simulate(g, t, {"flow"});
+  Workspace ws;
+  for (auto _ : state) r = simulate(g, t, {"flow"}, ws);
   state.counters["sim_us"] = r.makespan.to_us();
   state.counters["transfers"] = static_cast<double>(r.transfers);
   state.counters["peak_rss_MiB"] = peak_rss_mib();
@@ -112,14 +115,14 @@ BENCHMARK(BM_Switch1024)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)-
 // process); /2: off (every set of flows solved).
 static void BM_LayerAllSchedules(benchmark::State& state) {
   const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
-  const moe::LayerRun run{t, moe::LayerSpec{}, "flow"};
+  Workspace ws;
+  const moe::LayerRun run{t, moe::LayerSpec{}, "flow", nullptr, nullptr, &ws};
   const auto mode = state.range(0);
-  set_rate_memo(mode != 2);
+  set_rate_memo(ws, mode != 2);
   for (auto _ : state) {
-    if (mode == 1) clear_rate_memos();
+    if (mode == 1) clear_rate_memos(ws);
     for (const char* n : {"baseline", "s1", "s2"}) benchmark::DoNotOptimize(moe::run_schedule(run, moe::preset(n)));
   }
-  set_rate_memo(true);
 }
 BENCHMARK(BM_LayerAllSchedules)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 

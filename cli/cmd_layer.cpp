@@ -171,7 +171,8 @@ void add_layer(CLI::App& app) {
                            {"the --layer file", a->layer_file},
                            {"the calibration file", a->calibration}});
     }
-    const moe::LayerRun run{topo, spec, a->network, cal.get(), &ab};
+    Workspace ws;  // plans, routes and pools shared by the schedules' simulations
+    const moe::LayerRun run{topo, spec, a->network, cal.get(), &ab, &ws};
     std::vector<moe::ScheduleResult> results;
     for (const std::string& n : names) {
       const moe::ScheduleOptions o = moe::schedule_options(n, keys);

@@ -117,10 +117,11 @@ void add_collective(CLI::App& app) {
                            e.cause().empty() ? fmt::format("--bytes {}", bytes) : e.cause());
       }
     };
+    Workspace ws;  // plans and routes shared by the sizes' simulations
     {
       Collective probe = proto;  // rejects an unknown or inapplicable algorithm before any output
       probe.bytes = sizes.empty() ? 1 : sizes.front();
-      sized(probe.bytes, [&] { return make_plan(probe, topo); });
+      sized(probe.bytes, [&] { return make_plan(probe, topo, ws); });
     }
     nlohmann::json out = nlohmann::json::array();
     if (!a->json)
@@ -139,11 +140,11 @@ void add_collective(CLI::App& app) {
       SimOptions so;
       so.network = a->network;
       so.calibration = cal.get();
-      const SimResult r = sized(bytes, [&] { return simulate(g, topo, so); });
+      const SimResult r = sized(bytes, [&] { return simulate(g, topo, so, ws); });
       const double s = r.makespan.to_seconds();
       const double algbw = static_cast<double>(bytes) / s / 1e9;
       const double busbw = algbw * busbw_factor(proto.op, p);
-      const std::string ran = sized(bytes, [&] { return resolved_choice(c, topo); });
+      const std::string ran = sized(bytes, [&] { return resolved_choice(c, topo, ws); });
       if (a->json)
         out.push_back({{"bytes", bytes},
                        {"time_us", r.makespan.to_us()},

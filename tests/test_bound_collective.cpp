@@ -1,6 +1,6 @@
 // The closed form's fast paths give what the paths they replace give, bit for
 // bit: NcclTuner against nccl_choose, BoundCollective against
-// CollectiveCosts::time_s, model_layer's op lists and kernels against the
+// collective_time_s, model_layer's op lists and kernels against the
 // std::vector ones (docs/performance.md, "Closed form").
 #include <catch2/catch.hpp>
 
@@ -111,7 +111,7 @@ TEST_CASE("NcclTuner refuses what nccl_choose refuses, with its message", "[coll
   CHECK(a == b);
 }
 
-TEST_CASE("BoundCollective::time_s equals CollectiveCosts::time_s", "[coll][cost][bound]") {
+TEST_CASE("BoundCollective::time_s (compiled) equals collective_time_s (the general path)", "[coll][cost][bound]") {
   // 8 nodes of 4 GPUs; and with hop latencies above NCCL's constants (GPU -> switch -> CPU -> switch
   // -> GPU 3 + 0.5 + 0.5 + 3 = 7 us, GPU to GPU of another node 3 + 3 x 0.5 + 2 x 20 + 3 x 0.5 + 3
   // = 48 us), which the tuned collectives and send/recv then take.
@@ -120,6 +120,7 @@ TEST_CASE("BoundCollective::time_s equals CollectiveCosts::time_s", "[coll][cost
        {std::vector<std::string>{}, std::vector<std::string>{"fabric.latency=20us", "node.links.0.latency=3us"}}) {
     const Topology t = topo_named("parm-32gpu", set);
     const CollectiveCosts costs(t);
+    Workspace ws;
     struct Case {
       CollOp op;
       std::vector<int> group;
@@ -151,7 +152,7 @@ TEST_CASE("BoundCollective::time_s equals CollectiveCosts::time_s", "[coll][cost
       c.inner = x.inner;
       const BoundCollective& b = costs.bound(c, x.k);
       CHECK(&costs.bound(c, x.k) == &b);  // one object per collective
-      for (double n : sizes()) CHECK(b.time_s(n) == costs.time_s(c, n, x.k));
+      for (double n : sizes()) CHECK(b.time_s(n) == collective_time_s(c, t, n, x.k, ws));
       CHECK(b.time_s(0) == 0);
       CHECK(b.time_s(-5) == 0);
     }
@@ -161,7 +162,7 @@ TEST_CASE("BoundCollective::time_s equals CollectiveCosts::time_s", "[coll][cost
     tree.algo = "tree";
     tree.proto = "ll";
     tree_1k.push_back(costs.bound(tree).time_s(1024));
-    CHECK(tree_1k.back() == costs.time_s(tree, 1024));
+    CHECK(tree_1k.back() == collective_time_s(tree, t, 1024, ws));
     // Another Concurrent is another binding.
     Collective c;
     c.op = CollOp::allgather;
@@ -188,7 +189,7 @@ TEST_CASE("BoundCollective throws what time_s throws, and only when timed", "[co
   CHECK(b.time_s(0) == 0);                    // nor does a zero size
   std::string a, want;
   try {
-    costs.time_s(c, 1e6);
+    collective_time_s(c, t, 1e6);
   } catch (const UserError& e) {
     want = e.what();
   }
@@ -216,7 +217,8 @@ TEST_CASE("BoundCollective: threads resolving and timing at once agree", "[coll]
   c.group = ranks(0, 1, 4);
   const std::vector<double> ns = sizes();
   std::vector<double> want;
-  for (double n : ns) want.push_back(costs.time_s(c, n, {8, 4}));
+  Workspace ws;
+  for (double n : ns) want.push_back(collective_time_s(c, t, n, {8, 4}, ws));
   const CollectiveCosts fresh(t);  // nothing bound yet
   std::vector<int> bad(8, 0);
   std::vector<std::thread> th;

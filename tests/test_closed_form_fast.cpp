@@ -217,7 +217,7 @@ namespace {
 
 // The closed form as sim/moe/closed_form.cpp wrote it before its fast paths
 // (op lists as MoeOps, every kernel through kernel_time or compute_time,
-// every collective through CollectiveCosts::time_s on the groups it binds),
+// every collective through collective_time_s, the general path, on the groups it binds),
 // from public functions only.
 struct ReferenceModel {
   const moe::LayerSpec& s;
@@ -226,6 +226,7 @@ struct ReferenceModel {
   const moe::AlphaBeta& ab;
   const GpuProfile& gpu;
   bool ep_inter = ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra;
+  mutable Workspace ws{};  // the general path's forms
 
   double a(bool inter) const { return inter ? ab.alpha_inter : ab.alpha_intra; }
   double b(bool inter) const { return inter ? ab.beta_inter : ab.beta_intra; }
@@ -250,7 +251,7 @@ struct ReferenceModel {
     c.algo = op == CollOp::alltoall ? o.a2a_algo : op == CollOp::saa ? s.saa_algo : "";
     c.inner = op == CollOp::saa ? d.G : 0;
     const Concurrent k = kind == kEp ? Concurrent{d.G, 1} : kind == kMp ? Concurrent{d.n_ep, d.G} : Concurrent{};
-    return ab.costs->time_s(c, n, k);
+    return collective_time_s(c, *ab.topo, n, k, ws);
   }
   double measured(CollOp op, int p, bool inter, double n, double form) const {
     if (ab.calibration && p >= 2)

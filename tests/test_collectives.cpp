@@ -440,62 +440,66 @@ TEST_CASE("closed form against the analytical simulation", "[coll][cost]") {
 
 TEST_CASE("the cost cache returns what a fresh evaluation does, across threads", "[coll][cost]") {
   const Topology t = topo("parm-32gpu");
-  clear_collective_cost_cache();
+  Workspace ws;
   const Collective a = saa(32, 4, 32ULL << 20);
   const Collective b = coll(CollOp::allreduce, range(32), 32ULL << 20, "hierarchical");
   const double fa = make_cost_form(a, t).time_s(32.0 * 1048576), fb = make_cost_form(b, t).time_s(32.0 * 1048576);
-  CHECK(collective_time_s(a, t) == fa);
-  CHECK(collective_cost_cache_size() == 1);
-  CHECK(collective_time_s(a, t) == fa);  // a hit
-  CHECK(collective_cost_cache_size() == 1);
+  CHECK(collective_time_s(a, t, ws) == fa);
+  CHECK(collective_cost_cache_size(ws) == 1);
+  CHECK(collective_time_s(a, t, ws) == fa);  // a hit
+  CHECK(collective_cost_cache_size(ws) == 1);
   // The same key at another size: no new entry, and the fresh form's value.
-  CHECK(collective_time_s(a, t, 5e6) == make_cost_form(a, t).time_s(5e6));
-  CHECK(collective_cost_cache_size() == 1);
+  CHECK(collective_time_s(a, t, 5e6, ws) == make_cost_form(a, t).time_s(5e6));
+  CHECK(collective_cost_cache_size(ws) == 1);
   // "" and the default algorithm's name are one key.
   Collective a2 = a;
   a2.algo = "released";
-  CHECK(collective_time_s(a2, t) == fa);
-  CHECK(collective_cost_cache_size() == 1);
+  CHECK(collective_time_s(a2, t, ws) == fa);
+  CHECK(collective_cost_cache_size(ws) == 1);
   // Another algorithm, group or topology is another key.
   a2.algo = "pipelined";
-  CHECK(collective_time_s(a2, t) == make_cost_form(a2, t).time_s(32.0 * 1048576));
-  CHECK(collective_cost_cache_size() == 2);
+  CHECK(collective_time_s(a2, t, ws) == make_cost_form(a2, t).time_s(32.0 * 1048576));
+  CHECK(collective_cost_cache_size(ws) == 2);
   const Topology dgx = topo("dgx-h100");
   const Collective d = saa(8, 4, 32ULL << 20);
-  CHECK(collective_time_s(d, dgx) == make_cost_form(d, dgx).time_s(32.0 * 1048576));
-  CHECK(collective_cost_cache_size() == 3);
+  CHECK(collective_time_s(d, dgx, ws) == make_cost_form(d, dgx).time_s(32.0 * 1048576));
+  CHECK(collective_cost_cache_size(ws) == 3);
   CHECK(topology_fingerprint(t) == topology_fingerprint(topo("parm-32gpu")));
   CHECK(topology_fingerprint(t) != topology_fingerprint(dgx));
-  // Threads hitting and filling the cache at once agree with the fresh values.
-  clear_collective_cost_cache();
+  // Another workspace keeps its own; a cleared one starts empty.
+  Workspace other;
+  CHECK(collective_cost_cache_size(other) == 0);
+  ws.clear();
+  CHECK(collective_cost_cache_size(ws) == 0);
+  // Threads binding and timing through one CollectiveCosts at once agree
+  // with the fresh values.
+  const CollectiveCosts shared(t);
   std::vector<std::thread> th;
   std::vector<int> bad(8, 0);
   for (int i = 0; i < 8; ++i)
     th.emplace_back([&, i] {
-      const CollectiveCosts costs(t);
       for (int k = 0; k < 200; ++k) {
-        if (costs.time_s((i + k) % 2 ? a : b) != ((i + k) % 2 ? fa : fb)) ++bad[i];
+        if (shared.bound((i + k) % 2 ? a : b).time_s(32.0 * 1048576) != ((i + k) % 2 ? fa : fb)) ++bad[i];
       }
     });
   for (auto& x : th) x.join();
   for (int i = 0; i < 8; ++i) CHECK(bad[i] == 0);
-  CHECK(collective_cost_cache_size() == 2);
 
-  // Per call, cached (reported, loosely bounded).
-  const CollectiveCosts costs(t);
+  // Per call, bound and through the workspace (reported, loosely bounded).
+  const BoundCollective& bound = shared.bound(a);
   const int N = 20000;
   double sink = 0;
   auto t0 = std::chrono::steady_clock::now();
-  for (int k = 0; k < N; ++k) sink += costs.time_s(a, 1e6 + k);
+  for (int k = 0; k < N; ++k) sink += bound.time_s(1e6 + k);
   auto t1 = std::chrono::steady_clock::now();
-  for (int k = 0; k < N; ++k) sink += collective_time_s(a, t, 1e6 + k);
+  for (int k = 0; k < N; ++k) sink += collective_time_s(a, t, 1e6 + k, ws);
   auto t2 = std::chrono::steady_clock::now();
   const double per_bound = std::chrono::duration<double>(t1 - t0).count() / N;
   const double per_free = std::chrono::duration<double>(t2 - t1).count() / N;
   const auto s0 = std::chrono::steady_clock::now();
   const CostForm fresh = make_cost_form(a, t);
   const double build = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-  std::cout << fmt::format("\n  cost of saa p32 on parm-32gpu: cached {:.3f} us/call (CollectiveCosts), {:.3f} us/call "
+  std::cout << fmt::format("\n  cost of saa p32 on parm-32gpu: bound {:.3f} us/call (BoundCollective), {:.3f} us/call "
                            "(collective_time_s, fingerprints the topology), fresh form {:.1f} us; {} envelope line(s)\n",
                            per_bound * 1e6, per_free * 1e6, build * 1e6, fresh.envelope.size());
   CHECK(sink > 0);
@@ -514,11 +518,11 @@ TEST_CASE("closed form: concurrent copies of a collective load the same links", 
   std::vector<int> ep;
   for (int r = 0; r < 32; r += 4) ep.push_back(r);
   const Collective c = coll(CollOp::alltoall, ep, 8u << 20, "pairwise");
-  const CollectiveCosts costs(t);
+  Workspace ws;
   const double n = 8.0 * (1 << 20);
-  CHECK(costs.time_s(c, n) * 1e6 == Approx(622.20256).epsilon(1e-6));
-  CHECK(costs.time_s(c, n, Concurrent{4, 1}) * 1e6 == Approx(2383.81024).epsilon(1e-6));
-  CHECK(costs.time_s(c, n, Concurrent{1, 0}) == costs.time_s(c, n));
+  CHECK(collective_time_s(c, t, n, ws) * 1e6 == Approx(622.20256).epsilon(1e-6));
+  CHECK(collective_time_s(c, t, n, Concurrent{4, 1}, ws) * 1e6 == Approx(2383.81024).epsilon(1e-6));
+  CHECK(collective_time_s(c, t, n, Concurrent{1, 0}, ws) == collective_time_s(c, t, n, ws));
   // The flow simulation of the four AlltoAlls side by side agrees.
   TaskGraphBuilder b(32);
   b.add_stream_all("comm");
@@ -727,7 +731,7 @@ TEST_CASE("shared_plan: one plan per distinct input, the plan make_plan gives", 
   const Topology t32 = topo("parm-32gpu"), t8 = topo("pcie-8gpu");
   const std::uint64_t k32 = topology_fingerprint(t32), k8 = topology_fingerprint(t8);
   REQUIRE(k32 != k8);
-  clear_plan_cache();
+  Workspace ws;
   // Each differs from the first in one field a plan depends on.
   std::vector<Collective> cs;
   cs.push_back(coll(CollOp::allreduce, range(8), 1 << 20));
@@ -749,27 +753,27 @@ TEST_CASE("shared_plan: one plan per distinct input, the plan make_plan gives", 
   cs.push_back(v);
   std::vector<std::shared_ptr<const CollPlan>> got;
   for (const Collective& c : cs) {
-    got.push_back(shared_plan(c, t32, k32));
+    got.push_back(shared_plan(c, t32, k32, ws));
     CHECK(same_plan(*got.back(), make_plan(c, t32)));
   }
-  CHECK(plan_cache_size() == cs.size());
+  CHECK(plan_cache_size(ws) == cs.size());
   // The same inputs under another name (and other data bindings): the same plan.
   for (std::size_t i = 0; i < cs.size(); ++i) {
     Collective c = cs[i];
     c.name = "renamed";
     c.send_buf = "x";
-    CHECK(shared_plan(c, t32, k32) == got[i]);
+    CHECK(shared_plan(c, t32, k32, ws) == got[i]);
   }
-  CHECK(plan_cache_size() == cs.size());
+  CHECK(plan_cache_size(ws) == cs.size());
   // Another topology: its own plan.
-  const auto p8 = shared_plan(cs[0], t8, k8);
+  const auto p8 = shared_plan(cs[0], t8, k8, ws);
   CHECK(p8 != got[0]);
   CHECK(same_plan(*p8, make_plan(cs[0], t8)));
-  CHECK(plan_cache_size() == cs.size() + 1);
+  CHECK(plan_cache_size(ws) == cs.size() + 1);
   // A plan that throws is not kept, and throws again.
-  CHECK_THROWS_WITH(shared_plan(saa(8, 3, 1 << 20), t32, k32), Catch::Contains("inner group size dividing"));
-  CHECK_THROWS_WITH(shared_plan(saa(8, 3, 1 << 20), t32, k32), Catch::Contains("inner group size dividing"));
-  CHECK(plan_cache_size() == cs.size() + 1);
-  clear_plan_cache();
-  CHECK(plan_cache_size() == 0);
+  CHECK_THROWS_WITH(shared_plan(saa(8, 3, 1 << 20), t32, k32, ws), Catch::Contains("inner group size dividing"));
+  CHECK_THROWS_WITH(shared_plan(saa(8, 3, 1 << 20), t32, k32, ws), Catch::Contains("inner group size dividing"));
+  CHECK(plan_cache_size(ws) == cs.size() + 1);
+  ws.clear();
+  CHECK(plan_cache_size(ws) == 0);
 }

@@ -161,10 +161,11 @@ TEST_CASE("p2p AlltoAll: PXN sends through the NIC on the destination's rail", "
   const CollPlan plan = make_plan(c, t);
   CHECK(plan.choice == "p2p");
   Route scratch;
+  Workspace ws;
   for (const CollXfer& x : plan.xfers) {
     if (!(x.src == 0 && x.dst == 11)) continue;  // n0.gpu0 -> n1.gpu3
     CHECK(x.via == 3);
-    const Route& r = xfer_route(plan, x, c.group, t, scratch);
+    const Route& r = xfer_route(plan, x, c.group, t, scratch, ws);
     bool nic3 = false;
     for (int l : r.links) nic3 = nic3 || t.link_name(l).find("n0.nic3") != std::string::npos;
     CHECK(nic3);
@@ -244,7 +245,8 @@ TEST_CASE("A grouped send/recv batch pays the proxy's launch of every network pe
     const CollPlan plan = make_plan(c, t);
     double m = 0;
     Route scratch;
-    for (const CollXfer& x : plan.xfers) m = std::max(m, xfer_route(plan, x, c.group, t, scratch).latency.to_us());
+    Workspace ws;
+    for (const CollXfer& x : plan.xfers) m = std::max(m, xfer_route(plan, x, c.group, t, scratch, ws).latency.to_us());
     return m;
   };
   const NcclSystem s = nccl_system(all(CollOp::alltoall, 16, 1).group, t);

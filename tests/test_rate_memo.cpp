@@ -27,9 +27,10 @@ struct Xfer {
   Time at;
   double cap;
 };
-// Each transfer's completion time through one flow model, by index.
-std::vector<Time> run(const Topology& t, const std::vector<Xfer>& xs) {
-  auto net = make_network("flow", t);
+// Each transfer's completion time through one flow model, by index; with
+// ws's rate memo when given, else none.
+std::vector<Time> run(const Topology& t, const std::vector<Xfer>& xs, Workspace* ws = nullptr) {
+  auto net = make_network("flow", t, ws);
   std::vector<Time> end(xs.size(), Time::max());
   std::vector<std::uint64_t> done;
   std::size_t next = 0;
@@ -120,13 +121,13 @@ TEST_CASE("flow model: the same completion times with the rate memo as without i
     const double cap = rng() % 5 == 0 ? 1e9 * (1 + rng() % 8) : 0;
     xs.push_back({t.route(s, d), 1'000 + rng() % 200'000, at, cap});
   }
-  set_rate_memo(false);
-  const std::vector<Time> without = run(t, xs);
-  set_rate_memo(true);
-  clear_rate_memos();
-  const std::vector<Time> cold = run(t, xs);
-  const std::vector<Time> warm = run(t, xs);
-  const RateMemo& m = *rate_memo_for(capacities(t));
+  Workspace ws, off;
+  set_rate_memo(off, false);
+  const std::vector<Time> without = run(t, xs, &off);
+  CHECK(rate_memo_for(capacities(t), off) == nullptr);
+  const std::vector<Time> cold = run(t, xs, &ws);
+  const std::vector<Time> warm = run(t, xs, &ws);
+  const RateMemo& m = *rate_memo_for(capacities(t), ws);
   CAPTURE(m.counts().lookups, m.counts().hits, m.counts().inserted, m.counts().refused, m.counts().clears, m.paths(),
           m.sets());
   CHECK(m.counts().hits > m.counts().lookups / 2);  // the warm run found its sets
@@ -159,12 +160,10 @@ TEST_CASE("flow model: a memo that starts afresh mid-run gives the same times", 
     }
     xs.push_back({r, 1'000 + rng() % 50'000, at, 0});
   }
-  set_rate_memo(false);
-  const std::vector<Time> without = run(t, xs);
-  set_rate_memo(true);
-  clear_rate_memos();
-  const std::vector<Time> with = run(t, xs);
-  const RateMemo& m = *rate_memo_for(capacities(t));
+  const std::vector<Time> without = run(t, xs);  // no workspace: no memo
+  Workspace ws;
+  const std::vector<Time> with = run(t, xs, &ws);
+  const RateMemo& m = *rate_memo_for(capacities(t), ws);
   CHECK(m.epoch() > 0);
   CHECK(with == without);
 }

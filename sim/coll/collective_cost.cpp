@@ -131,15 +131,22 @@ std::uint64_t key_hash(const Collective& c, const std::string& algo, std::uint64
   return h;
 }
 
-struct Cache {
-  std::shared_mutex mu;
-  std::unordered_multimap<std::uint64_t, Entry> map;
+// This floor's cost-form part of a Workspace: cost forms, NCCL's view of
+// groups, and a scratch collective.
+struct FormCache : Workspace::Part {
+  static constexpr Workspace::Slot kSlot = Workspace::kForms;
   static constexpr std::size_t kMax = 1 << 16;  // cleared when full: a sweep's working set is far smaller
+  std::unordered_multimap<std::uint64_t, Entry> map;
+  struct SysEntry {
+    std::uint64_t topo;
+    std::vector<int> group;
+    std::shared_ptr<const NcclSystem> sys;
+  };
+  std::unordered_multimap<std::uint64_t, SysEntry> systems;
+  // Assigned, not constructed: it keeps its buffers, so the closed form's
+  // lookups allocate nothing.
+  Collective scratch;
 };
-Cache& cache() {
-  static Cache c;
-  return c;
-}
 
 bool matches(const Entry& e, const Collective& c, const std::string& algo, std::uint64_t topo, Concurrent k) {
   return e.k.copies == k.copies && e.k.stride == k.stride && e.op == c.op && e.inner == c.inner &&
@@ -147,50 +154,40 @@ bool matches(const Entry& e, const Collective& c, const std::string& algo, std::
          e.group == c.group;
 }
 
-std::shared_ptr<const CostForm> cached_form(const Collective& c, const Topology& topo, std::uint64_t tkey,
-                                            Concurrent k = {}) {
-  if (c.op == CollOp::alltoallv) return std::make_shared<const CostForm>(make_cost_form(c, topo, k));
+std::shared_ptr<const CostForm> cached_form(const Collective& c, const Topology& topo, std::uint64_t tkey, Concurrent k,
+                                            Workspace& ws) {
+  if (c.op == CollOp::alltoallv) return std::make_shared<const CostForm>(make_cost_form(c, topo, k, ws));
   const std::string algo = c.algo.empty() ? default_algorithm(c.op) : c.algo;
   const std::uint64_t h = key_hash(c, algo, tkey, k);
-  Cache& C = cache();
   {
-    std::shared_lock lk(C.mu);
+    FormCache& C = ws.get<FormCache>();
     auto [a, b] = C.map.equal_range(h);
     for (auto it = a; it != b; ++it)
       if (matches(it->second, c, algo, tkey, k)) return it->second.form;
   }
-  auto form = std::make_shared<const CostForm>(make_cost_form(c, topo, k));  // outside the lock
-  std::unique_lock lk(C.mu);
-  auto [a, b] = C.map.equal_range(h);
-  for (auto it = a; it != b; ++it)
-    if (matches(it->second, c, algo, tkey, k)) return it->second.form;  // another thread was first
-  if (C.map.size() >= Cache::kMax) C.map.clear();
+  auto form = std::make_shared<const CostForm>(make_cost_form(c, topo, k, ws));
+  FormCache& C = ws.get<FormCache>();
+  if (C.map.size() >= FormCache::kMax) C.map.clear();
   C.map.emplace(h, Entry{c.op, algo, c.proto, c.channels, c.group, c.inner, c.window, k, tkey, form});
   return form;
 }
 
 // NCCL's view of a group on a topology, cached (it costs a route lookup per member).
-std::shared_ptr<const NcclSystem> cached_system(const Collective& c, const Topology& topo, std::uint64_t tkey) {
-  struct SysEntry {
-    std::uint64_t topo;
-    std::vector<int> group;
-    std::shared_ptr<const NcclSystem> sys;
-  };
-  static std::shared_mutex mu;
-  static std::unordered_multimap<std::uint64_t, SysEntry> map;
+std::shared_ptr<const NcclSystem> cached_system(const Collective& c, const Topology& topo, std::uint64_t tkey,
+                                                Workspace& ws) {
   Collective k;
   k.group = c.group;
   const std::uint64_t h = key_hash(k, "", tkey, {});
   {
-    std::shared_lock lk(mu);
-    auto [a, b] = map.equal_range(h);
+    FormCache& C = ws.get<FormCache>();
+    auto [a, b] = C.systems.equal_range(h);
     for (auto it = a; it != b; ++it)
       if (it->second.topo == tkey && it->second.group == c.group) return it->second.sys;
   }
-  auto sys = std::make_shared<const NcclSystem>(nccl_system(c.group, topo));
-  std::unique_lock lk(mu);
-  if (map.size() >= Cache::kMax) map.clear();
-  map.emplace(h, SysEntry{tkey, c.group, sys});
+  auto sys = std::make_shared<const NcclSystem>(nccl_system(c.group, topo, ws));
+  FormCache& C = ws.get<FormCache>();
+  if (C.systems.size() >= FormCache::kMax) C.systems.clear();
+  C.systems.emplace(h, FormCache::SysEntry{tkey, c.group, sys});
   return sys;
 }
 
@@ -241,31 +238,36 @@ double nccl_seconds(const NcclEstimate& e, double links, double n) {
 }
 
 // NCCL's pick for c at n bytes, when c runs one of NCCL's tuned algorithms.
-std::optional<NcclEstimate> nccl_at(const Collective& c, const Topology& topo, std::uint64_t tkey, double n) {
+std::optional<NcclEstimate> nccl_at(const Collective& c, const Topology& topo, std::uint64_t tkey, double n,
+                                    Workspace& ws) {
   const auto ask = nccl_ask(c);
   if (!ask) return std::nullopt;
-  return naming(c, [&] { return nccl_choose(c.op, *cached_system(c, topo, tkey), n, ask->algo, ask->proto, c.channels); });
+  return naming(c,
+                [&] { return nccl_choose(c.op, *cached_system(c, topo, tkey, ws), n, ask->algo, ask->proto, c.channels); });
 }
 
 // Seconds for c at n bytes: NCCL's algorithms as the model's latency plus the
 // slower of the links' time (the form, built without latency) and the model's
 // bandwidth; every other algorithm from its form.
-double timed(const Collective& c, const Topology& topo, std::uint64_t tkey, double n, Concurrent k) {
-  if (auto e = nccl_at(c, topo, tkey, n)) {
-    // Assigned, not constructed: the thread's copy keeps its buffers, so the
-    // closed form's dozen lookups per layer allocate nothing.
-    thread_local Collective f;
+double timed(const Collective& c, const Topology& topo, std::uint64_t tkey, double n, Concurrent k, Workspace& ws) {
+  if (auto e = nccl_at(c, topo, tkey, n, ws)) {
+    Collective& f = ws.get<FormCache>().scratch;
     f = c;
     set_choice(f, *e);
-    return nccl_seconds(*e, cached_form(f, topo, tkey, k)->time_s(n), n);
+    return nccl_seconds(*e, cached_form(f, topo, tkey, k, ws)->time_s(n), n);
   }
-  if (c.op == CollOp::alltoallv) return cached_form(c, topo, tkey, k)->time_s(1.0);
-  return cached_form(c, topo, tkey, k)->time_s(n);
+  if (c.op == CollOp::alltoallv) return cached_form(c, topo, tkey, k, ws)->time_s(1.0);
+  return cached_form(c, topo, tkey, k, ws)->time_s(n);
 }
 
 }  // namespace
 
 CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent conc) {
+  Workspace ws;
+  return make_cost_form(c, topo, conc, ws);
+}
+
+CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent conc, Workspace& ws) {
   for (int j = 1; j < conc.copies; ++j)
     for (int r : c.group)
       if (r + j * conc.stride < 0 || r + j * conc.stride >= topo.num_gpus())
@@ -280,12 +282,12 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
   double scale = 1.0;
   CollPlan plan;
   if (c.op == CollOp::alltoallv) {
-    plan = make_plan(c, topo);
+    plan = make_plan(c, topo, ws);
   } else {
     Collective ref = c;
     ref.bytes = kRefBytes;
     scale = static_cast<double>(kRefBytes);
-    plan = make_plan(ref, topo);
+    plan = make_plan(ref, topo, ws);
   }
   // NCCL's algorithms: the form holds the links' time only; the callers add
   // the model's latency and bandwidth floor at the actual size.
@@ -298,7 +300,7 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
     Collective cj = c;
     if (c.op != CollOp::alltoallv) cj.bytes = kRefBytes;
     for (int& r : cj.group) r += j * conc.stride;
-    copy_plan.push_back(make_plan(cj, topo));
+    copy_plan.push_back(make_plan(cj, topo, ws));
     if (copy_plan.back().xfers.size() != plan.xfers.size())
       throw InternalError(fmt::format("collective '{}': concurrent copy {} has another plan", c.name, j));
     copy_c.push_back(std::move(cj));
@@ -320,13 +322,13 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
         depth[s] = std::max(depth[s], depth[d] + 1);
       }
 
-  // Routes (copied: above kRouteTableGpus the topology reuses one buffer).
+  // Routes (copied: above kRouteTableGpus the workspace reuses one buffer).
   std::vector<int> arena, off(X + 1, 0);
   std::vector<double> lat(X);
   Route scratch;
   for (int x = 0; x < X; ++x) {
     const CollXfer& xf = plan.xfers[x];
-    const Route& r = xfer_route(plan, xf, c.group, topo, scratch);
+    const Route& r = xfer_route(plan, xf, c.group, topo, scratch, ws);
     lat[x] = r.latency.to_seconds();
     arena.insert(arena.end(), r.links.begin(), r.links.end());
     off[x + 1] = static_cast<int>(arena.size());
@@ -354,7 +356,7 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
     for (int j = 1; j < conc.copies; ++j)
       for (int i = lo; i < hi; ++i) {
         const CollPlan& pj = copy_plan[j - 1];
-        const Route& r = xfer_route(pj, pj.xfers[order[i]], copy_c[j - 1].group, topo, scratch);
+        const Route& r = xfer_route(pj, pj.xfers[order[i]], copy_c[j - 1].group, topo, scratch, ws);
         for (int l : r.links) {
           load[l] += static_cast<double>(pj.xfers[order[i]].bytes);
           touched.push_back(l);
@@ -471,13 +473,14 @@ std::uint64_t topology_fingerprint(const Topology& t) {
 }
 
 namespace {
-// Plans kept by one thread (no lock: sweeps run a configuration per thread).
+// Plans kept in a workspace (one per thread: no lock).
 struct PlanEntry {
   Collective key;  // the plan's inputs (name and data bindings left empty)
   std::uint64_t topo;
   std::shared_ptr<const CollPlan> plan;
 };
-struct PlanCache {
+struct PlanCache : Workspace::Part {
+  static constexpr Workspace::Slot kSlot = Workspace::kPlans;
   std::unordered_multimap<std::uint64_t, PlanEntry> map;
   std::size_t bytes = 0;  // about what the kept plans hold
   // Cleared when full. On 128 layers of the paper grid (8 and 32 GPUs), 4 MiB
@@ -485,7 +488,6 @@ struct PlanCache {
   // gave back 1.3 % of the 8 % that sharing plans saves.
   static constexpr std::size_t kMaxBytes = std::size_t{4} << 20;
 };
-thread_local PlanCache tls_plans;
 
 std::uint64_t plan_hash(const Collective& c, std::uint64_t topo) {
   std::uint64_t h = topo;
@@ -515,13 +517,14 @@ std::size_t plan_bytes(const CollPlan& p) {
 }
 }  // namespace
 
-std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology& topo, std::uint64_t topo_key) {
-  PlanCache& C = tls_plans;
+std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology& topo, std::uint64_t topo_key,
+                                            Workspace& ws) {
+  PlanCache& C = ws.get<PlanCache>();
   const std::uint64_t h = plan_hash(c, topo_key);
   auto [a, b] = C.map.equal_range(h);
   for (auto it = a; it != b; ++it)
     if (it->second.topo == topo_key && same_plan_inputs(it->second.key, c)) return it->second.plan;
-  auto plan = std::make_shared<const CollPlan>(make_plan(c, topo));
+  auto plan = std::make_shared<const CollPlan>(make_plan(c, topo, ws));
   const std::size_t n = plan_bytes(*plan);
   if (C.bytes + n > PlanCache::kMaxBytes) C.map.clear(), C.bytes = 0;
   Collective key;
@@ -538,24 +541,30 @@ std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology&
   C.bytes += n;
   return plan;
 }
-std::size_t plan_cache_size() { return tls_plans.map.size(); }
-void clear_plan_cache() {
-  tls_plans.map.clear();
-  tls_plans.bytes = 0;
+std::size_t plan_cache_size(Workspace& ws) { return ws.get<PlanCache>().map.size(); }
+
+std::shared_ptr<const CostForm> collective_cost_form(const Collective& c, const Topology& topo, Workspace& ws) {
+  return cached_form(c, topo, topology_fingerprint(topo), {}, ws);
 }
 
-std::shared_ptr<const CostForm> collective_cost_form(const Collective& c, const Topology& topo) {
-  return cached_form(c, topo, topology_fingerprint(topo));
+double collective_time_s(const Collective& c, const Topology& topo, Workspace& ws) {
+  return collective_time_s(c, topo, static_cast<double>(c.bytes), ws);
 }
 
-double collective_time_s(const Collective& c, const Topology& topo) {
-  return collective_time_s(c, topo, static_cast<double>(c.bytes));
+double collective_time_s(const Collective& c, const Topology& topo, double bytes, Workspace& ws) {
+  if (c.group.size() < 2) return 0.0;
+  if (c.op != CollOp::alltoallv && !(bytes > 0)) return 0.0;
+  return timed(c, topo, topology_fingerprint(topo), bytes, {}, ws);
 }
 
 double collective_time_s(const Collective& c, const Topology& topo, double bytes) {
-  if (c.group.size() < 2) return 0.0;
-  if (c.op != CollOp::alltoallv && !(bytes > 0)) return 0.0;
-  return timed(c, topo, topology_fingerprint(topo), bytes, {});
+  Workspace ws;
+  return collective_time_s(c, topo, bytes, ws);
+}
+
+double collective_time_s(const Collective& c, const Topology& topo) {
+  Workspace ws;
+  return collective_time_s(c, topo, static_cast<double>(c.bytes), ws);
 }
 
 // ---- bound collectives ----
@@ -565,6 +574,7 @@ struct BoundCollective::Impl {
   Concurrent k;
   const Topology* topo = nullptr;
   std::uint64_t tkey = 0;
+  CollectiveCosts::Shared* shared = nullptr;  // the owner's workspace, for resolution
   std::mutex mu;                     // guards resolution and `keep`
   std::atomic<bool> ready{false};    // the fields below are set (release / acquire)
   bool nccl = false;                 // NCCL's tuner decides (tuner, pair_form); else `form`
@@ -578,11 +588,14 @@ struct BoundCollective::Impl {
   void resolve() {
     std::lock_guard lk(mu);
     if (ready.load(std::memory_order_relaxed)) return;
+    std::lock_guard wk(shared->mu);
     if (const auto ask = nccl_ask(c)) {
-      naming(c, [&] { tuner.emplace(c.op, *cached_system(c, *topo, tkey), ask->algo, ask->proto, c.channels); });
+      naming(c, [&] {
+        tuner.emplace(c.op, *cached_system(c, *topo, tkey, shared->ws), ask->algo, ask->proto, c.channels);
+      });
       nccl = true;
     }
-    if (!nccl) form = cached_form(c, *topo, tkey, k);
+    if (!nccl) form = cached_form(c, *topo, tkey, k, shared->ws);
     ready.store(true, std::memory_order_release);
   }
 
@@ -592,7 +605,8 @@ struct BoundCollective::Impl {
     if (const CostForm* f = pair_form[i].load(std::memory_order_relaxed)) return *f;
     Collective f = c;
     set_choice(f, e);
-    keep.push_back(cached_form(f, *topo, tkey, k));
+    std::lock_guard wk(shared->mu);
+    keep.push_back(cached_form(f, *topo, tkey, k, shared->ws));
     pair_form[i].store(keep.back().get(), std::memory_order_release);
     return *keep.back();
   }
@@ -626,15 +640,8 @@ struct CollectiveCosts::Bound {
   std::unordered_multimap<std::uint64_t, std::unique_ptr<BoundCollective>> map;
 };
 
-namespace {
-std::uint64_t next_costs_id() {
-  static std::atomic<std::uint64_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
-}
-}  // namespace
-
 CollectiveCosts::CollectiveCosts(const Topology& topo)
-    : topo_(topo), key_(topology_fingerprint(topo)), id_(next_costs_id()), bound_(std::make_unique<Bound>()) {}
+    : topo_(topo), key_(topology_fingerprint(topo)), shared_(std::make_unique<Shared>()), bound_(std::make_unique<Bound>()) {}
 CollectiveCosts::~CollectiveCosts() = default;
 
 const BoundCollective& CollectiveCosts::bound(const Collective& c, Concurrent k) const {
@@ -664,32 +671,17 @@ const BoundCollective& CollectiveCosts::bound(const Collective& c, Concurrent k)
   impl->k = k;
   impl->topo = &topo_;
   impl->tkey = key_;
+  impl->shared = shared_.get();
   auto it = bound_->map.emplace(h, std::unique_ptr<BoundCollective>(new BoundCollective(std::move(impl))));
   return *it->second;
 }
 
-std::shared_ptr<const CostForm> CollectiveCosts::form(const Collective& c) const {
-  return cached_form(c, topo_, key_);
-}
-
-double CollectiveCosts::time_s(const Collective& c, double bytes, Concurrent k) const {
+double collective_time_s(const Collective& c, const Topology& topo, double bytes, Concurrent k, Workspace& ws) {
   if (c.group.size() < 2) return 0.0;
   if (c.op != CollOp::alltoallv && !(bytes > 0)) return 0.0;
-  return timed(c, topo_, key_, bytes, k);
+  return timed(c, topo, topology_fingerprint(topo), bytes, k, ws);
 }
 
-double CollectiveCosts::time_s(const Collective& c, double bytes) const {
-  return time_s(c, bytes, Concurrent{});
-}
-
-std::size_t collective_cost_cache_size() {
-  std::shared_lock lk(cache().mu);
-  return cache().map.size();
-}
-
-void clear_collective_cost_cache() {
-  std::unique_lock lk(cache().mu);
-  cache().map.clear();
-}
+std::size_t collective_cost_cache_size(Workspace& ws) { return ws.get<FormCache>().map.size(); }
 
 }  // namespace parmsim

@@ -37,6 +37,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "sim/coll/collective_plan.hpp"
@@ -74,25 +75,34 @@ struct Concurrent {
   int stride = 0;
 };
 
-// Builds the form from a fresh plan (no cache). Throws UserError as make_plan does.
-CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent k = {});
+// Builds the form from a fresh plan (no cache of forms; routes above
+// Topology::kRouteTableGpus from ws's). Throws UserError as make_plan does.
+CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent k, Workspace& ws);
+CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent k = {});  // a fresh workspace
 
-// The cached form for c's (op, resolved algorithm, group, inner, window) on
-// topo; c.bytes is ignored (except for alltoallv, whose form is built fresh
-// and returned uncached). Thread-safe; the returned form is immutable and
-// stays valid while the caller holds it.
-std::shared_ptr<const CostForm> collective_cost_form(const Collective& c, const Topology& topo);
+// The form for c's (op, resolved algorithm, group, inner, window) on topo,
+// kept in ws; c.bytes is ignored (except for alltoallv, whose form is built
+// fresh and not kept). The returned form is immutable and stays valid while
+// the caller holds it.
+std::shared_ptr<const CostForm> collective_cost_form(const Collective& c, const Topology& topo, Workspace& ws);
 
-// Seconds for c (c.bytes) on topo: collective_cost_form(c, topo)->time_s(c.bytes).
-// 0 for zero bytes or fewer than two members. AlltoAllv: the matrix as
-// given (c.bytes and `bytes` are ignored).
-double collective_time_s(const Collective& c, const Topology& topo);
-// The same for a size of `bytes` (Collective::bytes convention) instead of c.bytes.
+// Seconds for c on topo at `bytes` (Collective::bytes convention; c.bytes
+// where not given), with k's concurrent copies: the general path. NCCL's
+// tuned ops as NCCL's choice at that size (the model's latency plus the
+// slower of the links' form and the model's bandwidth); every other op by
+// its cost form. 0 for zero bytes or fewer than two members. AlltoAllv: the
+// matrix as given (c.bytes and `bytes` are ignored). Forms and NCCL's view
+// of each group are kept in ws.
+double collective_time_s(const Collective& c, const Topology& topo, double bytes, Concurrent k, Workspace& ws);
+double collective_time_s(const Collective& c, const Topology& topo, double bytes, Workspace& ws);
+double collective_time_s(const Collective& c, const Topology& topo, Workspace& ws);
+// The same with a fresh workspace (a caller that asks once).
 double collective_time_s(const Collective& c, const Topology& topo, double bytes);
+double collective_time_s(const Collective& c, const Topology& topo);
 
-// One collective resolved on one topology, for timing at many sizes:
-// time_s(n) gives exactly CollectiveCosts::time_s(c, n, k), without the
-// cache lookups. For NCCL's tuned ops it holds NCCL's system and tuner
+// One collective resolved on one topology, for timing at many sizes: the
+// compiled form of collective_time_s(c, topo, n, k, ws), equal to it bit for
+// bit (tests/test_bound_collective.cpp), without the lookups. For NCCL's tuned ops it holds NCCL's system and tuner
 // (NcclTuner: the pairs' size-independent terms) and the cost form of each
 // pair it has chosen so far; for the others, the cost form. Everything is
 // resolved on first use with n > 0 (so a collective that is never timed,
@@ -133,33 +143,32 @@ class BoundCollective {
   const std::atomic<const CostForm*>* pair_form_ = nullptr;
 };
 
-// The same, bound to one topology: fingerprints it once (the free functions
-// above do so on every call, O(links)), for loops that cost many
-// collectives on one topology. Holds a reference: topo must outlive it.
+// The bound collectives of one topology: fingerprints it once (the free
+// functions above do so on every call, O(links)), for loops that cost many
+// collectives on one topology, from any number of threads. It owns the
+// workspace its collectives resolve in (under a lock: resolution happens
+// once per bound collective). Holds a reference: topo must outlive it.
 class CollectiveCosts {
  public:
   explicit CollectiveCosts(const Topology& topo);
-  std::shared_ptr<const CostForm> form(const Collective& c) const;
-  double time_s(const Collective& c) const { return time_s(c, static_cast<double>(c.bytes)); }
-  double time_s(const Collective& c, double bytes) const;
-  // With `k.copies - 1` copies of c running at the same time (see Concurrent).
-  double time_s(const Collective& c, double bytes, Concurrent k) const;
   // c (its op, algorithm, protocol, channels, group, inner, window and name;
   // not its bytes) with `k`, bound: the same object for the same collective
   // for the life of this object. Thread-safe. Throws UserError for alltoallv.
   const BoundCollective& bound(const Collective& c, Concurrent k = {}) const;
-  // Unique among every CollectiveCosts of the process (never reused): a key
-  // for per-thread tables of bound collectives.
-  std::uint64_t id() const { return id_; }
 
   CollectiveCosts(const CollectiveCosts&) = delete;
   CollectiveCosts& operator=(const CollectiveCosts&) = delete;
   ~CollectiveCosts();
 
+  struct Shared {
+    std::mutex mu;  // guards ws
+    Workspace ws;
+  };
+
  private:
   const Topology& topo_;
   std::uint64_t key_;
-  std::uint64_t id_;
+  std::unique_ptr<Shared> shared_;
   struct Bound;
   std::unique_ptr<Bound> bound_;
 };
@@ -168,20 +177,18 @@ class CollectiveCosts {
 // (name, sizes, every link's ends, bandwidth and latency): the cache's key.
 std::uint64_t topology_fingerprint(const Topology& topo);
 
-// make_plan(c, topo), shared: plans are kept per thread, keyed by
+// make_plan(c, topo, ws), shared: plans are kept in ws, keyed by
 // `topo_key` (topology_fingerprint(topo)) and every field of c a plan
 // depends on (op, group, bytes, matrix, algo, proto, channels, window,
 // inner, chunks; not the name or the data bindings). The simulator takes
 // its plans here, so that the forward and backward passes, the schedules
 // of one layer and the layers of a sweep that move the same bytes between
 // the same ranks plan each collective once. A plan that throws is not kept.
-std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology& topo, std::uint64_t topo_key);
+std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology& topo, std::uint64_t topo_key,
+                                            Workspace& ws);
 
-// Cache inspection, for tests and benchmarks.
-std::size_t collective_cost_cache_size();
-void clear_collective_cost_cache();
-// This thread's plans (shared_plan).
-std::size_t plan_cache_size();
-void clear_plan_cache();
+// What ws keeps, for tests: cost forms, and plans (shared_plan). Workspace::clear drops them.
+std::size_t collective_cost_cache_size(Workspace& ws);
+std::size_t plan_cache_size(Workspace& ws);
 
 }  // namespace parmsim

@@ -18,7 +18,7 @@ std::string default_algorithm(CollOp op) {
 }
 
 RouteView xfer_route_view(const CollPlan& plan, const CollXfer& x, const std::vector<int>& group, const Topology& topo,
-                          Route& scratch) {
+                          Route& scratch, Workspace& ws) {
   RouteView v;
   if (x.route >= 0) {
     const std::vector<int>& links = plan.routes[x.route];
@@ -30,25 +30,25 @@ RouteView xfer_route_view(const CollPlan& plan, const CollXfer& x, const std::ve
     }
   } else if (x.via >= 0) {
     // Copied before the second lookup: on a large topology the routes come
-    // from a small per-thread cache, where one lookup may evict the other.
-    const Route& a = topo.route(group[x.src], x.via);
+    // from the workspace's small cache, where one lookup may evict the other.
+    const Route& a = topo.route(group[x.src], x.via, ws);
     scratch.links = a.links;
     const Time latency = a.latency;
     const std::uint64_t bottleneck = a.bottleneck;
-    const Route& b = topo.route(x.via, group[x.dst]);
+    const Route& b = topo.route(x.via, group[x.dst], ws);
     scratch.links.insert(scratch.links.end(), b.links.begin(), b.links.end());
     v = RouteView(scratch.links, latency + b.latency, std::min(bottleneck, b.bottleneck));
   } else {
-    v = topo.route(group[x.src], group[x.dst]);
+    v = topo.route(group[x.src], group[x.dst], ws);
   }
   if (x.lat >= 0) v.latency = plan.latencies[x.lat];
   return v;
 }
 
 const Route& xfer_route(const CollPlan& plan, const CollXfer& x, const std::vector<int>& group, const Topology& topo,
-                        Route& scratch) {
-  if (x.route < 0 && x.via < 0 && x.lat < 0) return topo.route(group[x.src], group[x.dst]);  // the topology's own
-  const RouteView v = xfer_route_view(plan, x, group, topo, scratch);
+                        Route& scratch, Workspace& ws) {
+  if (x.route < 0 && x.via < 0 && x.lat < 0) return topo.route(group[x.src], group[x.dst], ws);  // the topology's own
+  const RouteView v = xfer_route_view(plan, x, group, topo, scratch, ws);
   if (v.links.data() != scratch.links.data()) scratch.links.assign(v.links.begin(), v.links.end());
   scratch.latency = v.latency;
   scratch.bottleneck = v.bottleneck;
@@ -199,13 +199,13 @@ void tree_flows(const std::vector<std::vector<int>>& nodes, int rails, double by
 // NVLS inside one node: every member sends `up` bytes to the switch and
 // receives `down` bytes from it (one-link routes).
 void nvls_flows(const std::vector<int>& v, const Collective& c, const Topology& topo, double up, double down,
-                double eff, const std::vector<int>& step, CollPlan& plan) {
+                double eff, const std::vector<int>& step, CollPlan& plan, Workspace& ws) {
   const int m = static_cast<int>(v.size());
   if (m < 2) return;
   for (int j = 0; j < m; ++j) {
     const int a = c.group[v[j]], b = c.group[v[(j + 1) % m]];
-    const int up_link = topo.route(a, b).links.front();  // copied: above 256 GPUs route() reuses one buffer
-    const int down_link = topo.route(b, a).links.back();
+    const int up_link = topo.route(a, b, ws).links.front();  // copied: above 256 GPUs route() reuses one buffer
+    const int down_link = topo.route(b, a, ws).links.back();
     plan.routes.push_back({up_link});
     plan.xfers.push_back({v[j], v[j], wire(up, eff), step[v[j]], step[v[j]], static_cast<int>(plan.routes.size()) - 1});
     plan.routes.push_back({down_link});
@@ -214,7 +214,8 @@ void nvls_flows(const std::vector<int>& v, const Collective& c, const Topology& 
   }
 }
 
-CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& sys, const NcclEstimate& e) {
+CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& sys, const NcclEstimate& e,
+                   Workspace& ws) {
   CollPlan plan;
   const int p = static_cast<int>(c.group.size());
   std::vector<int> step(p);
@@ -271,7 +272,7 @@ CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& 
         double up = S * (n + 1) / n, down = up;  // AllReduce: ld_reduce reads S, st multicasts S/n
         if (c.op == CollOp::allgather) up = S / n, down = S * (n - 1) / n;
         if (c.op == CollOp::reducescatter) up = S * (n - 1) / n, down = S / n;
-        nvls_flows(v, c, topo, up, down, eff, step, plan);
+        nvls_flows(v, c, topo, up, down, eff, step, plan, ws);
       }
       if (e.algo == NcclAlgo::nvls_tree) tree_flows(nodes, rails, S, eff, step, plan);
       break;
@@ -305,8 +306,8 @@ int pxn_via(int src, int dst, const Topology& topo) {
 // network one max-min re-solve each, thousands in a 1024-GPU AlltoAll).
 // Intra-node transfers need no proxy (the P2P and SHM transports' kernels
 // move the data themselves) and keep the single latency.
-void as_p2p(CollPlan& plan, const Collective& c, const Topology& topo) {
-  const NcclSystem sys = nccl_system(c.group, topo);
+void as_p2p(CollPlan& plan, const Collective& c, const Topology& topo, Workspace& ws) {
+  const NcclSystem sys = nccl_system(c.group, topo, ws);
   const double inter_us = nccl_p2p_latency_us(sys, true), overhead_us = nccl_p2p_net_overhead_us(sys);
   plan.latencies = {us_time(nccl_p2p_latency_us(sys, false))};
   // Depth of every step (dependencies precede their steps in every plan).
@@ -518,7 +519,7 @@ std::optional<NcclProto> forced_proto(const Collective& c) {
 }
 
 // NCCL's algorithm for c, or nullopt for the step-by-step algorithms.
-std::optional<NcclEstimate> nccl_pick(const Collective& c, const Topology& topo, const std::string& algo,
+std::optional<NcclEstimate> nccl_pick(const Collective& c, const Topology& topo, const std::string& algo, Workspace& ws,
                                       NcclSystem* sys_out = nullptr) {
   NcclAlgo forced{};
   const bool named = parse_nccl_algo(algo, &forced);
@@ -529,7 +530,7 @@ std::optional<NcclEstimate> nccl_pick(const Collective& c, const Topology& topo,
   }
   if (c.channels < 0 || c.channels > 64)
     throw UserError(fmt::format("collective '{}': channels must be 1..64, got {}", c.name, c.channels));
-  const NcclSystem sys = nccl_system(c.group, topo);
+  const NcclSystem sys = nccl_system(c.group, topo, ws);
   if (sys_out) *sys_out = sys;
   const std::optional<NcclProto> proto = forced_proto(c);
   try {
@@ -548,22 +549,32 @@ std::string resolve(const Collective& c) {
 
 }  // namespace
 
-std::string resolved_choice(const Collective& c, const Topology& topo) {
+std::string resolved_choice(const Collective& c, const Topology& topo, Workspace& ws) {
   const std::string algo = resolve(c);
-  if (auto e = nccl_pick(c, topo, algo)) return e->label();
+  if (auto e = nccl_pick(c, topo, algo, ws)) return e->label();
   return algo;
 }
 
+std::string resolved_choice(const Collective& c, const Topology& topo) {
+  Workspace ws;
+  return resolved_choice(c, topo, ws);
+}
+
 CollPlan make_plan(const Collective& c, const Topology& topo) {
+  Workspace ws;
+  return make_plan(c, topo, ws);
+}
+
+CollPlan make_plan(const Collective& c, const Topology& topo, Workspace& ws) {
   for (int r : c.group)
     if (r < 0 || r >= topo.num_gpus())
       throw UserError(fmt::format("collective '{}' names rank {}, but topology '{}' has {} GPUs", c.name, r,
                                   topo.name(), topo.num_gpus()));
   const std::string algo = resolve(c);
   NcclSystem sys;
-  if (auto e = nccl_pick(c, topo, algo, &sys)) {
+  if (auto e = nccl_pick(c, topo, algo, ws, &sys)) {
     if (c.group.size() < 2) return {};
-    return nccl_plan(c, topo, sys, *e);
+    return nccl_plan(c, topo, sys, *e, ws);
   }
   if (!c.proto.empty() || c.channels != 0)
     throw UserError(fmt::format("collective '{}': proto and channels apply to NCCL's algorithms (auto, ring, tree, "
@@ -571,7 +582,7 @@ CollPlan make_plan(const Collective& c, const Topology& topo) {
                                 c.name, algo, to_string(c.op)));
   CollPlan plan = step_plan(c, topo, algo);
   plan.choice = algo;
-  if (algo == "p2p" || c.op == CollOp::saa) as_p2p(plan, c, topo);
+  if (algo == "p2p" || c.op == CollOp::saa) as_p2p(plan, c, topo, ws);
   return plan;
 }
 

@@ -115,24 +115,29 @@ struct CollPlan {
 
 // The links and latency transfer `x` of `plan` takes (custom route, PXN or
 // the topology's route), and its rate cap in bytes/s (0 = none).
-// `scratch` receives the links when they are not the topology's own route.
+// `scratch` receives the links when they are not the topology's own route;
+// routes above Topology::kRouteTableGpus come from ws's cache.
 const Route& xfer_route(const CollPlan& plan, const CollXfer& x, const std::vector<int>& group, const Topology& topo,
-                        Route& scratch);
+                        Route& scratch, Workspace& ws);
 // The same as a view, without copying links that are the topology's or the
 // plan's (a PXN route, two routes joined, is built in `scratch`). Valid until
-// the next Topology::route call or use of `scratch`.
+// the next Topology::route call with ws or use of `scratch`.
 RouteView xfer_route_view(const CollPlan& plan, const CollXfer& x, const std::vector<int>& group, const Topology& topo,
-                          Route& scratch);
+                          Route& scratch, Workspace& ws);
 double xfer_cap(const CollPlan& plan, const CollXfer& x);
 
 std::string default_algorithm(CollOp op);
 
 // The algorithm make_plan runs for c (auto resolved, NCCL's choice at c.bytes
 // for the tuned ops), e.g. "ring/simple/8", "p2p", "released".
-std::string resolved_choice(const Collective& c, const Topology& topo);
+std::string resolved_choice(const Collective& c, const Topology& topo, Workspace& ws);
+std::string resolved_choice(const Collective& c, const Topology& topo);  // with a fresh workspace
 
 // Throws UserError if the algorithm does not apply to the op or the group
 // (hierarchical needs the same number of members on every node it touches).
+// Routes above Topology::kRouteTableGpus come from ws's cache.
+CollPlan make_plan(const Collective& c, const Topology& topo, Workspace& ws);
+// The same with a fresh workspace (a caller that plans once).
 CollPlan make_plan(const Collective& c, const Topology& topo);
 
 // nccl-tests' bus bandwidth factor: busbw = algbw * factor.

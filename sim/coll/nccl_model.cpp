@@ -150,7 +150,7 @@ bool nccl_tuned(CollOp op) {
   return op == CollOp::allreduce || op == CollOp::allgather || op == CollOp::reducescatter;
 }
 
-NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
+NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Workspace& ws) {
   NcclSystem s;
   s.ranks = static_cast<int>(group.size());
   std::map<int, std::vector<int>> by_node;
@@ -204,7 +204,7 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
     if (v.size() < 2) continue;
     charge.clear();
     for (std::size_t i = 0; i < v.size(); ++i) {
-      const Route& r = topo.route(v[i], v[(i + 1) % v.size()]);
+      const Route& r = topo.route(v[i], v[(i + 1) % v.size()], ws);
       s.intra_hop_us = std::max(s.intra_hop_us, r.latency.to_us());
       bool nv = true;
       for (int l : r.links) nv = nv && topo.link_class(l) == LinkClass::nvlink;
@@ -225,7 +225,7 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
     s.nic_bw = 0;
     bool first = true;
     for (std::size_t i = 0; i < std::min(v0.size(), v1.size()); ++i) {
-      const double bw = static_cast<double>(topo.route(v0[i], v1[i]).bottleneck) / 1e9;
+      const double bw = static_cast<double>(topo.route(v0[i], v1[i], ws).bottleneck) / 1e9;
       s.nic_bw = first ? bw : std::min(s.nic_bw, bw);
       first = false;
     }
@@ -240,9 +240,9 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
     auto mine = [&](int l) {
       return topo.device(topo.link_from(l)).node == n0 || topo.device(topo.link_to(l)).node == n0;
     };
-    for (std::size_t i = 0; i + 1 < v0.size(); ++i) add_route(topo.route(v0[i], v0[i + 1]), true, mine);
-    add_route(topo.route(v0.back(), v1.front()), !topo.hints().gdr, mine);
-    add_route(topo.route(vl.back(), v0.front()), false, mine);
+    for (std::size_t i = 0; i + 1 < v0.size(); ++i) add_route(topo.route(v0[i], v0[i + 1], ws), true, mine);
+    add_route(topo.route(v0.back(), v1.front(), ws), !topo.hints().gdr, mine);
+    add_route(topo.route(vl.back(), v0.front(), ws), false, mine);
     const double bw = least(charge);
     if (bw > 0) s.nic_bw = std::min(s.nic_bw, bw);
     // The machine's network hop: the slowest route from a GPU to the same
@@ -252,7 +252,7 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
     for (auto a = by_node.begin(); a != by_node.end(); ++a) {
       const auto b = std::next(a) == by_node.end() ? by_node.begin() : std::next(a);
       for (std::size_t i = 0; i < std::min(a->second.size(), b->second.size()); ++i)
-        s.inter_hop_us = std::max(s.inter_hop_us, topo.route(a->second[i], b->second[i]).latency.to_us());
+        s.inter_hop_us = std::max(s.inter_hop_us, topo.route(a->second[i], b->second[i], ws).latency.to_us());
     }
   }
   s.nvls = topo.hints().nvls && s.arch >= 2 && s.nvlink;
@@ -260,6 +260,11 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
   s.nvls_graph = nccl_nvls_graph(s);
   s.graphs = true;
   return s;
+}
+
+NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo) {
+  Workspace ws;
+  return nccl_system(group, topo, ws);
 }
 
 NcclGraph nccl_ring_graph(const NcclSystem& s) {

@@ -70,6 +70,8 @@ struct NcclSystem {
   Graph ring_graph, nvls_graph;
   bool graphs = false;  // false: a system filled in by hand; the graphs are searched per estimate
 };
+NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Workspace& ws);
+// The same with a fresh workspace (a caller that asks once).
 NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo);
 
 // A channel graph: `channels` rings (or trees), each `bw_intra` GB/s inside a

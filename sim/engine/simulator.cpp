@@ -30,7 +30,7 @@ struct Csr {
 // are carved from three pools (Pools below; a graph has dozens of
 // collectives: no allocations per collective for them).
 struct CollState {
-  std::shared_ptr<const CollPlan> plan;  // shared with other simulations of this thread (shared_plan)
+  std::shared_ptr<const CollPlan> plan;  // shared with other simulations of the workspace (shared_plan)
   Csr step_xfers;    // xfers touching each step
   Csr step_succ;     // steps depending on each step
   Csr member_steps;  // steps of each member
@@ -47,28 +47,29 @@ struct CollState {
   int entered_count = 0;
 };
 
-// The pools of CollState's arrays. Kept per thread from one simulation to the
-// next: allocated afresh each simulation they were slower than the small
+// The pools of CollState's arrays: this floor's part of a Workspace, kept
+// from one simulation to the next (allocated afresh each simulation they were slower than the small
 // vectors they replace (measured: one layer, all schedules, 6.9 to 8.2 ms),
 // most likely because freeing large blocks makes malloc consolidate its
 // lists of small free chunks.
-struct Pools {
+struct Pools : Workspace::Part {
+  static constexpr Workspace::Slot kSlot = Workspace::kEngine;
   std::vector<int> ints, fill;  // the collectives' int arrays; scratch for building a CSR
   std::vector<char> chars;
   std::vector<std::uint64_t> u64;
-  bool busy = false;  // an engine of this thread holds them
+  bool busy = false;  // an engine holds them
 };
-thread_local Pools tls_pools;
 
 class Engine {
  public:
-  Engine(const TaskGraph& g, const Topology& topo, const SimOptions& opt)
+  Engine(const TaskGraph& g, const Topology& topo, const SimOptions& opt, Workspace& ws)
       : g_(g),
         topo_(topo),
         gpu_(gpu_profile(topo.gpu_model())),
-        net_(make_network(opt.network, topo)),
+        ws_(ws),
+        net_(make_network(opt.network, topo, &ws)),
         cal_(opt.calibration),
-        pools_(tls_pools.busy ? own_pools_ : tls_pools) {
+        pools_(ws.get<Pools>().busy ? own_pools_ : ws.get<Pools>()) {
     if (g.num_ranks() > topo.num_gpus())
       throw UserError(fmt::format("the task graph has {} ranks but topology '{}' has only {} GPUs", g.num_ranks(),
                                   topo.name(), topo.num_gpus()));
@@ -80,7 +81,7 @@ class Engine {
     const std::uint64_t topo_key = C > 0 ? topology_fingerprint(topo) : 0;
     for (int c = 0; c < C; ++c) {
       CollState& s = coll_[c];
-      s.plan = shared_plan(g.collective(c), topo, topo_key);
+      s.plan = shared_plan(g.collective(c), topo, topo_key, ws);
       if (opt.calibration) {
         const Collective& col = g.collective(c);
         bool inter = false;
@@ -322,7 +323,7 @@ class Engine {
       ++res_.transfers;
       const std::uint64_t fid = flow_ids_.size();
       flow_ids_.emplace_back(c, x);
-      net_->start(fid, xfer_route_view(*s.plan, xf, col.group, topo_, route_), xf.bytes, now_, xfer_cap(*s.plan, xf));
+      net_->start(fid, xfer_route_view(*s.plan, xf, col.group, topo_, route_, ws_), xf.bytes, now_, xfer_cap(*s.plan, xf));
     }
   }
 
@@ -383,9 +384,10 @@ class Engine {
   const TaskGraph& g_;
   const Topology& topo_;
   const GpuProfile& gpu_;
+  Workspace& ws_;  // plans, routes, rate memo and pools, kept for the next simulation
   std::unique_ptr<NetworkModel> net_;
   const Calibration* cal_;
-  Pools own_pools_;  // when this thread's are taken
+  Pools own_pools_;  // when the workspace's are taken
   Pools& pools_;
   std::vector<CollState> coll_;
   std::vector<int> member_index_, preds_left_;
@@ -411,8 +413,13 @@ class Engine {
 
 }  // namespace
 
+SimResult simulate(const TaskGraph& g, const Topology& topo, const SimOptions& opt, Workspace& ws) {
+  return Engine(g, topo, opt, ws).run();
+}
+
 SimResult simulate(const TaskGraph& g, const Topology& topo, const SimOptions& opt) {
-  return Engine(g, topo, opt).run();
+  Workspace ws;
+  return Engine(g, topo, opt, ws).run();
 }
 
 }  // namespace parmsim

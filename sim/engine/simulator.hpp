@@ -44,6 +44,10 @@ struct SimResult {
   std::vector<std::pair<Time, Time>> spread;
 };
 
+// Plans, the flow model's rate memo and the engine's pools are kept in ws
+// for the next simulation with it (a Workspace per thread).
+SimResult simulate(const TaskGraph& g, const Topology& topo, const SimOptions& opt, Workspace& ws);
+// The same with a fresh workspace (a caller that simulates once).
 SimResult simulate(const TaskGraph& g, const Topology& topo, const SimOptions& opt = {});
 
 }  // namespace parmsim

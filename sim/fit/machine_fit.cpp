@@ -40,18 +40,24 @@ std::vector<int> measured_group(const MeasuredCollective& m, const Topology& top
 }
 
 double model_seconds(const MeasuredCollective& m, const Topology& topo) {
+  Workspace ws;
+  return model_seconds(m, topo, ws);
+}
+
+double model_seconds(const MeasuredCollective& m, const Topology& topo, Workspace& ws) {
   Collective c;
   c.name = to_string(m.op);
   c.op = m.op;
   c.group = measured_group(m, topo);
   c.bytes = static_cast<std::uint64_t>(m.bytes);
-  return collective_time_s(c, topo, m.bytes);
+  return collective_time_s(c, topo, m.bytes, ws);
 }
 
 ModelError model_error(const std::vector<MeasuredCollective>& ms, const Topology& topo) {
   ModelError e;
+  Workspace ws;
   for (const MeasuredCollective& m : ms) {
-    const double r = std::abs(model_seconds(m, topo) - m.seconds) / m.seconds;
+    const double r = std::abs(model_seconds(m, topo, ws) - m.seconds) / m.seconds;
     e.mape += r, e.worst = std::max(e.worst, r), ++e.n;
   }
   if (e.n) e.mape /= e.n;
@@ -92,6 +98,7 @@ struct Fitter {
   std::vector<FittedParam> eff;                 // the efficiencies being fitted
   double launch_us = 0, net_us = 0;             // the latencies
   bool fit_net = false;
+  mutable Workspace ws;  // forms and plans of the topologies tried
 
   std::vector<std::string> overlay(const std::string& key = "", double v = 0) const {
     std::vector<std::string> o;
@@ -104,10 +111,10 @@ struct Fitter {
     return o;
   }
   // Mean squared log(model / measured) over `ms`.
-  static double loss(const std::vector<MeasuredCollective>& ms, const Topology& t) {
+  double loss(const std::vector<MeasuredCollective>& ms, const Topology& t) const {
     double s = 0;
     for (const MeasuredCollective& m : ms) {
-      const double r = std::log(model_seconds(m, t) / m.seconds);
+      const double r = std::log(model_seconds(m, t, ws) / m.seconds);
       s += r * r;
     }
     return ms.empty() ? 0 : s / static_cast<double>(ms.size());
@@ -136,9 +143,9 @@ struct Fitter {
     o1.push_back("nccl.net_latency=1us");
     const Topology t1 = load(o1);
     for (const MeasuredCollective& m : small) {
-      const double base = model_seconds(m, t0) * 1e6;
+      const double base = model_seconds(m, t0, ws) * 1e6;
       r.push_back(m.seconds * 1e6 - base);
-      k.push_back(fit_net ? model_seconds(m, t1) * 1e6 - base : 0.0);
+      k.push_back(fit_net ? model_seconds(m, t1, ws) * 1e6 - base : 0.0);
       w.push_back(1.0 / (m.seconds * 1e6 * m.seconds * 1e6));
     }
     auto launch_only = [&] {
@@ -206,7 +213,7 @@ MachineFit fit_machine(const std::function<Topology(const std::vector<std::strin
       const std::string key = fmt::format("link_efficiency.{}", cls);
       const Topology hi = load({key + "=1.0"}), lo = load({key + "=0.5"});
       bool used = false;
-      for (const MeasuredCollective& m : f.large) used |= model_seconds(m, hi) != model_seconds(m, lo);
+      for (const MeasuredCollective& m : f.large) used |= model_seconds(m, hi, f.ws) != model_seconds(m, lo, f.ws);
       if (used)
         f.eff.push_back({key, 1.0, false, static_cast<int>(f.large.size()), kEffLow, kEffHigh});
       else
@@ -218,7 +225,7 @@ MachineFit fit_machine(const std::function<Topology(const std::vector<std::strin
     out.notes.push_back(fmt::format("no measurement of {:.0f} B or less: latencies not fitted", opt.small_to));
   } else {
     const Topology a = load({"nccl.net_latency=0us"}), b = load({"nccl.net_latency=1us"});
-    for (const MeasuredCollective& m : f.small) f.fit_net |= model_seconds(m, a) != model_seconds(m, b);
+    for (const MeasuredCollective& m : f.small) f.fit_net |= model_seconds(m, a, f.ws) != model_seconds(m, b, f.ws);
     if (!f.fit_net) out.notes.push_back("nccl.net_latency: no measurement crosses the network, not fitted");
   }
   for (int round = 0; round < 2; ++round) {

@@ -60,7 +60,8 @@ std::vector<MeasuredCollective> measured_from(const NcclTable& t);
 std::vector<int> measured_group(const MeasuredCollective& m, const Topology& topo);
 
 // The uncalibrated simulator's time of one such collective alone, NCCL's choice.
-double model_seconds(const MeasuredCollective& m, const Topology& topo);
+double model_seconds(const MeasuredCollective& m, const Topology& topo, Workspace& ws);
+double model_seconds(const MeasuredCollective& m, const Topology& topo);  // with a fresh workspace
 
 struct ModelError {
   double mape = 0, worst = 0;  // relative, |model - measured| / measured

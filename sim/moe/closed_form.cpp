@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <span>
 
 #include "sim/core/error.hpp"
@@ -43,6 +44,7 @@ AlphaBeta alpha_beta_from_topology(const Topology& t) {
   }
   ab.topo = &t;
   ab.costs = std::make_shared<const CollectiveCosts>(t);
+  ab.handles = std::make_shared<BoundHandles>();
   return ab;
 }
 
@@ -64,31 +66,23 @@ struct Costs {
   // The collectives the closed form asks for, on group 0 of each kind
   // (groups of a kind are alike: MP groups are G consecutive ranks, EP groups
   // stride G), bound once per (CollectiveCosts, P, G, algorithms) and kept in
-  // a small per-thread table: a lookup per evaluation, then each collective
-  // is timed by its bound form (no cache lookups, no NCCL tuner search).
+  // the AlphaBeta's table: a lookup per evaluation, then each collective is
+  // timed by its bound form (no cache lookups, no NCCL tuner search).
   enum Slot { kA2aEp, kAgMp, kRsMp, kArMp, kArEp, kSaa, kSlots };
   // Per slot, the bound collective where planned() times with it (a group of
-  // two or more; the fused collective's world group always), else null. Points
-  // into this thread's table: valid until its next init_handles, which is the
-  // next evaluation's (one Costs per model_layer or model_time call).
-  const BoundCollective* const* live = nullptr;
+  // two or more; the fused collective's world group always), else null. They
+  // live as long as ab.costs.
+  std::array<const BoundCollective*, kSlots> live{};
   void init_handles() {
-    struct Entry {
-      std::uint64_t id = 0;  // CollectiveCosts::id(); 0 = empty
-      int P = 0, G = 0, n_ep = 0;
-      std::string a2a_algo, saa_algo;
-      const BoundCollective* live[kSlots] = {};
-    };
-    constexpr int kEntries = 8;
-    thread_local std::array<Entry, kEntries> table;
-    thread_local int next = 0;
-    const std::uint64_t id = ab.costs->id();
-    for (const Entry& e : table)
-      if (e.id == id && e.P == d.P && e.G == d.G && e.n_ep == d.n_ep && e.a2a_algo == a2a_algo &&
-          e.saa_algo == saa_algo) {
-        live = e.live;
+    static_assert(kSlots == std::tuple_size_v<decltype(BoundHandles::map)::mapped_type>);
+    BoundHandles::Key key{ab.costs.get(), d.P, d.G, d.n_ep, a2a_algo, saa_algo};
+    if (ab.handles) {
+      std::lock_guard lk(ab.handles->mu);
+      if (auto it = ab.handles->map.find(key); it != ab.handles->map.end()) {
+        std::copy(it->second.begin(), it->second.end(), live.begin());
         return;
       }
+    }
     // Every group of a kind runs at once: EP groups are copies of group 0
     // shifted by 1 rank, MP groups by G ranks; they share NICs and PCIe links.
     Collective ep, mp, world;
@@ -102,9 +96,6 @@ struct Costs {
       c.inner = op == CollOp::saa ? d.G : 0;
       return &ab.costs->bound(c, k);
     };
-    Entry& e = table[next];
-    next = (next + 1) % kEntries;
-    e.id = 0;  // invalid until filled (bound() may throw)
     const BoundCollective* h[kSlots] = {};
     h[kA2aEp] = bind(ep, CollOp::alltoall, a2a_algo, ep_k);
     h[kArEp] = bind(ep, CollOp::allreduce, "", ep_k);
@@ -114,15 +105,11 @@ struct Costs {
     h[kSaa] = bind(world, CollOp::saa, saa_algo, {});
     for (int slot = 0; slot < kSlots; ++slot) {
       const int size = slot == kA2aEp || slot == kArEp ? (d.P + d.G - 1) / d.G : d.G;  // the groups built above
-      e.live[slot] = slot == kSaa || size >= 2 ? h[slot] : nullptr;
+      live[slot] = slot == kSaa || size >= 2 ? h[slot] : nullptr;
     }
-    e.P = d.P;
-    e.G = d.G;
-    e.n_ep = d.n_ep;
-    e.a2a_algo = a2a_algo;
-    e.saa_algo = saa_algo;
-    e.id = id;
-    live = e.live;
+    if (!ab.handles) return;  // an AlphaBeta made by hand: bound again next time
+    std::lock_guard lk(ab.handles->mu);
+    ab.handles->map.emplace(std::move(key), live);
   }
   // The cost form of the plan the simulator runs, on group 0 of this kind, or
   // `fallback()` without a topology (called only then: the ring forms and the

@@ -11,7 +11,9 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,6 +28,7 @@ class YamlReader;
 struct GpuProfile;
 struct Calibration;
 class CollectiveCosts;
+class BoundCollective;
 }  // namespace parmsim
 
 namespace parmsim::moe {
@@ -204,6 +207,17 @@ TaskGraph build_training_graph(const std::vector<MoeOp>& fwd, const std::vector<
 // latencies, per-round link loads, the critical path; so the closed form and
 // the simulator differ only by overlap and contention across collectives.
 // Without one, the paper's ring forms over the two alpha-beta pairs below.
+struct BoundHandles {
+  struct Key {
+    const CollectiveCosts* costs;
+    int P, G, n_ep;
+    std::string a2a_algo, saa_algo;
+    auto operator<=>(const Key&) const = default;
+  };
+  std::mutex mu;  // guards map
+  std::map<Key, std::array<const BoundCollective*, 6>> map;
+};
+
 struct AlphaBeta {
   double alpha_intra = 0, beta_intra = 0;  // seconds, seconds per byte
   double alpha_inter = 0, beta_inter = 0;  // beta_inter already times GPUs per NIC
@@ -211,6 +225,9 @@ struct AlphaBeta {
   const Calibration* calibration = nullptr;
   const Topology* topo = nullptr;
   std::shared_ptr<const CollectiveCosts> costs;  // bound to *topo
+  // The closed form's bound collectives per layer shape and algorithms
+  // (closed_form.cpp), shared by the threads that evaluate with this model.
+  std::shared_ptr<BoundHandles> handles;
 };
 AlphaBeta alpha_beta_from_topology(const Topology& t);
 

@@ -30,8 +30,10 @@ ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimRe
   SimOptions so;
   so.network = run.network;
   so.calibration = run.calibration;
-  SimResult fr = simulate(fg, run.topo, so);
-  SimResult br = simulate(bg, run.topo, so);
+  Workspace fresh;
+  Workspace& ws = run.workspace ? *run.workspace : fresh;
+  SimResult fr = simulate(fg, run.topo, so, ws);
+  SimResult br = simulate(bg, run.topo, so, ws);
   ScheduleResult res;
   res.options = o;
   res.forward = fr.makespan;

@@ -39,6 +39,9 @@ struct LayerRun {
   // topology; null: made per call. Its collective forms are resolved once
   // and shared by every layer (and thread) that uses it.
   const AlphaBeta* model = nullptr;
+  // Where the simulations keep plans, routes, rate memos and pools for the
+  // next run with it (one per thread); null: a fresh one per call.
+  Workspace* workspace = nullptr;
 };
 
 // Simulates forward and backward graphs of one schedule. When `trace` is

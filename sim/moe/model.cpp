@@ -80,10 +80,10 @@ MoeOp allreduce(GroupKind g, std::int64_t elems, const char* label) {
 }
 
 Time simulate_ops(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const Topology& topo,
-                  const std::string& network, const Calibration* cal) {
+                  const std::string& network, const Calibration* cal, Workspace& ws) {
   if (ops.empty()) return Time::zero();
   const TaskGraph g = build_graph(ops, s, d, preset("s1"));
-  return simulate(g, topo, SimOptions{network, cal}).makespan;
+  return simulate(g, topo, SimOptions{network, cal}, ws).makespan;
 }
 
 }  // namespace
@@ -219,6 +219,7 @@ LayerSpec model_layer(const ModelSpec& m, const Topology& topo) {
 }
 
 std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo, const Calibration* cal) {
+  Workspace ws;  // the plans, routes and pools of every simulation below
   const LayerSpec s = model_layer(m, topo);
   const Dims d = make_dims(s, topo.num_gpus(), topo.gpus_per_node());
   const std::uint64_t b = static_cast<std::uint64_t>(d.dtype_bytes);
@@ -278,24 +279,24 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   const std::int64_t attn_params = i64(4 * M * M / G + 4 * M), ffn_params = i64(2 * M * H / G),
                      gate_params = i64(M * static_cast<std::uint64_t>(s.E)), embed_params = i64(V * M / G + L * M);
 
-  const Time attn_f = simulate_ops(attention(false), s, d, topo, m.network, cal);
-  const Time attn_b = simulate_ops(attention(true), s, d, topo, m.network, cal);
-  const Time ffn_f = simulate_ops(dense_ffn(false), s, d, topo, m.network, cal);
-  const Time ffn_b = simulate_ops(dense_ffn(true), s, d, topo, m.network, cal);
-  const Time eh_f = simulate_ops(embed_head(false), s, d, topo, m.network, cal);
-  const Time eh_b = simulate_ops(embed_head(true), s, d, topo, m.network, cal);
+  const Time attn_f = simulate_ops(attention(false), s, d, topo, m.network, cal, ws);
+  const Time attn_b = simulate_ops(attention(true), s, d, topo, m.network, cal, ws);
+  const Time ffn_f = simulate_ops(dense_ffn(false), s, d, topo, m.network, cal, ws);
+  const Time ffn_b = simulate_ops(dense_ffn(true), s, d, topo, m.network, cal, ws);
+  const Time eh_f = simulate_ops(embed_head(false), s, d, topo, m.network, cal, ws);
+  const Time eh_b = simulate_ops(embed_head(true), s, d, topo, m.network, cal, ws);
   // The lookup's backward ends the pass; the rest of eh_b (head and loss) begins it.
-  const Time emb_b = std::min(eh_b, simulate_ops(embedding(), s, d, topo, m.network, cal));
+  const Time emb_b = std::min(eh_b, simulate_ops(embedding(), s, d, topo, m.network, cal, ws));
   std::map<std::int64_t, Time> ar_memo;  // bucket elements -> AllReduce time over the DP (EP) group
   const auto allreduce_time = [&](std::int64_t elems) {
     if (d.n_ep <= 1 || elems <= 0) return Time::zero();
     auto [it, fresh] = ar_memo.try_emplace(elems);
     if (fresh)
-      it->second = simulate_ops({allreduce(GroupKind::ep, elems, "dp_grad_allreduce")}, s, d, topo, m.network, cal);
+      it->second = simulate_ops({allreduce(GroupKind::ep, elems, "dp_grad_allreduce")}, s, d, topo, m.network, cal, ws);
     return it->second;
   };
   std::vector<IterationResult> out;
-  const LayerRun run{topo, s, m.network, cal};
+  const LayerRun run{topo, s, m.network, cal, nullptr, &ws};
   for (const std::string& name : preset_names()) {
     const ScheduleResult r = run_schedule(run, preset(name));
     // Backward: head and loss, blocks last to first (FFN or MoE layer, then attention), embedding lookup.

@@ -25,13 +25,13 @@ bool has_class(const Topology& t, LinkClass c) {
 }
 
 SensitivityEnd evaluate(const Topology& topo, const LayerSpec& spec, const ScheduleKeys& keys,
-                        const std::string& network) {
+                        const std::string& network, Workspace& ws) {
   const Dims dims = make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
   const GpuProfile& gpu = gpu_profile(topo.gpu_model());
   const AlphaBeta ab = alpha_beta_from_topology(topo);
   SensitivityEnd e;
   e.choice = auto_choice(spec, dims, ab, gpu);
-  const LayerRun run{topo, spec, network, nullptr, &ab};
+  const LayerRun run{topo, spec, network, nullptr, &ab, &ws};
   const Time base = run_schedule(run, schedule_options("baseline", keys)).total();
   const Time s1 = run_schedule(run, schedule_options("s1", keys)).total();
   const Time s2 = run_schedule(run, schedule_options("s2", keys)).total();
@@ -126,16 +126,17 @@ Sensitivity layer_sensitivity(const std::function<Topology(const std::vector<std
                               const LayerSpec& spec, const ScheduleKeys& keys,
                               const std::vector<SensitivityInput>& inputs, const std::string& network) {
   Sensitivity out;
-  out.nominal = evaluate(load({}), spec, keys, network);
+  Workspace ws;  // every evaluation's simulations
+  out.nominal = evaluate(load({}), spec, keys, network, ws);
   for (const SensitivityInput& in : inputs) {
     SensitivityRow row;
     row.input = in;
     auto end = [&](const std::string& v) {
-      if (in.topology) return evaluate(load({in.parameter + "=" + v}), spec, keys, network);
+      if (in.topology) return evaluate(load({in.parameter + "=" + v}), spec, keys, network, ws);
       LayerSpec s = spec;
       ScheduleKeys k = keys;
       if (!v.empty()) apply_keys(&s, &k, split_csv(v, "sensitivity " + in.parameter), "sensitivity " + in.parameter);
-      return evaluate(load({}), s, k, network);
+      return evaluate(load({}), s, k, network, ws);
     };
     row.low = end(in.low);
     row.high = end(in.high);

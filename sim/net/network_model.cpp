@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <type_traits>
 #include <set>
 
 #include "sim/core/error.hpp"
@@ -206,11 +207,11 @@ class PendingFlows {
 // completion waits in a heap (stale entries are skipped by version).
 class FlowModel final : public NetworkModel {
  public:
-  explicit FlowModel(const Topology& topo)
+  FlowModel(const Topology& topo, Workspace* ws)
       : capacity_(topo.num_links()), on_link_(topo.num_links()), live_on_(topo.num_links(), 0), link_dirty_(topo.num_links(), 0),
         link_seen_(topo.num_links(), 0), local_(topo.num_links(), 0) {
     for (int l = 0; l < topo.num_links(); ++l) capacity_[l] = static_cast<double>(topo.link(l).bandwidth);
-    memo_ = rate_memo_for(capacity_);
+    if (ws) memo_ = rate_memo_for(capacity_, *ws);
   }
   std::string name() const override { return "flow"; }
 
@@ -667,8 +668,11 @@ class FlowModel final : public NetworkModel {
 
 namespace {
 template <typename Model>
-std::unique_ptr<NetworkModel> make_model(const Topology& topo) {
-  return std::make_unique<Model>(topo);
+std::unique_ptr<NetworkModel> make_model(const Topology& topo, Workspace* ws) {
+  if constexpr (std::is_constructible_v<Model, const Topology&, Workspace*>)
+    return std::make_unique<Model>(topo, ws);
+  else
+    return std::make_unique<Model>(topo);
 }
 constexpr std::array<NetworkModelInfo, 2> kModels = {{
     {"analytical",
@@ -688,8 +692,8 @@ std::string network_model_names(std::string_view sep, std::string_view last) {
   return join_names(names_of(network_models()), sep, last);
 }
 
-std::unique_ptr<NetworkModel> make_network(const std::string& name, const Topology& topo) {
-  if (const NetworkModelInfo* m = find_named(network_models(), name)) return m->make(topo);
+std::unique_ptr<NetworkModel> make_network(const std::string& name, const Topology& topo, Workspace* ws) {
+  if (const NetworkModelInfo* m = find_named(network_models(), name)) return m->make(topo, ws);
   throw UserError(fmt::format("unknown network model '{}': expected {}", name, network_model_names(", ", " or ")));
 }
 

@@ -45,13 +45,15 @@ class NetworkModel {
 struct NetworkModelInfo {
   std::string_view name;
   std::string_view help;
-  std::unique_ptr<NetworkModel> (*make)(const Topology& topo);
+  // ws: where the model may keep what outlives one simulation (the flow
+  // model's rate memo); null: nothing is kept.
+  std::unique_ptr<NetworkModel> (*make)(const Topology& topo, Workspace* ws);
 };
 std::span<const NetworkModelInfo> network_models();
 bool is_network_model(std::string_view name);
 // The models' names joined: network_model_names(", ", " or ") = "analytical or flow".
 std::string network_model_names(std::string_view sep, std::string_view last);
 // The model called `name`; a UserError listing the known ones otherwise.
-std::unique_ptr<NetworkModel> make_network(const std::string& name, const Topology& topo);
+std::unique_ptr<NetworkModel> make_network(const std::string& name, const Topology& topo, Workspace* ws = nullptr);
 
 }  // namespace parmsim

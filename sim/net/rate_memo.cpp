@@ -159,7 +159,9 @@ void RateMemo::clear() {
 }
 
 namespace {
-struct ThreadMemos {
+// This floor's part of a Workspace: the memos of a few topologies.
+struct RateMemos : Workspace::Part {
+  static constexpr Workspace::Slot kSlot = Workspace::kRates;
   struct Slot {
     std::vector<double> capacity;
     std::shared_ptr<RateMemo> memo;
@@ -169,14 +171,13 @@ struct ThreadMemos {
   std::uint64_t clock = 0;
   bool on = true;
 };
-thread_local ThreadMemos tls_memos;
 }  // namespace
 
-std::shared_ptr<RateMemo> rate_memo_for(const std::vector<double>& capacity) {
-  ThreadMemos& m = tls_memos;
+std::shared_ptr<RateMemo> rate_memo_for(const std::vector<double>& capacity, Workspace& ws) {
+  RateMemos& m = ws.get<RateMemos>();
   if (!m.on) return nullptr;
-  ThreadMemos::Slot* lru = &m.slots[0];
-  for (ThreadMemos::Slot& s : m.slots) {
+  RateMemos::Slot* lru = &m.slots[0];
+  for (RateMemos::Slot& s : m.slots) {
     if (s.memo && s.capacity == capacity) {
       s.used = ++m.clock;
       return s.memo;
@@ -190,12 +191,10 @@ std::shared_ptr<RateMemo> rate_memo_for(const std::vector<double>& capacity) {
   return lru->memo;
 }
 
-void set_rate_memo(bool on) {
-  tls_memos.on = on;
-}
+void set_rate_memo(Workspace& ws, bool on) { ws.get<RateMemos>().on = on; }
 
-void clear_rate_memos() {
-  for (auto& s : tls_memos.slots) s = {};
+void clear_rate_memos(Workspace& ws) {
+  for (auto& s : ws.get<RateMemos>().slots) s = {};
 }
 
 }  // namespace parmsim

@@ -19,6 +19,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sim/core/workspace.hpp"
+
 namespace parmsim {
 
 class RateMemo {
@@ -98,15 +100,15 @@ class RateMemo {
   Counts counts_;
 };
 
-// This thread's memo for a topology with these link capacities (shared by
-// every flow model of the thread on a topology with the same capacities; a
-// few topologies are kept, the least recently asked for dropped first).
-// Null when memos are off for this thread.
-std::shared_ptr<RateMemo> rate_memo_for(const std::vector<double>& capacity);
-// Turns this thread's memos on or off (on by default) for flow models made
+// The workspace's memo for a topology with these link capacities (shared by
+// every flow model made with the workspace on a topology with the same
+// capacities; a few topologies are kept, the least recently asked for
+// dropped first). Null when memos are off in the workspace.
+std::shared_ptr<RateMemo> rate_memo_for(const std::vector<double>& capacity, Workspace& ws);
+// Turns the workspace's memos on or off (on by default) for flow models made
 // after the call; tests and benchmarks compare the two.
-void set_rate_memo(bool on);
-// Drops this thread's memos (a benchmark's cold start).
-void clear_rate_memos();
+void set_rate_memo(Workspace& ws, bool on);
+// Drops the workspace's memos (a benchmark's cold start).
+void clear_rate_memos(Workspace& ws);
 
 }  // namespace parmsim

@@ -65,12 +65,12 @@ std::string key_columns(const Spec& spec, const Config& c) {
 }  // namespace
 
 namespace {
-std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::AlphaBeta* model);
+std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::AlphaBeta* model, Workspace* ws);
 }  // namespace
 
-std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* model) {
+std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* model, Workspace* ws) {
   try {
-    return run_config_unnamed(spec, c, model);
+    return run_config_unnamed(spec, c, model, ws);
   } catch (const TimeOverflow& e) {
     // The row whose sizes overflowed (a calibration entry, when it is the cause, is named inside).
     const std::string row = fmt::format("sweep row {} (topology {}, {})", c.index, spec.topologies[c.topology].label,
@@ -80,7 +80,7 @@ std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* 
 }
 
 namespace {
-std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::AlphaBeta* model) {
+std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::AlphaBeta* model, Workspace* ws) {
   const Topology& topo = *spec.topologies[c.topology].topo;
   const moe::Dims d = moe::make_dims(c.layer, topo.num_gpus(), topo.gpus_per_node());
   moe::AlphaBeta own;
@@ -91,7 +91,8 @@ std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::Alp
   }
   const GpuProfile& gpu = gpu_profile(topo.gpu_model());
   const std::string chosen = moe::auto_choice(c.layer, d, *model, gpu);
-  const moe::LayerRun run{topo, c.layer, spec.network, spec.calibration.get(), model};
+  Workspace fresh;
+  const moe::LayerRun run{topo, c.layer, spec.network, spec.calibration.get(), model, ws ? ws : &fresh};
   std::vector<moe::ScheduleResult> res;
   for (const std::string& n : spec.schedules) res.push_back(moe::run_schedule(run, moe::schedule_options(n, c.keys)));
   const double base = res.front().total().to_seconds();
@@ -527,13 +528,14 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
       }
 
       auto worker = [&] {
+        Workspace ws;  // this thread's plans, routes, rate memos and pools
         while (true) {
           const std::size_t k = next.fetch_add(1);
           if (k >= mine.size()) return;
           const std::size_t i = mine[k];
           try {
-            std::string r =
-                run_config(spec, spec.configs[i], models[static_cast<std::size_t>(spec.configs[i].topology)].get());
+            std::string r = run_config(spec, spec.configs[i],
+                                       models[static_cast<std::size_t>(spec.configs[i].topology)].get(), &ws);
             std::lock_guard<std::mutex> lk(mu);
             rows[i] = std::move(r);
             ready[i] = 1;

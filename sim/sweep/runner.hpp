@@ -34,7 +34,9 @@ std::string csv_header();
 // The CSV rows of one configuration (one per schedule), each ending in '\n'.
 // `model`: the closed form's costs on the configuration's topology (with the
 // spec's calibration), shared by every configuration on it; null: made here.
-std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* model = nullptr);
+// `ws`: the calling thread's workspace, kept for its next configuration; null: a fresh one.
+std::string run_config(const Spec& spec, const Config& c, const moe::AlphaBeta* model = nullptr,
+                       Workspace* ws = nullptr);
 
 struct RunSummary {
   std::size_t configs_run = 0, configs_resumed = 0, rows = 0, skipped_oom = 0;

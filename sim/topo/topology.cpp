@@ -137,22 +137,35 @@ std::vector<int> Topology::bfs_to_vertex(int to) const {
 
 namespace {
 
-// Hop distances to destination GPUs, computed on demand and kept per thread
-// for the topology last used on that thread, up to kDistCacheBytes (then
-// dropped and recomputed): memory grows with the links searched, not with
-// GPUs x devices.
-struct DistCache {
+// This floor's part of a Workspace. Hop distances to destination GPUs,
+// computed on demand for the topology last used with the workspace, up to
+// kDistCacheBytes (then dropped and recomputed): memory grows with the links
+// searched, not with GPUs x devices. Routes of topologies above
+// kRouteTableGpus in a direct-mapped cache of recent routes (a ring or a
+// repeated collective asks for the same pairs again and again), filled in
+// place so that a miss allocates nothing once the slot has grown. And the
+// walk's scratch list of candidate links.
+struct RouteCache : Workspace::Part {
+  static constexpr Workspace::Slot kSlot = Workspace::kRoutes;
+  static constexpr int kBits = 13;
   std::uint64_t topo = 0;
   std::vector<std::vector<int>> dist;  // by destination GPU; empty = not computed
   std::size_t bytes = 0;
+  struct Slot {
+    std::uint64_t topo = 0;
+    int src = -1, dst = -1;
+    Route r;
+  };
+  std::vector<Slot> slots = std::vector<Slot>(std::size_t{1} << kBits);
+  std::vector<int> cand;  // link ids
 };
 constexpr std::size_t kDistCacheBytes = std::size_t{128} << 20;
 std::atomic<std::uint64_t> g_next_topology_id{1};
 
 }  // namespace
 
-const std::vector<int>& Topology::dist_to(int dst_gpu) const {
-  thread_local DistCache c;
+const std::vector<int>& Topology::dist_to(int dst_gpu, Workspace& ws) const {
+  RouteCache& c = ws.get<RouteCache>();
   if (c.topo != id_) {
     c.topo = id_;
     c.dist.assign(num_gpus(), {});
@@ -244,50 +257,44 @@ void Topology::finalize() {
   }
   table_.clear();
   if (n <= kRouteTableGpus || !all_reach) {
+    Workspace ws;
     // Small clusters (and any whose reachability the shortcut cannot show):
     // a search from every destination; small ones keep every route.
     for (int d = 0; d < n; ++d) {
-      const std::vector<int>& dist = dist_to(d);
+      const std::vector<int>& dist = dist_to(d, ws);
       for (int s = 0; s < n; ++s)
         if (dist[gpu_vertex_[s]] < 0) throw unreachable(s, d);
     }
     if (n <= kRouteTableGpus) {
       table_.reserve(static_cast<std::size_t>(n) * n);
       for (int s = 0; s < n; ++s)
-        for (int d = 0; d < n; ++d) table_.push_back(compute_route(s, d));
+        for (int d = 0; d < n; ++d) compute_route(s, d, table_.emplace_back(), ws);
     }
   }
 }
 
-const Route& Topology::route(int src_gpu, int dst_gpu) const {
+const Route& Topology::route(int src_gpu, int dst_gpu, Workspace& ws) const {
   if (!table_.empty()) return table_[static_cast<std::size_t>(src_gpu) * num_gpus() + dst_gpu];
-  // Above kRouteTableGpus: a per-thread direct-mapped cache of recent routes
-  // (a ring or a repeated collective asks for the same pairs again and again),
-  // filled in place so that a miss allocates nothing once the slot has grown.
-  struct Slot {
-    std::uint64_t topo = 0;
-    int src = -1, dst = -1;
-    Route r;
-  };
-  constexpr int kBits = 13;
-  thread_local std::vector<Slot> cache(std::size_t{1} << kBits);
+  RouteCache& c = ws.get<RouteCache>();
   const std::uint64_t key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src_gpu)) << 32) |
                             static_cast<std::uint32_t>(dst_gpu);
-  Slot& s = cache[(key * 0x9E3779B97F4A7C15ULL) >> (64 - kBits)];
+  RouteCache::Slot& s = c.slots[(key * 0x9E3779B97F4A7C15ULL) >> (64 - RouteCache::kBits)];
   if (s.topo != id_ || s.src != src_gpu || s.dst != dst_gpu) {
-    compute_route(src_gpu, dst_gpu, s.r);
+    compute_route(src_gpu, dst_gpu, s.r, ws);
     s.topo = id_, s.src = src_gpu, s.dst = dst_gpu;
   }
   return s.r;
 }
 
-Route Topology::compute_route(int src_gpu, int dst_gpu) const {
+Route Topology::route(int src_gpu, int dst_gpu) const {
+  if (!table_.empty()) return table_[static_cast<std::size_t>(src_gpu) * num_gpus() + dst_gpu];
+  Workspace ws;
   Route r;
-  compute_route(src_gpu, dst_gpu, r);
+  compute_route(src_gpu, dst_gpu, r, ws);
   return r;
 }
 
-void Topology::compute_route(int src_gpu, int dst_gpu, Route& r) const {
+void Topology::compute_route(int src_gpu, int dst_gpu, Route& r, Workspace& ws) const {
   r.links.clear();
   r.latency = Time{};
   r.bottleneck = UINT64_MAX;
@@ -301,24 +308,24 @@ void Topology::compute_route(int src_gpu, int dst_gpu, Route& r) const {
     // src/graph/paths.cc@5067397c lines 763-773; the SHM transport's
     // buffers live in host memory, src/transport/shm.cc@5067397c line 134).
     const int hb = local_hb_[dst_gpu];
-    walk(sv, hb, hb_dist_[hb], pick, r);
-    walk(hb, dv, dist_to(dst_gpu), pick, r);
+    walk(sv, hb, hb_dist_[hb], pick, r, ws);
+    walk(hb, dv, dist_to(dst_gpu, ws), pick, r, ws);
     return;
   }
   if (!hints_.gdr && !same && local_hb_[src_gpu] >= 0 && local_hb_[dst_gpu] >= 0) {
     // No GPUDirect RDMA: GPU -> local CPU -> NIC, NIC -> local CPU -> GPU
     // (src/graph/paths.cc@5067397c lines 844-855).
     const int hs = local_hb_[src_gpu], hd = local_hb_[dst_gpu];
-    walk(sv, hs, hb_dist_[hs], pick, r);
-    walk(hs, hd, hb_dist_[hd], pick, r);
-    walk(hd, dv, dist_to(dst_gpu), pick, r);
+    walk(sv, hs, hb_dist_[hs], pick, r, ws);
+    walk(hs, hd, hb_dist_[hd], pick, r, ws);
+    walk(hd, dv, dist_to(dst_gpu, ws), pick, r, ws);
     return;
   }
-  walk(sv, dv, dist_to(dst_gpu), pick, r);
+  walk(sv, dv, dist_to(dst_gpu, ws), pick, r, ws);
 }
 
-void Topology::walk(int v, int to, const std::vector<int>& dist, unsigned pick, Route& r) const {
-  thread_local std::vector<int> cand;  // link ids
+void Topology::walk(int v, int to, const std::vector<int>& dist, unsigned pick, Route& r, Workspace& ws) const {
+  std::vector<int>& cand = ws.get<RouteCache>().cand;
   while (dist[v] > 0) {
     cand.clear();
     // Among the next hops on a shortest path, the fastest links (a GPU pair

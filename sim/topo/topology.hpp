@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "sim/core/time.hpp"
+#include "sim/core/workspace.hpp"
 
 namespace parmsim {
 
@@ -133,9 +134,12 @@ class Topology {
 
   // Precomputed for clusters of up to kRouteTableGpus GPUs (the common
   // case, and read-only so threads may share it); computed on demand above,
-  // into a per-thread cache of recent routes that any later call on the same
-  // thread may overwrite (copy what you keep).
-  const Route& route(int src_gpu, int dst_gpu) const;
+  // into ws's cache of recent routes, which any later call with the same
+  // workspace may overwrite (copy what you keep).
+  const Route& route(int src_gpu, int dst_gpu, Workspace& ws) const;
+  // The same, copied, for a caller that asks once (above kRouteTableGpus it
+  // costs a search: loops pass a Workspace).
+  Route route(int src_gpu, int dst_gpu) const;
   static constexpr int kRouteTableGpus = 256;
   // The host bridge (CPU) local to a GPU: the nearest host_bridge of its
   // server (fewest hops, then the first declared); -1 when its server has
@@ -154,25 +158,25 @@ class Topology {
   LinkEfficiency eff_;
   CollectiveHints hints_;
   int nics_per_node_ = 0;
-  std::uint64_t id_ = 0;  // set by finalize: keys the per-thread distance cache
+  std::uint64_t id_ = 0;  // set by finalize: keys the workspace's distance and route caches
   struct OutLink {
     int target, link;
   };
   std::vector<int> out_start_;  // CSR by vertex into out_ (built by finalize)
   std::vector<OutLink> out_;    // each vertex's outgoing links, sorted by (target, link id)
   // Hops from every vertex to dst_gpu (-1: unreachable), by breadth-first
-  // search; dist_to caches them per thread (bounded), so routes above
+  // search; dist_to keeps them in the workspace (bounded), so routes above
   // kRouteTableGpus cost one search per destination, not GPUs x devices of memory.
   std::vector<int> bfs_to(int dst_gpu) const;
-  const std::vector<int>& dist_to(int dst_gpu) const;
+  const std::vector<int>& dist_to(int dst_gpu, Workspace& ws) const;
   std::vector<Route> table_;  // src * n + dst, when n <= kRouteTableGpus
-  Route compute_route(int src_gpu, int dst_gpu) const;
-  void compute_route(int src_gpu, int dst_gpu, Route& r) const;  // into r, reusing its storage
+  // Into r, reusing its storage.
+  void compute_route(int src_gpu, int dst_gpu, Route& r, Workspace& ws) const;
   // Hops from every vertex to vertex `to` along links that transit no GPU.
   std::vector<int> bfs_to_vertex(int to) const;
   // Appends to r the shortest path from vertex `from` to vertex `to`
   // (dist: bfs_to_vertex(to)), fastest links first, then ECMP by `pick`.
-  void walk(int from, int to, const std::vector<int>& dist, unsigned pick, Route& r) const;
+  void walk(int from, int to, const std::vector<int>& dist, unsigned pick, Route& r, Workspace& ws) const;
   // With p2p or gdr off: every GPU's local host bridge and, per host
   // bridge, the hop distances to it (by host-bridge vertex).
   std::vector<int> local_hb_;

@@ -188,6 +188,7 @@ std::string moe_validation_topology(const MoeMeasurement& m) {
 
 MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
   MoeValidation v;
+  Workspace ws;  // kept across rows: rows on one topology share plans and routes
   std::map<std::string, double> sum_source, sum_system, sum_source_modelled;
   double sum = 0, sum_nearest = 0;
   for (const MoeMeasurement& m : rows) {
@@ -209,7 +210,7 @@ MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
       const Topology topo = parse_topology_text(moe_validation_topology(m), m.where + " (generated topology)");
       gpu_profile(topo.gpu_model()).peak(spec.dtype);  // an unsupported dtype is the row's error
       moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
-      const moe::LayerRun run{topo, spec, "flow", nullptr, nullptr};
+      const moe::LayerRun run{topo, spec, "flow", nullptr, nullptr, &ws};
       const moe::ScheduleResult s = moe::run_schedule(run, moe::schedule_options(std::string(sys.schedule), keys));
       const Time t = m.what == "layer_fwd" ? s.forward : m.what == "layer_bwd" ? s.backward : s.total();
       r.predicted_ms = t.to_seconds() * 1e3;

@@ -142,6 +142,7 @@ std::string size_band(std::uint64_t bytes) {
 
 NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool textbook) {
   NcclValidation v;
+  Workspace ws;  // kept across rows: rows on one topology share plans and routes
   std::map<std::string, double> sum_band, sum_system, sum_op, sum_fabric;
   double sum = 0;
   for (const NcclMeasurement& m : rows) {
@@ -160,7 +161,7 @@ NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool text
     }
     std::string note;
     try {
-      resolved_choice(c, topo);
+      resolved_choice(c, topo, ws);
     } catch (const UserError&) {
       // The run forced what NCCL cannot do here (it then runs its own choice).
       note = fmt::format(" ({} unavailable)", c.algo);
@@ -173,8 +174,8 @@ NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool text
     const TaskGraph g = std::move(b).build();
     NcclValidationRow row;
     row.m = m;
-    row.choice = resolved_choice(c, topo) + note;
-    row.predicted_us = simulate(g, topo, {}).makespan.to_us();
+    row.choice = resolved_choice(c, topo, ws) + note;
+    row.predicted_us = simulate(g, topo, {}, ws).makespan.to_us();
     row.error_pct = 100.0 * (row.predicted_us - m.measured_us) / m.measured_us;
     if (m.quality == "ok") {
       const double e = std::abs(row.error_pct);
