@@ -618,7 +618,7 @@ BoundCollective::~BoundCollective() = default;
 
 double BoundCollective::resolve_and_time_s(double n) const {
   Impl& m = *impl_;
-  // CollectiveCosts::time_s's early returns, then timed()'s arithmetic.
+  // collective_time_s's early returns, then timed()'s arithmetic.
   if (m.c.group.size() < 2 || !(n > 0)) return 0.0;
   if (!m.ready.load(std::memory_order_acquire)) {
     m.resolve();
