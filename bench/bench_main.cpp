@@ -191,16 +191,17 @@ BENCHMARK(BM_ModelLayerEvalDistinct)->Arg(0)->Arg(1);
 
 // A fresh AlphaBeta for every evaluation (what a one-off caller pays; sweeps
 // and `layer` make one per topology, sim/sweep/runner.cpp): the topology's
-// fingerprint, and every collective bound and resolved again (the
-// process-wide cost-form cache stays warm).
+// fingerprint, and every collective bound and resolved again (in the
+// caller's workspace, whose cost forms stay warm).
 static void BM_ModelLayerEvalFreshAlphaBeta(benchmark::State& state) {
   const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
   moe::LayerSpec s;
   const moe::Dims d = moe::make_dims(s, t.num_gpus(), t.gpus_per_node());
   const GpuProfile& gpu = gpu_profile(t.gpu_model());
   const moe::ScheduleOptions o = moe::preset(state.range(0) == 0 ? "s1" : "s2");
+  Workspace ws;
   for (auto _ : state) {
-    const moe::AlphaBeta ab = moe::alpha_beta_from_topology(t);
+    const moe::AlphaBeta ab = moe::alpha_beta_from_topology(t, &ws);
     benchmark::DoNotOptimize(moe::model_layer(s, d, o, ab, gpu));
   }
   state.SetItemsProcessed(state.iterations());

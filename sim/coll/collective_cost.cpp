@@ -591,11 +591,11 @@ struct BoundCollective::Impl {
     std::lock_guard wk(shared->mu);
     if (const auto ask = nccl_ask(c)) {
       naming(c, [&] {
-        tuner.emplace(c.op, *cached_system(c, *topo, tkey, shared->ws), ask->algo, ask->proto, c.channels);
+        tuner.emplace(c.op, *cached_system(c, *topo, tkey, *shared->ws), ask->algo, ask->proto, c.channels);
       });
       nccl = true;
     }
-    if (!nccl) form = cached_form(c, *topo, tkey, k, shared->ws);
+    if (!nccl) form = cached_form(c, *topo, tkey, k, *shared->ws);
     ready.store(true, std::memory_order_release);
   }
 
@@ -606,7 +606,7 @@ struct BoundCollective::Impl {
     Collective f = c;
     set_choice(f, e);
     std::lock_guard wk(shared->mu);
-    keep.push_back(cached_form(f, *topo, tkey, k, shared->ws));
+    keep.push_back(cached_form(f, *topo, tkey, k, *shared->ws));
     pair_form[i].store(keep.back().get(), std::memory_order_release);
     return *keep.back();
   }
@@ -640,8 +640,10 @@ struct CollectiveCosts::Bound {
   std::unordered_multimap<std::uint64_t, std::unique_ptr<BoundCollective>> map;
 };
 
-CollectiveCosts::CollectiveCosts(const Topology& topo)
-    : topo_(topo), key_(topology_fingerprint(topo)), shared_(std::make_unique<Shared>()), bound_(std::make_unique<Bound>()) {}
+CollectiveCosts::CollectiveCosts(const Topology& topo, Workspace* ws)
+    : topo_(topo), key_(topology_fingerprint(topo)), shared_(std::make_unique<Shared>()), bound_(std::make_unique<Bound>()) {
+  if (ws) shared_->ws = ws;
+}
 CollectiveCosts::~CollectiveCosts() = default;
 
 const BoundCollective& CollectiveCosts::bound(const Collective& c, Concurrent k) const {

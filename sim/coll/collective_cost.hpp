@@ -145,12 +145,13 @@ class BoundCollective {
 
 // The bound collectives of one topology: fingerprints it once (the free
 // functions above do so on every call, O(links)), for loops that cost many
-// collectives on one topology, from any number of threads. It owns the
-// workspace its collectives resolve in (under a lock: resolution happens
-// once per bound collective). Holds a reference: topo must outlive it.
+// collectives on one topology, from any number of threads. Its collectives
+// resolve (once each, under a lock) in a workspace of its own, or in `ws`
+// when given: then it shares ws's forms, and must be used only where ws is
+// (one thread), and not outlive it. Holds a reference: topo must outlive it.
 class CollectiveCosts {
  public:
-  explicit CollectiveCosts(const Topology& topo);
+  explicit CollectiveCosts(const Topology& topo, Workspace* ws = nullptr);
   // c (its op, algorithm, protocol, channels, group, inner, window and name;
   // not its bytes) with `k`, bound: the same object for the same collective
   // for the life of this object. Thread-safe. Throws UserError for alltoallv.
@@ -161,8 +162,9 @@ class CollectiveCosts {
   ~CollectiveCosts();
 
   struct Shared {
-    std::mutex mu;  // guards ws
-    Workspace ws;
+    std::mutex mu;  // guards *ws
+    Workspace own;
+    Workspace* ws = &own;
   };
 
  private:

@@ -229,7 +229,10 @@ struct AlphaBeta {
   // (closed_form.cpp), shared by the threads that evaluate with this model.
   std::shared_ptr<BoundHandles> handles;
 };
-AlphaBeta alpha_beta_from_topology(const Topology& t);
+// ws: the workspace its collectives' forms are kept in (the caller's; the
+// model is then for that workspace's thread only, and must not outlive it);
+// null: one of its own, and the model may be shared by threads.
+AlphaBeta alpha_beta_from_topology(const Topology& t, Workspace* ws = nullptr);
 
 struct ModelTime {
   double forward_s = 0, backward_s = 0;

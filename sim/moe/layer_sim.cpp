@@ -40,7 +40,7 @@ ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimRe
   res.backward = br.makespan;
   AlphaBeta own;
   if (!run.model) {
-    own = alpha_beta_from_topology(run.topo);
+    own = alpha_beta_from_topology(run.topo, &ws);  // this call's: its forms kept in ws
     own.calibration = run.calibration;
   }
   const AlphaBeta& ab = run.model ? *run.model : own;

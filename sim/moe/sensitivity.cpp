@@ -28,7 +28,7 @@ SensitivityEnd evaluate(const Topology& topo, const LayerSpec& spec, const Sched
                         const std::string& network, Workspace& ws) {
   const Dims dims = make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
   const GpuProfile& gpu = gpu_profile(topo.gpu_model());
-  const AlphaBeta ab = alpha_beta_from_topology(topo);
+  const AlphaBeta ab = alpha_beta_from_topology(topo, &ws);
   SensitivityEnd e;
   e.choice = auto_choice(spec, dims, ab, gpu);
   const LayerRun run{topo, spec, network, nullptr, &ab, &ws};

@@ -83,16 +83,17 @@ namespace {
 std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::AlphaBeta* model, Workspace* ws) {
   const Topology& topo = *spec.topologies[c.topology].topo;
   const moe::Dims d = moe::make_dims(c.layer, topo.num_gpus(), topo.gpus_per_node());
+  Workspace fresh;
+  if (!ws) ws = &fresh;
   moe::AlphaBeta own;
   if (!model) {
-    own = moe::alpha_beta_from_topology(topo);
+    own = moe::alpha_beta_from_topology(topo, ws);
     own.calibration = spec.calibration.get();
     model = &own;
   }
   const GpuProfile& gpu = gpu_profile(topo.gpu_model());
   const std::string chosen = moe::auto_choice(c.layer, d, *model, gpu);
-  Workspace fresh;
-  const moe::LayerRun run{topo, c.layer, spec.network, spec.calibration.get(), model, ws ? ws : &fresh};
+  const moe::LayerRun run{topo, c.layer, spec.network, spec.calibration.get(), model, ws};
   std::vector<moe::ScheduleResult> res;
   for (const std::string& n : spec.schedules) res.push_back(moe::run_schedule(run, moe::schedule_options(n, c.keys)));
   const double base = res.front().total().to_seconds();
