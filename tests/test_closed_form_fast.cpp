@@ -1,7 +1,7 @@
 // The closed form's inline kernel costs against the general paths they
 // stand for, bit for bit and error for error (docs/performance.md,
-// "Closed form"): rate_duration against duration_for_rate, fast_compute_time
-// against model_compute_time, kernels_seconds with ComputeRates against
+// "Closed form"): rate_duration against duration_for_rate, model_compute_time's
+// inline GEMM case against the tile search, kernels_seconds with ComputeRates against
 // kernels_seconds without a calibration.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -118,7 +118,7 @@ TEST_CASE("rate_duration: duration_for_rate for every accepted rate", "[closed_f
   CHECK(!gemm_detail::usable_rate(std::nan("")));
 }
 
-TEST_CASE("fast_compute_time: model_compute_time bit for bit", "[closed_form][fast]") {
+TEST_CASE("model_compute_time: the inline GEMM case equals the tile search, bit for bit", "[closed_form][fast]") {
   std::mt19937_64 rng(11);
   // Dimensions across the inline case's bounds (2^31 rows and columns, 512 batches) and past them.
   const std::vector<std::int64_t> sides = {
@@ -139,15 +139,21 @@ TEST_CASE("fast_compute_time: model_compute_time bit for bit", "[closed_form][fa
       const std::int64_t sh[4] = {m, nn, k, b};
       for (std::size_t len : {std::size_t{0}, std::size_t{3}, std::size_t{4}}) {
         const std::span<const std::int64_t> shape(sh, len);
-        const std::string want = outcome([&] { return model_compute_time(g, op, flops, bytes, dt, shape); });
-        REQUIRE(outcome([&] { return fast_compute_time(r, op, flops, bytes, dt, shape); }) == want);
+        // The general path: the search over every tile (gemm_time_general), or a memory kernel.
+        const std::string want = outcome([&] {
+          if (op == OpKind::host) return Time::zero();
+          if (op == OpKind::gemm && (flops > 0 || len > 0)) return gemm_detail::gemm_time_general(g, flops, bytes, dt, shape);
+          return memory_kernel_time(g, bytes);
+        });
+        REQUIRE(outcome([&] { return model_compute_time(r, op, flops, bytes, dt, shape); }) == want);
+        REQUIRE(outcome([&] { return model_compute_time(g, op, flops, bytes, dt, shape); }) == want);
         ++n;
       }
       if (m >= 1) {
         REQUIRE(outcome([&] { return fast_gemm_time(r, r.sm_for(dt), flops, bytes, dt, m, nn, k, b); }) ==
-                outcome([&] { return model_compute_time(g, OpKind::gemm, flops, bytes, dt, sh); }));
+                outcome([&] { return gemm_detail::gemm_time_general(g, flops, bytes, dt, m, nn, k, b); }));
       }
-      REQUIRE(outcome([&] { return fast_memory_time(r, bytes); }) ==
+      REQUIRE(outcome([&] { return memory_kernel_time(r, bytes); }) ==
               outcome([&] { return memory_kernel_time(g, bytes); }));
     }
   }

@@ -63,7 +63,7 @@ inline __attribute__((always_inline)) Time memory_time(const GpuProfile& gpu, DT
   return duration_for_rate(bytes, gpu.hbm_bandwidth * gpu.mem_efficiency);
 }
 
-// plan_gemm's body, inlined into plan_gemm and model_compute_time.
+// plan_gemm's body: the search over kCublasTiles.
 inline __attribute__((always_inline)) GemmPlan plan(const GpuProfile& gpu, DType dtype, const GemmShape& s,
                                                     double bytes_override) {
   if (s.m < 1 || s.n < 1 || s.k < 1 || s.batch < 1)
@@ -107,37 +107,6 @@ inline __attribute__((always_inline)) GemmPlan plan(const GpuProfile& gpu, DType
   return best;
 }
 
-
-// plan(...).total alone, for model_compute_time, which needs no tile, tile
-// count or wave count. The least FLOPs per SM over kCublasTiles are always
-// the 64 x 64 tile's, so only that tile is costed. Why: every tile's sides
-// are multiples of 64, so for a tile Tm x Tn of c = Tm * Tn / 4096 blocks of
-// 64 x 64, ceil(m/64) <= (Tm/64) ceil(m/Tm) and likewise for n, hence
-// tiles64 <= c * tiles; and ceil(c * x / sms) <= c * ceil(x / sms) (the
-// right side is an integer at least c * x / sms), hence waves64 * 4096 <=
-// waves * Tm * Tn. plan() forms waves * 2 * Tm * Tn * k in doubles from
-// left to right: the integer-to-double conversion and the final product by
-// k round monotonically, and the factors 2, Tm, Tn are powers of two (exact
-// scalings), so the order of the integers carries over to the doubles and
-// the minimum plan() finds equals the 64 x 64 tile's value, bit for bit
-// (ties pick an earlier tile, which only plan_gemm reports).
-// Tile counts that could overflow 64 bits are left to plan().
-inline __attribute__((always_inline)) Time plan_total(const GpuProfile& gpu, DType dtype, const GemmShape& s,
-                                                      double bytes_override) {
-  static_assert(kCublasTiles.back().m == 64 && kCublasTiles.back().n == 64 && [] {
-    for (const TileShape& t : kCublasTiles)
-      if (t.m % 64 != 0 || t.n % 64 != 0 || t.m < 64 || t.n < 64) return false;
-    return true;
-  }(), "plan_total needs the 64 x 64 tile and every other tile made of 64 x 64 blocks");
-  constexpr std::int64_t kSafe = 1LL << 40;
-  if (s.m < 1 || s.n < 1 || s.k < 1 || s.batch < 1 || gpu.sm_count < 1 || s.batch >= kSafe ||
-      ceil_div_pos(s.m, 64) >= kSafe || ceil_div_pos(s.n, 64) >= kSafe || !tiles64_below_2p62(s))
-    return plan(gpu, dtype, s, bytes_override).total;  // its errors, or the full search
-  const double per_sm = gpu.sustained(dtype) / gpu.sm_count;
-  // The 64 x 64 tile exactly as plan() costs it.
-  const Time compute = duration_for_rate(tile_count(s, 64, 64, gpu.sm_count).flops, per_sm);
-  return gpu.launch + std::max(compute, memory_time(gpu, dtype, s, bytes_override));
-}
 }  // namespace
 
 GemmPlan plan_gemm(const GpuProfile& gpu, DType dtype, const GemmShape& s, double bytes_override) {
@@ -174,11 +143,41 @@ Time memory_kernel_time(const GpuProfile& gpu, std::uint64_t bytes) {
   return gpu.launch + duration_for_rate(static_cast<double>(bytes), gpu.hbm_bandwidth * gpu.mem_efficiency);
 }
 
+// Why one tile suffices (model_compute_time's inline case, gemm_model.hpp):
+// the least FLOPs per SM over kCublasTiles are always the 64 x 64 tile's.
+// Every tile's sides are multiples of 64, so for a tile Tm x Tn of
+// c = Tm * Tn / 4096 blocks of 64 x 64, ceil(m/64) <= (Tm/64) ceil(m/Tm) and
+// likewise for n, hence tiles64 <= c * tiles; and ceil(c * x / sms) <=
+// c * ceil(x / sms) (the right side is an integer at least c * x / sms),
+// hence waves64 * 4096 <= waves * Tm * Tn. plan() forms waves * 2 * Tm * Tn * k
+// in doubles from left to right: the integer-to-double conversion and the
+// final product by k round monotonically, and the factors 2, Tm, Tn are
+// powers of two (exact scalings), so the order of the integers carries over
+// to the doubles and the minimum plan() finds equals the 64 x 64 tile's
+// value, bit for bit (ties pick an earlier tile, which only plan_gemm
+// reports). tests/test_cost_fastpaths.cpp checks the two against each other.
+static_assert(kCublasTiles.back().m == 64 && kCublasTiles.back().n == 64 && [] {
+  for (const TileShape& t : kCublasTiles)
+    if (t.m % 64 != 0 || t.n % 64 != 0 || t.m < 64 || t.n < 64) return false;
+  return true;
+}(), "the inline GEMM case needs the 64 x 64 tile and every other tile made of 64 x 64 blocks");
+
+Time gemm_detail::gemm_time_general(const GpuProfile& gpu, std::uint64_t flops, std::uint64_t bytes, DType dtype,
+                                    std::span<const std::int64_t> shape) {
+  if (gpu.sm_count < 1) {
+    const Time math = duration_for_rate(static_cast<double>(flops), gpu.sustained(dtype));
+    const Time mem = bytes > 0 ? duration_for_rate(static_cast<double>(bytes), gpu.hbm_bandwidth * gpu.mem_efficiency)
+                               : Time::zero();
+    return gpu.launch + std::max(math, mem);
+  }
+  return plan(gpu, dtype, shape_or_cube(shape, flops), static_cast<double>(bytes)).total;
+}
+
 Time gemm_detail::gemm_time_general(const GpuProfile& gpu, std::uint64_t flops, std::uint64_t bytes, DType dtype,
                                     std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
   const std::int64_t shape[4] = {m, n, k, batch};
-  return model_compute_time(gpu, OpKind::gemm, flops, bytes, dtype,
-                            m != 0 ? std::span<const std::int64_t>(shape) : std::span<const std::int64_t>());
+  return gemm_time_general(gpu, flops, bytes, dtype,
+                           m != 0 ? std::span<const std::int64_t>(shape) : std::span<const std::int64_t>());
 }
 
 ComputeRates::ComputeRates(const GpuProfile& g) : gpu(g), mem_rate(g.hbm_bandwidth * g.mem_efficiency) {
@@ -188,24 +187,14 @@ ComputeRates::ComputeRates(const GpuProfile& g) : gpu(g), mem_rate(g.hbm_bandwid
     // GpuProfile::peak's field: sustained() throws where it is not > 0.
     const double peak = d == DType::fp32 ? g.peak_fp32 : d == DType::fp16 ? g.peak_fp16 : g.peak_bf16;
     if (!(peak > 0)) continue;
-    const double v = g.sustained(d) / g.sm_count;  // plan_total's per_sm
+    const double v = g.sustained(d) / g.sm_count;  // plan()'s per_sm
     if (gemm_detail::usable_rate(v)) per_sm[static_cast<std::size_t>(d)] = v;
   }
 }
 
 Time model_compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
                         std::span<const std::int64_t> shape) {
-  if (op == OpKind::host) return Time::zero();
-  if (op == OpKind::gemm && (flops > 0 || !shape.empty())) {
-    if (gpu.sm_count < 1) {
-      const Time math = duration_for_rate(static_cast<double>(flops), gpu.sustained(dtype));
-      const Time mem = bytes > 0 ? duration_for_rate(static_cast<double>(bytes), gpu.hbm_bandwidth * gpu.mem_efficiency)
-                                 : Time::zero();
-      return gpu.launch + std::max(math, mem);
-    }
-    return plan_total(gpu, dtype, shape_or_cube(shape, flops), static_cast<double>(bytes));
-  }
-  return memory_kernel_time(gpu, bytes);
+  return model_compute_time(ComputeRates(gpu), op, flops, bytes, dtype, shape);
 }
 
 }  // namespace parmsim

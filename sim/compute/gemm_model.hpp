@@ -128,23 +128,28 @@ inline __attribute__((always_inline)) Time add(Time a, Time b) {
   if (__builtin_add_overflow(a.count_ps(), b.count_ps(), &r)) return a + b;
   return Time::ps(r);
 }
-// model_compute_time(gpu, OpKind::gemm, flops, bytes, dtype, shape) with
-// shape {m, n, k, batch}, or none for m = 0 (Kernel::dims()'s convention):
-// out of line, so that callers do not keep a shape array.
+// A GEMM outside the inline case of model_compute_time: no SM count
+// (launch + max(flops / sustained, bytes / bandwidth)), else the search over
+// kCublasTiles (plan_gemm) on the shape, or the squarest shape of these FLOPs
+// when none is given; its errors for a bad shape.
+Time gemm_time_general(const GpuProfile& gpu, std::uint64_t flops, std::uint64_t bytes, DType dtype,
+                       std::span<const std::int64_t> shape);
+// The same with shape {m, n, k, batch}, or none for m = 0 (Kernel::dims()'s
+// convention): out of line, so that callers do not keep a shape array.
 Time gemm_time_general(const GpuProfile& gpu, std::uint64_t flops, std::uint64_t bytes, DType dtype, std::int64_t m,
                        std::int64_t n, std::int64_t k, std::int64_t batch);
 }  // namespace gemm_detail
 
-// model_compute_time(r.gpu, OpKind::gemm, flops, bytes, dtype, {m, n, k,
-// batch}) for m >= 1, bit for bit, with the rates of `r` (per_sm =
-// r.sm_for(dtype)): a GEMM of one to 2^31 rows and columns, a batch of at
-// most 512 and bytes > 0 on a GPU with an SM count inline, everything else
-// (errors included) by model_compute_time itself.
+// model_compute_time(r, OpKind::gemm, flops, bytes, dtype, {m, n, k, batch})
+// for m >= 1, with the rates of `r` (per_sm = r.sm_for(dtype)): a GEMM of one
+// to 2^31 rows and columns, a batch of at most 512 and bytes > 0 on a GPU
+// with an SM count inline (the 64 x 64 tile, which is always the search's
+// least: gemm_model.cpp), everything else (errors included) by gemm_time_general.
 inline __attribute__((always_inline)) Time fast_gemm_time(const ComputeRates& r, double per_sm, std::uint64_t flops,
                                                           std::uint64_t bytes, DType dtype, std::int64_t m,
                                                           std::int64_t n, std::int64_t k, std::int64_t batch) {
   using namespace gemm_detail;
-  // Inside plan_total's one-tile case (gemm_model.cpp: every dimension >= 1,
+  // Inside the one-tile case's bounds (gemm_model.cpp: every dimension >= 1,
   // ceil(m / 64) * ceil(n / 64) * batch < 2^62 and each factor < 2^40):
   // 1 <= m, n <= 2^31 (m - 1 and n - 1 below 2^31 together; a dimension < 1
   // wraps to a huge unsigned value), 1 <= batch <= 512 and k >= 1.
@@ -158,20 +163,24 @@ inline __attribute__((always_inline)) Time fast_gemm_time(const ComputeRates& r,
   return gemm_time_general(r.gpu, flops, bytes, dtype, m, n, k, batch);
 }
 
-// memory_kernel_time(r.gpu, bytes), bit for bit.
-inline __attribute__((always_inline)) Time fast_memory_time(const ComputeRates& r, std::uint64_t bytes) {
+// memory_kernel_time(r.gpu, bytes), bit for bit, with the rate worked out once.
+inline __attribute__((always_inline)) Time memory_kernel_time(const ComputeRates& r, std::uint64_t bytes) {
   if (bytes == 0) return r.gpu.launch;
   if (!r.mem_ok) return memory_kernel_time(r.gpu, bytes);
   return gemm_detail::add(r.gpu.launch, gemm_detail::positive_rate_duration(static_cast<double>(bytes), r.mem_rate));
 }
 
-// model_compute_time(r.gpu, op, flops, bytes, dtype, shape), bit for bit.
-inline Time fast_compute_time(const ComputeRates& r, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
-                              std::span<const std::int64_t> shape) {
-  if (op != OpKind::gemm || (flops == 0 && shape.empty())) return fast_memory_time(r, bytes);
+// The time of a compute task without a calibration, the one path for the
+// engine (through model_compute_time(gpu, ...)) and the closed form (with
+// rates worked out once): nothing for the host; the GEMM tile model for a
+// GEMM with FLOPs or a shape; else a memory-bound kernel.
+inline Time model_compute_time(const ComputeRates& r, OpKind op, std::uint64_t flops, std::uint64_t bytes,
+                               DType dtype, std::span<const std::int64_t> shape) {
+  if (op == OpKind::host) return Time::zero();
+  if (op != OpKind::gemm || (flops == 0 && shape.empty())) return memory_kernel_time(r, bytes);
   if (shape.size() == 4 && shape[0] >= 1)
     return fast_gemm_time(r, r.sm_for(dtype), flops, bytes, dtype, shape[0], shape[1], shape[2], shape[3]);
-  return model_compute_time(r.gpu, op, flops, bytes, dtype, shape);
+  return gemm_detail::gemm_time_general(r.gpu, flops, bytes, dtype, shape);
 }
 
 }  // namespace parmsim

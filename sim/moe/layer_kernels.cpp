@@ -232,11 +232,11 @@ double kernels_seconds(const MoeOp& o, bool backward, const LayerSpec& s, const 
     // the cube, out of line), then with_launches, each inline.
     const DType dt = k.dtype.value_or(s.dtype);
     const double per_sm = !k.dtype ? layer_sm : *k.dtype == DType::fp32 ? fp32_sm : r.sm_for(*k.dtype);
-    const Time cost = k.op != OpKind::gemm ? fast_memory_time(r, k.bytes)
+    const Time cost = k.op != OpKind::gemm ? memory_kernel_time(r, k.bytes)
                       : k.shape[0] > 0 ? fast_gemm_time(r, per_sm, k.flops, k.bytes, dt, k.shape[0], k.shape[1],
                                                         k.shape[2], k.shape[3])
                       : k.flops > 0 ? gemm_detail::gemm_time_general(r.gpu, k.flops, k.bytes, dt, 0, 0, 0, 0)
-                                    : fast_memory_time(r, k.bytes);
+                                    : memory_kernel_time(r, k.bytes);
     t += launched(r.gpu, cost, k.launches, k.host_wait).to_seconds();
   });
   return t;

@@ -137,7 +137,7 @@ KernelList kernel_list(const MoeOp& o, const LayerSpec& s, const Dims& d);
 double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const GpuProfile& gpu,
                        const Calibration* cal);
 // The same without a calibration, with the GPU's rates worked out once
-// (gemm_model.hpp: fast_compute_time), for o's copy with o.backward =
+// (gemm_model.hpp: model_compute_time with ComputeRates), for o's copy with o.backward =
 // `backward`: kernels_seconds(o', s, d, r.gpu, nullptr), bit for bit. For
 // the closed form, which sums about 25 kernels and times a backward op
 // taken over from the forward list without copying it.
