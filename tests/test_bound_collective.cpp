@@ -272,7 +272,7 @@ TEST_CASE("closed form: OpList and kernel_list match the vector builders", "[moe
             CHECK(ks[j].bytes == kl[j].bytes);
             sum += moe::kernel_time(ks[j], s.dtype, gpu, nullptr, {}).to_seconds();
           }
-          CHECK(moe::kernels_seconds(a, s, d, gpu, nullptr) == sum);
+          CHECK(moe::kernels_seconds(a, a.backward, s, d, ComputeRates(gpu)) == sum);
         }
     }
 }

@@ -1,8 +1,8 @@
 // The closed form's inline kernel costs against the general paths they
 // stand for, bit for bit and error for error (docs/performance.md,
 // "Closed form"): rate_duration against duration_for_rate, model_compute_time's
-// inline GEMM case against the tile search, kernels_seconds with ComputeRates against
-// kernels_seconds without a calibration.
+// inline GEMM case against the tile search, kernels_seconds against kernel_time summed
+// over kernels().
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -211,8 +211,13 @@ TEST_CASE("kernels_seconds with ComputeRates: the general sum bit for bit", "[cl
       for (const bool backward : {false, true}) {
         moe::MoeOp as = op;
         as.backward = backward;
-        REQUIRE(outcome([&] { return moe::kernels_seconds(op, backward, s, d, r); }) ==
-                outcome([&] { return moe::kernels_seconds(as, s, d, g, nullptr); }));
+        // The general path: kernel_time of each of the copy's kernels (kernels(), one by one), summed in order.
+        REQUIRE(outcome([&] { return moe::kernels_seconds(op, backward, s, d, r); }) == outcome([&] {
+                  double sum = 0;
+                  for (const moe::Kernel& k : moe::kernels(as, s, d))
+                    sum += moe::kernel_time(k, s.dtype, g, nullptr, {}).to_seconds();
+                  return sum;
+                }));
         ++n;
       }
   }

@@ -174,13 +174,17 @@ inline __attribute__((always_inline)) Time memory_kernel_time(const ComputeRates
 // engine (through model_compute_time(gpu, ...)) and the closed form (with
 // rates worked out once): nothing for the host; the GEMM tile model for a
 // GEMM with FLOPs or a shape; else a memory-bound kernel.
-inline Time model_compute_time(const ComputeRates& r, OpKind op, std::uint64_t flops, std::uint64_t bytes,
-                               DType dtype, std::span<const std::int64_t> shape) {
-  if (op == OpKind::host) return Time::zero();
-  if (op != OpKind::gemm || (flops == 0 && shape.empty())) return memory_kernel_time(r, bytes);
-  if (shape.size() == 4 && shape[0] >= 1)
-    return fast_gemm_time(r, r.sm_for(dtype), flops, bytes, dtype, shape[0], shape[1], shape[2], shape[3]);
-  return gemm_detail::gemm_time_general(r.gpu, flops, bytes, dtype, shape);
+inline __attribute__((always_inline)) Time model_compute_time(const ComputeRates& r, OpKind op, std::uint64_t flops,
+                                                             std::uint64_t bytes, DType dtype,
+                                                             std::span<const std::int64_t> shape) {
+  if (op == OpKind::gemm) {
+    if (shape.size() == 4 && shape[0] >= 1)
+      return fast_gemm_time(r, r.sm_for(dtype), flops, bytes, dtype, shape[0], shape[1], shape[2], shape[3]);
+    if (flops > 0 || !shape.empty()) return gemm_detail::gemm_time_general(r.gpu, flops, bytes, dtype, shape);
+  } else if (op == OpKind::host) {
+    return Time::zero();
+  }
+  return memory_kernel_time(r, bytes);
 }
 
 }  // namespace parmsim

@@ -85,8 +85,14 @@ Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::ui
 // the GPU idled `host_wait` for the host (a device-to-host sync): each kernel
 // past the first pays the launch floor again. The engine and the MoE layer's
 // closed form both time compute tasks by this rule.
-inline Time with_launches(const GpuProfile& gpu, Time cost, int launches, Time host_wait) {
-  return host_wait + cost + gpu.launch * (launches - 1);
+inline __attribute__((always_inline)) Time with_launches(const GpuProfile& gpu, Time cost, int launches,
+                                                        Time host_wait) {
+  std::int64_t a = 0, b = 0, c = 0;
+  if (!__builtin_add_overflow(host_wait.count_ps(), cost.count_ps(), &a) &&
+      !__builtin_mul_overflow(gpu.launch.count_ps(), static_cast<std::int64_t>(launches - 1), &b) &&
+      !__builtin_add_overflow(a, b, &c))
+    return Time::ps(c);
+  return host_wait + cost + gpu.launch * (launches - 1);  // the overflow, as Time's operators report it
 }
 // compute_time without a calibration: the GEMM tile model (gemm_model.hpp)
 // for a GEMM with FLOPs or a shape, else a memory-bound kernel. Defined in

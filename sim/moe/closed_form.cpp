@@ -197,7 +197,7 @@ struct Clock {
       case MoeStep::experts:
       case MoeStep::kernel:
       case MoeStep::slot_slice: {
-        double one = ab.calibration ? calibrated(op, backward) : kernels_seconds(op, backward, s, d, rates);
+        double one = kernels_seconds(op, backward, s, d, rates, ab.calibration);
         if (op.kind == MoeStep::experts) {
           one *= reps;
           if (op.allreduce_each) one += reps * c.ar(static_cast<double>(expert_elems(op, s, d)) * bytes);
@@ -207,12 +207,6 @@ struct Clock {
       default:
         return coll(op.kind, op.group, op.elems, op.then, op.chunks);
     }
-  }
-  double calibrated(const MoeOp& op, bool backward) const {
-    if (op.backward == backward) return kernels_seconds(op, s, d, gpu, ab.calibration);
-    MoeOp copy = op;
-    copy.backward = backward;
-    return kernels_seconds(copy, s, d, gpu, ab.calibration);
   }
   // A collective's time (0 for a view or a compute step).
   __attribute__((always_inline)) double coll(MoeStep kind, GroupKind group, std::int64_t elems, MoeStep then,

@@ -131,17 +131,14 @@ std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d);
 using KernelList = boost::container::static_vector<Kernel, 5>;
 KernelList kernel_list(const MoeOp& o, const LayerSpec& s, const Dims& d);
 // Seconds of the op's kernels one after another, as the closed form sums
-// them: the sum over kernels(o) in order of kernel_time(k, s.dtype, gpu,
-// cal, kind).to_seconds(), kind = the kernel's name ("bwd_" + name for a
-// backward op) when `cal` is given.
-double kernels_seconds(const MoeOp& o, const LayerSpec& s, const Dims& d, const GpuProfile& gpu,
-                       const Calibration* cal);
-// The same without a calibration, with the GPU's rates worked out once
-// (gemm_model.hpp: model_compute_time with ComputeRates), for o's copy with o.backward =
-// `backward`: kernels_seconds(o', s, d, r.gpu, nullptr), bit for bit. For
-// the closed form, which sums about 25 kernels and times a backward op
-// taken over from the forward list without copying it.
-double kernels_seconds(const MoeOp& o, bool backward, const LayerSpec& s, const Dims& d, const ComputeRates& r);
+// them, `backward` standing for o.backward (the closed form times a backward
+// op taken over from the forward list without copying it): the sum over
+// the kernels in order of kernel_time(k, s.dtype, r.gpu, cal, kind), kind =
+// the kernel's name ("bwd_" + name backward) when `cal` is given; without
+// one, model_compute_time with the GPU's rates worked out once (r), as
+// kernel_time gives it.
+double kernels_seconds(const MoeOp& o, bool backward, const LayerSpec& s, const Dims& d, const ComputeRates& r,
+                       const Calibration* cal = nullptr);
 // How many times the expert kernels run, one after another: DeepSpeed-MoE's
 // Experts.forward loops over its local experts (deepspeed/moe/experts.py
 // L28-38, v0.14.4); `lean` runs them as one batched GEMM (1).
