@@ -35,7 +35,21 @@ std::string gib(std::uint64_t b) { return fmt::format("{:.2f}GiB", static_cast<d
 
 void add_layer(CLI::App& app) {
   auto* c = app.add_subcommand("layer", "predict one MoE layer (forward + backward) under baseline, S1 and S2");
-  c->footer(moe::layer_keys_help());
+  c->footer(moe::layer_keys_help() + R"(
+P is the topology's GPUs, G = mp the model-parallel (and expert-sharding) group inside a node,
+N_EP = P / G the expert-parallel group; each GPU holds E / N_EP experts, each split G ways.
+The baseline: )" + moe::baseline_system(moe::LayerSpec{}) + R"( unless the keys say otherwise.
+
+Output, per schedule (forward + backward of one layer):
+  forward_us, backward_us, total_us   simulated times; speedup: the baseline's total over this one
+  model_us                            the closed form (alpha-beta) of the same op lists
+  intra/GPU, inter/GPU                bytes each GPU sends inside its node / to other nodes (all GPUs' / P)
+  exposed_us                          rank 0's compute stream idle: communication it did not hide
+  peak_memory, fits                   device memory per GPU over forward + backward, against the GPU's
+  critical path by phase              each pass's critical path cut into gate, order (tokens into expert
+                                      slots), experts, iorder (the combine), host, and each collective
+                                      by kind; a row adds up to total_us; comm_us: the collectives' share
+--json gives the same per schedule (schedules.NAME.phases: phase -> us of the critical path).)");
   struct Args {
     std::string topo, topo_set, overlay, set, layer_file, schedule = "all", network = "flow", trace, calibration;
     bool search = false, json = false, sensitivity = false, estimate = false;
