@@ -115,7 +115,7 @@ def trace_file(name):
 
 def report(folder):
     def check(stdout):
-        assert re.search(r"^# Sweep paper-grid$", stdout, re.M) and re.search(r"^\| parm-32gpu \| s1 \| 648 \|", stdout, re.M), \
+        assert re.search(r"^# Sweep paper-grid$", stdout, re.M) and re.search(r"^\| cluster-32gpu \| s1 \| 648 \|", stdout, re.M), \
             stdout[:300]
         for f in ("summary.md", "speedup_cdf.png", "s1_vs_s2_wins.png", "time_breakdown.png"):
             assert os.path.isfile(out(f"{folder}/{f}")), f"out/{folder}/{f} not written"
@@ -159,7 +159,7 @@ CHECKS = [
     (r"layer .*--search --json", layer_json),
     (r"layer .*--trace out/layer\.json", both(has(LAYER_HEADER, PHASE_HEADER), trace_file("layer.json"))),
     (r"layer .*--calibration out/nccl-calibration\.yaml", has(LAYER_HEADER, PHASE_HEADER)),
-    (r"layer ", has(LAYER_HEADER, PHASE_HEADER, r"^baseline: DeepSpeed-MoE", r"^auto \(alpha-beta model\) picks s[12]")),
+    (r"layer ", has(LAYER_HEADER, PHASE_HEADER, r"^baseline: .*DeepSpeed-MoE .* dispatch", r"^auto \(alpha-beta model\) picks s[12]")),
     (r"^scripts/report\.py out/paper-grid\.csv -o out/paper-grid-report$", report("paper-grid-report")),
     (r"^mkdir -p out && cp topologies/dgx-h100\.yaml out/my-cluster\.yaml$", files("my-cluster.yaml")),
     (r"topology -t out/my-cluster\.yaml --topo-set nodes=4$", has(r"^topology dgx-h100: 32 GPUs \(h100\) in 4 nodes of 8")),
