@@ -123,22 +123,27 @@ def schedules(rows):
     return seen
 
 
+def preset(s):
+    """The preset a schedule's row name comes from: s1[chunks=2] (a sweep's schedule keys) and s1* are s1."""
+    return s.split("[")[0].rstrip("*")
+
+
 def color(s):
-    return SCHED_COLORS.get(s.rstrip("*"))
+    return SCHED_COLORS.get(preset(s))
 
 
 def pair(rows):
-    """The sweep's S1 and S2 (named s1 and s2, or s1* and s2* when schedule keys shape them), or None."""
+    """The sweep's S1 and S2 (the first rows of each preset, under whatever schedule keys), or None."""
     names = schedules(rows)
-    s1 = next((s for s in names if s.rstrip("*") == "s1"), None)
-    s2 = next((s for s in names if s.rstrip("*") == "s2"), None)
+    s1 = next((s for s in names if preset(s) == "s1"), None)
+    s2 = next((s for s in names if preset(s) == "s2"), None)
     return (s1, s2) if s1 and s2 else None
 
 
 def speedup_cdf(rows, out, made, title, name="speedup_cdf.png"):
     cfg = by_config(rows)
     topos = sorted({r["topology"] for r in rows})
-    scheds = [s for s in schedules(rows) if s != "baseline"]
+    scheds = [s for s in schedules(rows) if preset(s) != "baseline"]
     fig, axes = plt.subplots(1, len(topos), figsize=(5 * len(topos), 3.8), squeeze=False)
     for ax, t in zip(axes[0], topos):
         for s in scheds:
@@ -168,7 +173,7 @@ def speedup_by_param(rows, out, made, title, prefix="speedup_by_param_"):
         for ax, p in zip(axes[0], params):
             groups = defaultdict(list)
             for c in cfg.values():
-                parm = [x for s, x in c.items() if s != "baseline" and x["topology"] == t]
+                parm = [x for s, x in c.items() if preset(s) != "baseline" and x["topology"] == t]
                 if parm:
                     groups[parm[0][p]].append(max(float(x["speedup_vs_baseline"]) for x in parm))
             keys = sorted_values(groups)
