@@ -28,13 +28,6 @@ namespace {
 
 const Section kLayerFile = moe::layer_file_section();
 
-std::string with_suffix(const std::string& path, const std::string& suffix) {
-  const auto dot = path.rfind('.');
-  const auto slash = path.rfind('/');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + "." + suffix;
-  return path.substr(0, dot) + "." + suffix + path.substr(dot);
-}
-
 // Bytes as GiB with two decimals: peak memory is rarely a whole number of MiB.
 std::string gib(std::uint64_t b) { return fmt::format("{:.2f}GiB", static_cast<double>(b) / (1ULL << 30)); }
 
@@ -42,7 +35,21 @@ std::string gib(std::uint64_t b) { return fmt::format("{:.2f}GiB", static_cast<d
 
 void add_layer(CLI::App& app) {
   auto* c = app.add_subcommand("layer", "predict one MoE layer (forward + backward) under baseline, S1 and S2");
-  c->footer(moe::layer_keys_help());
+  c->footer(moe::layer_keys_help() + R"(
+P is the topology's GPUs, G = mp the model-parallel (and expert-sharding) group inside a node,
+N_EP = P / G the expert-parallel group; each GPU holds E / N_EP experts, each split G ways.
+The baseline: )" + moe::baseline_system(moe::LayerSpec{}) + R"( unless the keys say otherwise.
+
+Output, per schedule (forward + backward of one layer):
+  forward_us, backward_us, total_us   simulated times; speedup: the baseline's total over this one
+  model_us                            the closed form (alpha-beta) of the same op lists
+  intra/GPU, inter/GPU                bytes each GPU sends inside its node / to other nodes (all GPUs' / P)
+  exposed_us                          rank 0's compute stream idle: communication it did not hide
+  peak_memory, fits                   device memory per GPU over forward + backward, against the GPU's
+  critical path by phase              each pass's critical path cut into gate, order (tokens into expert
+                                      slots), experts, iorder (the combine), host, and each collective
+                                      by kind; a row adds up to total_us; comm_us: the collectives' share
+--json gives the same per schedule (schedules.NAME.phases: phase -> us of the critical path).)");
   struct Args {
     std::string topo, topo_set, overlay, set, layer_file, schedule = "all", network = "flow", trace, calibration;
     bool search = false, json = false, sensitivity = false, estimate = false;
@@ -63,8 +70,8 @@ void add_layer(CLI::App& app) {
   c->add_option("--network,-n", a->network, network_model_names(" | ", " | "))->capture_default_str();
   add_calibration_option(c, a->calibration);
   c->add_option("--trace", a->trace,
-                "write traces (Chrome JSON, or CSV when FILE ends in .csv) to FILE with .<schedule>.forward / "
-                ".backward inserted before the extension");
+                "write one trace of every schedule run, forward and backward (each pass a process of its own, the "
+                "backward pass after the forward), to FILE: Chrome/Perfetto JSON, or CSV when FILE ends in .csv");
   c->add_flag("--search", a->search, "try every combination of the builder's options and report the best");
   c->add_flag("--json", a->json, "print JSON instead of tables");
   c->add_flag("--sensitivity", a->sensitivity,
@@ -158,41 +165,50 @@ void add_layer(CLI::App& app) {
       if (a->schedule != "baseline") names.insert(names.begin(), "baseline");
     }
     if (!a->trace.empty()) {
-      // Before simulating: every trace file can be written and none is an input.
+      // Before simulating: the trace file can be written and is no input.
       struct stat st {};
       if (::stat(a->trace.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-        throw UserError(fmt::format("--trace: '{}' is a directory; give a file name (the schedule and pass are "
-                                    "inserted before its extension)",
-                                    a->trace));
-      std::vector<NamedPath> outs;
-      for (const std::string& n : names)
-        for (const char* pass : {".forward", ".backward"}) outs.push_back({"--trace", with_suffix(a->trace, n + pass)});
-      check_outputs(outs, {{"the topology file", a->topo},
-                           {"the --layer file", a->layer_file},
-                           {"the calibration file", a->calibration}});
+        throw UserError(fmt::format("--trace: '{}' is a directory; give a file name", a->trace));
+      check_outputs({{"--trace", a->trace}}, {{"the topology file", a->topo},
+                                              {"the --layer file", a->layer_file},
+                                              {"the calibration file", a->calibration}});
     }
     Workspace ws;  // plans, routes and pools shared by the schedules' simulations
-    const moe::LayerRun run{topo, spec, a->network, cal.get(), &ab, &ws};
+    moe::LayerRun run{topo, spec, a->network, cal.get(), &ab, &ws};
+    run.phases = true;
     std::vector<moe::ScheduleResult> results;
+    // Each schedule's graphs and simulations, kept for the trace.
+    std::vector<TaskGraph> graphs;
+    std::vector<SimResult> sims;
     for (const std::string& n : names) {
       const moe::ScheduleOptions o = moe::schedule_options(n, keys);
       SimResult fr, br;
       TaskGraph fg, bg;
-      results.push_back(keyed([&] { return moe::run_schedule(run, o, &fr, &fg, &br, &bg); }));
-      if (!a->trace.empty()) {
-        // .csv: the per-task trace CSV; anything else: Chrome/Perfetto JSON.
-        const bool csv = a->trace.size() > 4 && a->trace.substr(a->trace.size() - 4) == ".csv";
-        auto write = [&](const std::string& path, const TaskGraph& g, const SimResult& r) {
-          write_atomically(path, [&](std::ostream& os) {
-            if (csv)
-              write_trace_csv(os, g, r);
-            else
-              write_chrome_trace(os, g, r);
-          });
-        };
-        write(with_suffix(a->trace, n + ".forward"), fg, fr);
-        write(with_suffix(a->trace, n + ".backward"), bg, br);
+      const bool traced = !a->trace.empty();
+      results.push_back(keyed([&] {
+        return traced ? moe::run_schedule(run, o, &fr, &fg, &br, &bg) : moe::run_schedule(run, o);
+      }));
+      if (traced) {
+        graphs.push_back(std::move(fg));
+        graphs.push_back(std::move(bg));
+        sims.push_back(std::move(fr));
+        sims.push_back(std::move(br));
       }
+    }
+    if (!a->trace.empty()) {
+      std::vector<TracePart> parts;
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        parts.push_back({names[i], "forward", &graphs[2 * i], &sims[2 * i], Time::zero()});
+        parts.push_back({names[i], "backward", &graphs[2 * i + 1], &sims[2 * i + 1], sims[2 * i].makespan});
+      }
+      // .csv: the per-task trace CSV; anything else: Chrome/Perfetto JSON.
+      const bool csv = a->trace.size() > 4 && a->trace.substr(a->trace.size() - 4) == ".csv";
+      write_atomically(a->trace, [&](std::ostream& os) {
+        if (csv)
+          write_trace_csv(os, parts);
+        else
+          write_chrome_trace(os, parts);
+      });
     }
     const Time base = results.front().total();
     // The simulator's own pick between S1 and S2 (when both ran).
@@ -207,9 +223,11 @@ void add_layer(CLI::App& app) {
     std::optional<moe::ScheduleResult> best;
     std::size_t tried = 0;
     if (a->search) {
+      moe::LayerRun plain = run;
+      plain.phases = false;
       for (moe::ScheduleOptions o : moe::search_space()) {
         o.a2a_algo = keys.parm.a2a_algo;
-        const moe::ScheduleResult r = moe::run_schedule(run, o);
+        const moe::ScheduleResult r = moe::run_schedule(plain, o);
         ++tried;
         if (!best || r.total() < best->total()) best = r;
       }
@@ -249,12 +267,17 @@ void add_layer(CLI::App& app) {
       j["topology"] = topo.name();
       j["network"] = a->network;
       j["layer"] = moe::spec_string(spec);
+      j["baseline_system"] = moe::baseline_system(spec);
       j["P"] = dims.P;
       j["G"] = dims.G;
       j["N_EP"] = dims.n_ep;
+      if (!a->trace.empty()) j["trace"] = a->trace;
       nlohmann::json sch = nlohmann::json::object();
       for (std::size_t i = 0; i < names.size(); ++i) {
         const auto& r = results[i];
+        nlohmann::json phases = nlohmann::json::object();
+        for (std::size_t p = 0; p < moe::kPhases; ++p)
+          phases[std::string(moe::to_string(static_cast<moe::Phase>(p)))] = r.phases.t[p].to_us();
         sch[names[i]] = {{"forward_us", r.forward.to_us()},
                          {"backward_us", r.backward.to_us()},
                          {"total_us", r.total().to_us()},
@@ -264,7 +287,12 @@ void add_layer(CLI::App& app) {
                          {"speedup_vs_baseline", base.to_seconds() / r.total().to_seconds()},
                          {"intra_node_bytes", r.intra_node_bytes},
                          {"inter_node_bytes", r.inter_node_bytes},
+                         {"intra_node_bytes_per_gpu", r.intra_node_bytes / static_cast<std::uint64_t>(dims.P)},
+                         {"inter_node_bytes_per_gpu", r.inter_node_bytes / static_cast<std::uint64_t>(dims.P)},
+                         {"compute_us", r.compute_rank0.to_us()},
                          {"exposed_comm_us", r.exposed_comm().to_us()},
+                         {"phases", phases},
+                         {"critical_comm_us", r.phases.communication().to_us()},
                          {"host_us", r.host_rank0.to_us()},
                          {"peak_memory_bytes", r.peak_memory_bytes},
                          {"fits", r.fits},
@@ -308,20 +336,44 @@ void add_layer(CLI::App& app) {
     }
     fmt::print("layer {} on {} (P={}, G=mp={}, N_EP={}, {} GPUs), {} network\n", moe::spec_string(spec), topo.name(),
                dims.P, dims.G, dims.n_ep, topo.gpu_model(), a->network);
+    fmt::print("baseline: {}\n", moe::baseline_system(spec));
     fmt::print("tokens/GPU S={}, capacity T={} (baseline) / {} (Parm, per S/G), experts/EP rank {}\n", dims.S,
                dims.T_base, dims.T_parm, dims.E_local);
     fmt::print("GPU memory {} per GPU{}\n", gib(topo.gpu_memory()),
                topo.gpu_memory() == gpu.memory_bytes ? " (the GPU profile's)" : " (topology key gpu_memory)");
     fmt::print("{:<10} {:>12} {:>12} {:>12} {:>8} {:>12} {:>11} {:>11} {:>12} {:>11} {:>4}\n", "schedule",
-               "forward_us", "backward_us", "total_us", "speedup", "model_us", "intra_node", "inter_node", "exposed_us",
+               "forward_us", "backward_us", "total_us", "speedup", "model_us", "intra/GPU", "inter/GPU", "exposed_us",
                "peak_memory", "fits");
     for (std::size_t i = 0; i < names.size(); ++i) {
       const auto& r = results[i];
       fmt::print("{:<10} {:>12.1f} {:>12.1f} {:>12.1f} {:>7.2f}x {:>12.1f} {:>11} {:>11} {:>12.1f} {:>11} {:>4}\n",
                  r.options.name == "custom" ? names[i] : r.options.name, r.forward.to_us(), r.backward.to_us(),
                  r.total().to_us(), base.to_seconds() / r.total().to_seconds(), r.model_total_s() * 1e6,
-                 units::format_bytes(r.intra_node_bytes), units::format_bytes(r.inter_node_bytes),
+                 units::format_bytes(r.intra_node_bytes / static_cast<std::uint64_t>(dims.P)),
+                 units::format_bytes(r.inter_node_bytes / static_cast<std::uint64_t>(dims.P)),
                  r.exposed_comm().to_us(), gib(r.peak_memory_bytes), r.fits ? "yes" : "no");
+    }
+    // Where the time goes: the critical path of each pass cut into phases (the columns some schedule has).
+    {
+      std::vector<std::size_t> cols;
+      for (std::size_t p = 0; p < moe::kPhases; ++p)
+        for (const auto& r : results)
+          if (r.phases.t[p] > Time::zero()) {
+            cols.push_back(p);
+            break;
+          }
+      fmt::print("critical path by phase, us (forward + backward; a row adds up to total_us; comm_us: the "
+                 "collectives' share, communication nothing hid):\n{:<10}",
+                 "schedule");
+      auto width = [](std::size_t p) { return std::max<std::size_t>(9, moe::to_string(static_cast<moe::Phase>(p)).size()); };
+      for (std::size_t p : cols) fmt::print(" {:>{}}", moe::to_string(static_cast<moe::Phase>(p)), width(p));
+      fmt::print(" {:>9}\n", "comm_us");
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        const auto& r = results[i];
+        fmt::print("{:<10}", r.options.name == "custom" ? names[i] : r.options.name);
+        for (std::size_t p : cols) fmt::print(" {:>{}.1f}", r.phases.t[p].to_us(), width(p));
+        fmt::print(" {:>9.1f}\n", r.phases.communication().to_us());
+      }
     }
     if (spec.host_op > Time::zero())
       for (std::size_t i = 0; i < names.size(); ++i) {
@@ -346,6 +398,8 @@ void add_layer(CLI::App& app) {
           fmt::print(", {:.3f}x vs auto", results[i].total().to_seconds() / best->total().to_seconds());
       fmt::print("\n");
     }
+    if (!a->trace.empty())
+      fmt::print("trace: {} ({}; forward and backward)\n", a->trace, fmt::join(names, ", "));
     if (sens) {
       fmt::print("\nsensitivity: auto's speedup over the baseline, each input at the ends of its range, the rest as "
                  "given (nominal {:.2f}x; auto picks {}, the simulator finds {} faster)\n",

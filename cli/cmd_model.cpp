@@ -73,11 +73,13 @@ void add_model(CLI::App& app) {
                            {"components", parts}};
       }
       j["schedules"] = sch;
+      j["baseline_system"] = moe::baseline_system(layer);
       std::cout << j.dump(1) << "\n";
       return;
     }
     fmt::print("model {} on {} ({} GPUs), {} network: {} blocks, one FFN in {} an MoE layer ({})\n", m.name,
                topo.name(), topo.num_gpus(), m.network, m.layers, m.moe_every, moe::spec_string(layer));
+    fmt::print("baseline: {}\n", moe::baseline_system(layer));
     fmt::print("gradient AllReduce: {}; dp_grad_allreduce below is its exposed part\n",
                m.grad_bucket > 0 ? fmt::format("{} bucket(s) of at most {} elements, overlapped with backward",
                                                res.front().grad_sync.buckets(), m.grad_bucket)

@@ -17,6 +17,8 @@ run() {  # run NAME ARGS...: stdout and stderr to DIR/NAME, exit status appended
   local rc=0
   (exec -a parmsim "$bin" "$@") > "$out/$name" 2>&1 || rc=$?
   echo "exit $rc" >> "$out/$name"
+  # Paths printed under DIR (layer --trace names its file) as OUT/, so two DIRs compare.
+  sed -i "s|$out/|OUT/|g" "$out/$name"
 }
 for s in paper-grid ablation whatif-nic-bandwidth whatif-nvlink-bandwidth; do
   run "sweep-$s.log" sweep "experiments/$s.yaml" -o "$out/$s.csv" -q

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, sweeps the 1296-layer paper
 # grid and the what-if specs, runs the BERT-MoE and GPT-2-MoE models (and their
-# moe_every/batch range), writes a layer timeline, and draws every figure. Results in out/ (override: OUT=dir); the
-# paper comparison and the measured figures also go to docs/generated/ and the README.
+# moe_every/batch range), writes a layer timeline, and draws every figure. Results in out/
+# (override: OUT=dir), and nowhere else: the tracked files stay as they are. It then says
+# which of the docs' generated blocks differ from this run's; `scripts/readme_blocks.py
+# --update out` copies them into docs/ (the explicit refresh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh > /dev/null
@@ -11,6 +13,7 @@ out=${OUT:-out}
 mkdir -p "$out"
 echo "== 1296-layer paper grid (2 testbeds x 648 layers, baseline/S1/S2, flow network)"
 $bin sweep experiments/paper-grid.yaml -o "$out/paper-grid.csv"
+/usr/bin/python3 scripts/report.py "$out/paper-grid.csv" -o "$out/paper-grid-report"
 echo "== ablation: the paper grid under each baseline, dispatch and SAA model (10368 layers)"
 $bin sweep experiments/ablation.yaml -o "$out/ablation.csv"
 for s in whatif-clusters whatif-nic-bandwidth whatif-nvlink-bandwidth; do
@@ -24,9 +27,11 @@ for m in bert-moe gpt2-moe; do
 done
 echo "== the models' own choices as a range: moe_every {1, 2} x batch {2, 4, 8}, without and with GPU P2P"
 /usr/bin/python3 scripts/model_range.py --bin "$bin" --out "$out/model-range.csv"
-echo "== the paper-like layer on the 32-GPU cluster, with S2's timeline"
-$bin layer -t topologies/parm-32gpu.yaml --set B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4 --search \
-  --schedule s2 --trace "$out/layer.trace.csv"
+echo "== the paper-like layer on the 32-GPU cluster, with every schedule's timeline (S1's drawn in figures/)"
+$bin layer -t topologies/parm-32gpu.yaml --set B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4 --search
+$bin layer -t topologies/parm-32gpu.yaml --set B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4 --json \
+  --trace "$out/layer.trace.csv" > "$out/layer.json.tmp"
+mv "$out/layer.json.tmp" "$out/layer.json"
 echo "== what decides the verdict: the paper-like layer under each uncertain input (layer --sensitivity)"
 L=B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4
 for t in parm-32gpu pcie-8gpu; do
@@ -55,10 +60,10 @@ echo "== the paper side by side, and the ablation (also in $out/paper-comparison
 /usr/bin/python3 scripts/paper_tables.py --results "$out"
 echo "== measured figures on this machine (also in $out/measured-figures.md)"
 /usr/bin/python3 scripts/measured_figures.py --build build --out "$out/measured-figures.md"
-echo "== the README's generated blocks, from $out (docs/generated/)"
-/usr/bin/python3 scripts/readme_blocks.py --update "$out"
 echo "== figures"
 /usr/bin/python3 plots/make_figures.py --results "$out" --out "$out/figures"
+echo "== the docs' generated blocks against this run (nothing written; scripts/readme_blocks.py --update $out refreshes them)"
+/usr/bin/python3 scripts/readme_blocks.py --compare "$out"
 echo "== summary: speedup over the baseline per testbed (simulated)"
 /usr/bin/python3 - "$out/paper-grid.csv" <<'PY'
 import csv, sys

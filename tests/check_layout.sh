@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The layout rules (README, "How the code is laid out"):
+# The layout rules (docs/architecture.md, "How the code is laid out"):
 #  1. nothing under sim/ includes backend/ or cli/;
 #  2. the simulator library (parmsim_sim) links none of CUDA, cuBLAS, NCCL or
 #     MPI (its link libraries, written by CMake at configure time);

@@ -125,12 +125,31 @@ TEST_CASE("write_atomically refuses a directory, a FIFO and a device", "[hardeni
   CHECK(d.entries() == before);
 }
 
-TEST_CASE("an output in a folder that does not exist is refused, naming it", "[hardening][output]") {
+TEST_CASE("an output's missing folders are made when it is written, not when checked; a file as its folder is refused",
+          "[hardening][output]") {
   TempDir d;
-  const std::string msg = error_of([&] { check_output_path("--output", d / "no/such/x.csv"); });
-  CHECK_THAT(msg, Catch::StartsWith("--output: '" + (d / "no/such/x.csv") + "'") && Catch::Contains("does not exist"));
-  CHECK_THAT(error_of([&] { check_output_path("--csv", d / "newdir/"); }), Catch::Contains("names a directory"));
+  // The check accepts the path and makes nothing; the write makes the folders.
+  CHECK_NOTHROW(check_output_path("--output", d / "no/such/x.csv"));
   CHECK(d.entries().empty());
+  write_atomically(d / "no/such/x.csv", [](std::ostream& os) { os << "x\n"; });
+  CHECK(slurp(d / "no/such/x.csv") == "x\n");
+  // A write that fails leaves none of the folders it made, and no temporary.
+  CHECK_THROWS_AS(write_atomically(d / "gone/a/x.csv", [](std::ostream&) { throw UserError("fill failed"); }), UserError);
+  CHECK(!fs::exists(d / "gone"));
+  {
+    OutputBatch batch;  // staged, never committed: its folders go with its files
+    write_atomically(d / "staged/b/x.csv", [](std::ostream& os) { os << "x\n"; });
+    CHECK(fs::is_directory(d / "staged/b"));
+  }
+  CHECK(!fs::exists(d / "staged"));
+  CHECK(d.entries() == std::set<std::string>{"no"});
+  // A folder on the way that is a file: refused, naming it.
+  spit(d / "file", "keep\n");
+  const std::string msg = error_of([&] { check_output_path("--output", d / "file/sub/x.csv"); });
+  CHECK_THAT(msg, Catch::StartsWith("--output: '" + (d / "file/sub/x.csv") + "'") &&
+                      Catch::Contains("'" + (d / "file") + "' is not a directory"));
+  CHECK_THAT(error_of([&] { check_output_path("--csv", d / "newdir/"); }), Catch::Contains("names a directory"));
+  CHECK(d.entries() == (std::set<std::string>{"file", "no"}));
 }
 
 TEST_CASE("an output that is one of the inputs is refused, by path or by inode", "[hardening][output]") {

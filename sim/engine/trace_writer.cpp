@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "sim/io/csv.hpp"
 #include "sim/io/output.hpp"
@@ -50,6 +51,59 @@ void write_chrome_trace(std::ostream& os, const TaskGraph& g, const SimResult& r
                   {"ts", row.start.to_us()},
                   {"dur", (row.end - row.start).to_us()},
                   {"args", {{"bytes", row.bytes}, {"flops", row.flops}}}});
+  }
+  nlohmann::json doc = {{"traceEvents", ev}, {"displayTimeUnit", "ns"}};
+  os << doc.dump(1) << "\n";
+}
+
+void write_trace_csv(std::ostream& os, std::span<const TracePart> parts) {
+  os << "run,pass,task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops\n";
+  for (const TracePart& p : parts) {
+    const TaskGraph& g = *p.graph;
+    for (const TraceRow& row : p.result->trace) {
+      const Task& t = g.task(row.task);
+      const std::string op = t.kind == TaskKind::compute ? to_string(t.op) : g.collective(t.collective).name;
+      os << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(p.run), csv_field(p.pass), t.id,
+                        csv_field(t.name), t.rank, csv_field(g.streams(t.rank)[t.stream]), kind_of(g, t),
+                        csv_field(op), us_exact(p.offset + row.start), us_exact(p.offset + row.end),
+                        us_exact(row.end - row.start), row.bytes, row.flops);
+    }
+  }
+}
+
+void write_chrome_trace(std::ostream& os, std::span<const TracePart> parts) {
+  nlohmann::json ev = nlohmann::json::array();
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const TracePart& p = parts[i];
+    const TaskGraph& g = *p.graph;
+    const int pid = static_cast<int>(i);
+    // Thread ids: every rank's streams in turn.
+    std::vector<std::size_t> first(static_cast<std::size_t>(g.num_ranks()) + 1, 0);
+    for (int rank = 0; rank < g.num_ranks(); ++rank) first[rank + 1] = first[rank] + g.streams(rank).size();
+    ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", p.run + " " + p.pass}}}});
+    ev.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
+    for (int rank = 0; rank < g.num_ranks(); ++rank)
+      for (std::size_t s = 0; s < g.streams(rank).size(); ++s) {
+        const std::size_t tid = first[rank] + s;
+        ev.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", pid},
+                      {"tid", tid},
+                      {"args", {{"name", fmt::format("rank {} {}", rank, g.streams(rank)[s])}}}});
+        ev.push_back(
+            {{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", tid}, {"args", {{"sort_index", tid}}}});
+      }
+    for (const TraceRow& row : p.result->trace) {
+      const Task& t = g.task(row.task);
+      ev.push_back({{"ph", "X"},
+                    {"name", t.name},
+                    {"cat", kind_of(g, t)},
+                    {"pid", pid},
+                    {"tid", first[t.rank] + static_cast<std::size_t>(t.stream)},
+                    {"ts", (p.offset + row.start).to_us()},
+                    {"dur", (row.end - row.start).to_us()},
+                    {"args", {{"bytes", row.bytes}, {"flops", row.flops}}}});
+    }
   }
   nlohmann::json doc = {{"traceEvents", ev}, {"displayTimeUnit", "ns"}};
   os << doc.dump(1) << "\n";

@@ -2,6 +2,8 @@
 // Trace files of a simulated or measured run: one row per task, the same
 // format for the simulator and the executors (README, "Traces").
 #include <ostream>
+#include <span>
+#include <string>
 
 #include "sim/engine/simulator.hpp"
 #include "sim/graph/task_graph.hpp"
@@ -13,5 +15,21 @@ namespace parmsim {
 void write_trace_csv(std::ostream& os, const TaskGraph& g, const SimResult& r);
 // Chrome / Perfetto trace-event JSON: pid = rank, tid = stream, ts/dur in us.
 void write_chrome_trace(std::ostream& os, const TaskGraph& g, const SimResult& r);
+
+// Several simulated runs in one trace (`parmsim layer --trace`: every schedule,
+// forward and backward). Each part is a run with its label ("s1", "forward")
+// and the time its clock starts at on the file's clock (a backward pass after
+// its forward pass).
+struct TracePart {
+  std::string run, pass;
+  const TaskGraph* graph = nullptr;
+  const SimResult* result = nullptr;
+  Time offset;
+};
+// CSV: run,pass, then the columns above; times on the file's clock.
+void write_trace_csv(std::ostream& os, std::span<const TracePart> parts);
+// Chrome / Perfetto JSON: a process per part ("s1 forward"), a thread per rank
+// and stream ("rank 0 compute"); ts/dur in us on the file's clock.
+void write_chrome_trace(std::ostream& os, std::span<const TracePart> parts);
 
 }  // namespace parmsim

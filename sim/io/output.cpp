@@ -55,6 +55,16 @@ std::string absolute_path(const std::string& p) {
   return ec ? p : a.lexically_normal().string();
 }
 
+// The folder a path is in ("." for a bare name); of "a/b/" it is "a".
+std::string output_dir(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const auto slash = p.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return p.substr(0, slash);
+}
+
 const char* kind_of_file(mode_t m) {
   if (S_ISLNK(m)) return "a symbolic link";
   if (S_ISDIR(m)) return "a directory";
@@ -125,21 +135,50 @@ void check_output_path(const std::string& option, const std::string& path, const
           fail("is a file this command reads as input; refusing to overwrite it");
       }
     }
-  } else if (errno != ENOENT) {
+  } else if (errno != ENOENT && errno != ENOTDIR) {  // ENOTDIR: a folder of it is a file (said below)
     fail(fmt::format("cannot be checked: {}", std::strerror(errno)));
   } else if (path.back() == '/') {
     fail("names a directory; give a file name");
   }
-  // The temporary file and the rename need the directory, writable.
-  const std::string parent = std::filesystem::path(path).parent_path().string();
-  const std::string dir = parent.empty() ? std::string(".") : parent;
+  // The temporary file and the rename need the directory, writable; missing folders are made
+  // when the file is written (make_output_dirs), inside the nearest one that exists.
+  std::string dir = output_dir(path);
   struct stat ds {};
-  if (::stat(dir.c_str(), &ds) != 0)
-    fail(fmt::format("cannot be created: directory '{}' {}", dir,
-                     errno == ENOENT ? "does not exist" : std::strerror(errno)));
+  while (::stat(dir.c_str(), &ds) != 0) {
+    if (errno != ENOENT && errno != ENOTDIR)
+      fail(fmt::format("cannot be created: directory '{}': {}", dir, std::strerror(errno)));
+    const std::string up = output_dir(dir);
+    if (up == dir) fail(fmt::format("cannot be created: directory '{}' does not exist", dir));
+    dir = up;
+  }
   if (!S_ISDIR(ds.st_mode)) fail(fmt::format("cannot be created: '{}' is not a directory", dir));
   if (::access(dir.c_str(), W_OK) != 0)
     fail(fmt::format("cannot be written: directory '{}': {}", dir, std::strerror(errno)));
+}
+
+std::vector<std::string> make_output_dirs(const std::string& path) {
+  std::vector<std::string> missing;
+  struct stat ds {};
+  for (std::string dir = output_dir(path); ::stat(dir.c_str(), &ds) != 0 && errno == ENOENT;) {
+    missing.push_back(dir);
+    const std::string up = output_dir(dir);
+    if (up == dir) break;
+    dir = up;
+  }
+  std::vector<std::string> made;
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST) {
+      const std::string why = std::strerror(errno);
+      remove_output_dirs(made);
+      throw UserError(fmt::format("output: '{}': cannot create the folder '{}': {}", path, *it, why));
+    }
+    made.push_back(*it);
+  }
+  return made;
+}
+
+void remove_output_dirs(const std::vector<std::string>& made) {
+  for (auto it = made.rbegin(); it != made.rend(); ++it) ::rmdir(it->c_str());  // only while empty
 }
 
 void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
@@ -162,6 +201,7 @@ OutputBatch::~OutputBatch() {
   auto& v = open_batches();
   v.erase(std::remove(v.begin(), v.end(), this), v.end());
   for (const Staged& s : staged_) ::unlink(s.tmp.c_str());
+  remove_output_dirs(made_dirs_);  // uncommitted: the folders made for it go too, while empty
 }
 
 std::vector<std::string> OutputBatch::pending() const {
@@ -175,6 +215,8 @@ void OutputBatch::commit() {
   v.erase(std::remove(v.begin(), v.end(), this), v.end());
   std::vector<Staged> staged;
   staged.swap(staged_);
+  std::vector<std::string> made;
+  made.swap(made_dirs_);
   std::vector<std::string> renamed;
   for (std::size_t i = 0; i < staged.size(); ++i) {
     try {
@@ -183,6 +225,7 @@ void OutputBatch::commit() {
       // All or none: the others' temporaries and what is already in place go.
       for (std::size_t j = i + 1; j < staged.size(); ++j) ::unlink(staged[j].tmp.c_str());
       for (const std::string& p : renamed) ::unlink(p.c_str());
+      remove_output_dirs(made);
       throw;
     }
     renamed.push_back(staged[i].path);
@@ -198,6 +241,7 @@ void write_atomically(const std::string& path, const std::function<void(std::ost
       if (absolute_path(s.path) == abs)
         throw UserError(fmt::format("output: '{}' is written twice by this command; give each output its own file",
                                     path));
+  const std::vector<std::string> made = make_output_dirs(path);
   // Replacing a regular file keeps its permissions.
   struct stat st {};
   const bool existed = ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -209,7 +253,11 @@ void write_atomically(const std::string& path, const std::function<void(std::ost
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }
-  if (fd < 0) throw UserError(fmt::format("output: '{}': cannot write: {}", path, std::strerror(errno)));
+  if (fd < 0) {
+    const std::string why = std::strerror(errno);
+    remove_output_dirs(made);
+    throw UserError(fmt::format("output: '{}': cannot write: {}", path, why));
+  }
   if (existed) (void)::fchmod(fd, st.st_mode & 07777);
   ::close(fd);
   try {
@@ -222,13 +270,20 @@ void write_atomically(const std::string& path, const std::function<void(std::ost
     if (!os) throw UserError(fmt::format("output: '{}': write failed: {}", path, std::strerror(errno)));
   } catch (...) {
     ::unlink(tmp.c_str());
+    remove_output_dirs(made);
     throw;
   }
   if (batch) {
     batch->staged_.push_back({tmp, path});
+    batch->made_dirs_.insert(batch->made_dirs_.end(), made.begin(), made.end());
     return;
   }
-  rename_into_place(tmp, path);
+  try {
+    rename_into_place(tmp, path);
+  } catch (...) {
+    remove_output_dirs(made);
+    throw;
+  }
 }
 
 std::string us_exact(Time t) {

@@ -4,7 +4,8 @@
 // crash or an error never leaves a half-written output.
 //
 // What an output path may be: a regular file (replaced, keeping its mode) or
-// a path that does not exist yet, in an existing directory. A symbolic link,
+// a path that does not exist yet; the folders it names that do not exist yet
+// are made when it is written (`-o out/x.csv` on a fresh checkout makes out/). A symbolic link,
 // directory, device, FIFO or socket is refused, never written through, and so
 // is a file the command reads (compared by device and inode, so ./x and x,
 // hard links and links to it all match).
@@ -47,10 +48,18 @@ inline constexpr std::uint64_t kMaxInputBytes = std::uint64_t{64} << 20;
 std::string read_file(const std::string& path);
 
 // Throws a one-line UserError naming `option` and `path` unless `path` may be
-// written as an output: not a link, directory, device, FIFO or socket; its
-// directory exists; not one of `inputs` nor a file noted as an input. An
-// empty path is not an output (nothing is checked).
+// written as an output: not a link, directory, device, FIFO or socket; the
+// nearest of its folders that exists is a writable directory (the missing ones
+// below it are made by make_output_dirs); not one of `inputs` nor a file noted
+// as an input. An empty path is not an output (nothing is checked). Makes nothing.
 void check_output_path(const std::string& option, const std::string& path, const std::vector<NamedPath>& inputs = {});
+// Makes the folders of `path` that do not exist yet (mkdir -p of its folder),
+// outermost first, and returns them; a UserError naming the path and folder
+// when one cannot be made (what it made by then is removed). write_atomically
+// calls it; so does a command that opens an output itself (a sweep's partial file).
+std::vector<std::string> make_output_dirs(const std::string& path);
+// Removes folders make_output_dirs made, innermost first, each only while empty.
+void remove_output_dirs(const std::vector<std::string>& made);
 // Every output of one command, as above, and no two naming the same file.
 void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
 
@@ -75,6 +84,7 @@ class OutputBatch {
     std::string tmp, path;
   };
   std::vector<Staged> staged_;
+  std::vector<std::string> made_dirs_;  // folders made for staged files, removed unless committed
 };
 
 // Picoseconds as microseconds with all six decimals ("12.000345").

@@ -111,6 +111,9 @@ void set_key(LayerSpec* spec, ScheduleOptions* opts, const std::string& key, con
 void apply_assignments(LayerSpec* spec, ScheduleOptions* opts, const std::vector<std::string>& kv,
                        const std::string& where);
 std::string spec_string(const LayerSpec& s);
+// The system the baseline schedule models, as reports name it: "DeepSpeed-MoE 0.14.4
+// with einsum dispatch (ds_moe=0.14.4, dispatch=einsum)" by default.
+std::string baseline_system(const LayerSpec& s);
 
 // Groups (docs/parm.md): ranks numbered node by node; MP (= ESP) groups are G
 // consecutive ranks; EP groups take the ranks with the same MP index.

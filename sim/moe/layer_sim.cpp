@@ -52,6 +52,10 @@ ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimRe
   res.host_rank0 = rank0_compute(fg, fr, true) + rank0_compute(bg, br, true);
   res.peak_memory_bytes = peak_memory(fops, run.spec, d).peak();
   res.fits = res.peak_memory_bytes <= run.topo.gpu_memory();
+  if (run.phases) {
+    res.phases = layer_phases(fg, fr, fops, run.spec, d);
+    res.phases += layer_phases(bg, br, bops, run.spec, d);
+  }
   if (fwd_trace) *fwd_trace = std::move(fr);
   if (bwd_trace) *bwd_trace = std::move(br);
   if (fwd_graph) *fwd_graph = std::move(fg);

@@ -7,6 +7,7 @@
 
 #include "sim/engine/simulator.hpp"
 #include "sim/moe/layer.hpp"
+#include "sim/moe/phases.hpp"
 
 namespace parmsim::moe {
 
@@ -23,6 +24,9 @@ struct ScheduleResult {
   // is within the topology's gpu_memory (or its GPU profile's capacity).
   std::uint64_t peak_memory_bytes = 0;
   bool fits = true;
+  // The critical paths of forward and backward cut into phases (sim/moe/phases.hpp); they add up
+  // to total(). Set only when LayerRun::phases asks for them.
+  PhaseTimes phases;
   Time total() const { return forward + backward; }
   // Time rank 0 spends with its compute stream idle: communication not hidden.
   Time exposed_comm() const { return total() - compute_rank0; }
@@ -42,6 +46,8 @@ struct LayerRun {
   // Where the simulations keep plans, routes, rate memos and pools for the
   // next run with it (one per thread); null: a fresh one per call.
   Workspace* workspace = nullptr;
+  // Whether run_schedule cuts the critical paths into ScheduleResult::phases.
+  bool phases = false;
 };
 
 // Simulates forward and backward graphs of one schedule. When `trace` is

@@ -109,6 +109,14 @@ const char* to_string(Dispatch v) {
   return v == Dispatch::einsum ? "einsum" : "index";
 }
 
+std::string baseline_system(const LayerSpec& s) {
+  // lean: parmsim's idealised DeepSpeed-MoE (one ESP AllReduce, no host sync, batched experts).
+  const std::string sys = s.ds_moe == DsMoe::lean ? "a lean DeepSpeed-MoE"
+                                                  : fmt::format("DeepSpeed-MoE {}", to_string(s.ds_moe));
+  return fmt::format("{} with {} dispatch (ds_moe={}, dispatch={})", sys,
+                     s.dispatch == Dispatch::einsum ? "einsum" : "index", to_string(s.ds_moe), to_string(s.dispatch));
+}
+
 // ---------------------------------------------------------------- groups, dims
 
 Groups make_groups(int P, int G) {

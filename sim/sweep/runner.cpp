@@ -389,6 +389,7 @@ std::size_t open_partial(const Spec& spec, const RunOptions& opt, const std::vec
                 ins);
   struct stat st {};
   const bool existed = ::lstat(pf->path.c_str(), &st) == 0;
+  make_output_dirs(pf->path);  // -o out/x.csv on a fresh checkout makes out/
   pf->fd = ::open(pf->path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
   if (pf->fd < 0) throw UserError(fmt::format("--output: '{}': cannot open: {}", pf->path, std::strerror(errno)));
   if (::flock(pf->fd, LOCK_EX | LOCK_NB) != 0)

@@ -10,9 +10,12 @@ fails=0 passes=0
 "$bin" sweep tests/data/small-sweep.yaml -o "$tmp/paper-grid.csv" -q
 "$bin" model experiments/bert-moe.yaml --json > "$tmp/bert-moe.json"
 "$bin" simulate -t topologies/dgx-h100.yaml -g experiments/graphs/overlap-demo.yaml --csv "$tmp/demo.trace.csv" > /dev/null
+"$bin" layer -t topologies/dgx-h100.yaml --set B=2,L=64,M=64,H=128,E=8,mp=2 --json --trace "$tmp/layer.trace.csv" > "$tmp/layer.json"
 printf 'name,measured_us,predicted_us\na,10,11\nb,100,95\n' > "$tmp/compare-demo.csv"
 if /usr/bin/python3 plots/make_figures.py --results "$tmp" --out "$tmp/fig" > "$tmp/log" 2>&1; then
-  for f in speedup_cdf.png s1_vs_s2_wins.png time_breakdown.png models_iteration.png timeline_demo.png compare-demo.png; do
+  # A layer trace: a timeline per schedule (forward, then backward).
+  for f in speedup_cdf.png s1_vs_s2_wins.png time_breakdown.png models_iteration.png timeline_demo.png compare-demo.png \
+           timeline_layer_baseline.png timeline_layer_s1.png timeline_layer_s2.png; do
     if [ -s "$tmp/fig/$f" ] && [ "$(head -c 4 "$tmp/fig/$f" | tail -c 3)" = PNG ]; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL missing $f"; fi
   done
   ls "$tmp/fig" | grep -q tmp && { fails=$((fails + 1)); echo "FAIL temporary file left"; } || passes=$((passes + 1))

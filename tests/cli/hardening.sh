@@ -46,7 +46,7 @@ refused sweep-dir-slash-output "--output: '$tmp/dir/' is a directory" -- $S "$tm
 refused sweep-link-output "--output: '$tmp/link.csv' is a symbolic link" -- $S "$tmp/link.csv"
 refused sweep-fifo-output "--output: '$tmp/fifo.csv' is a FIFO" -- $S "$tmp/fifo.csv"
 [ -e "$tmp/null.csv" ] && refused sweep-device-output "--output: '$tmp/null.csv' is a character device" -- $S "$tmp/null.csv"
-refused sweep-no-folder "--output: '$tmp/no/r.csv'" "directory '$tmp/no' does not exist" -- $S "$tmp/no/r.csv"
+refused sweep-folder-is-file "--output: '$tmp/target.txt/no/r.csv'" "'$tmp/target.txt' is not a directory" -- $S "$tmp/target.txt/no/r.csv"
 ln -s elsewhere "$tmp/p.csv.partial"
 refused sweep-partial-is-link "'$tmp/p.csv.partial' is a symbolic link" -- $S "$tmp/p.csv"
 rm "$tmp/p.csv.partial"
@@ -55,10 +55,9 @@ refused sweep-runjson-is-link "'$tmp/q.csv.run.json' is a symbolic link" -- $S "
 rm "$tmp/q.csv.run.json"
 
 L="$bin layer -t $T -n analytical --set B=2,L=64,M=64,H=128,E=8,mp=2"
-refused layer-trace-link "--trace: '$tmp/link.baseline.forward.json' is a symbolic link" -- \
-  bash -c "ln -sf target.txt $tmp/link.baseline.forward.json && $L --trace $tmp/link.json; rc=\$?; rm $tmp/link.baseline.forward.json; exit \$rc"
+refused layer-trace-link "--trace: '$tmp/link.json' is a symbolic link" -- $L --trace "$tmp/link.json"
 refused layer-trace-is-layer-file "--trace: '$tmp/l.baseline.forward.yaml' is the --layer file" -- \
-  $L --layer "$tmp/l.baseline.forward.yaml" --trace "$tmp/l.yaml"
+  $L --layer "$tmp/l.baseline.forward.yaml" --trace "$tmp/l.baseline.forward.yaml"
 refused layer-trace-dir "--trace: '$tmp/dir' is a directory" -- $L --trace "$tmp/dir"
 
 # simulate: checked as each file is written; the run writes all its outputs or none.

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Runs every command README.md shows and checks what the README says it writes.
+"""Runs every command README.md and the user docs show and checks what they say it writes.
 
 usage: readme_commands.py BUILD/parmsim REPO_ROOT
 
-Each command of a ```sh block (and each `$ command` with its output shown) is
-run from the repository root with `build/` read as the binary's build folder
-and `out/` as a temporary folder. It must exit 0 and its output must have the
-file names, columns and keys the README names for it (CHECKS below). A README
+Each command of a ```sh block (and each `$ command` with its output shown) of
+README.md, then of each file of DOCS in turn, is run from the repository root
+with `build/` read as the binary's build folder and `out/` as a folder that does
+not exist yet (a fresh clone has no out/: the commands make it). It must exit 0
+and its output must have the file names, columns and keys the docs name for it
+(CHECKS below); a command shown with its output must print exactly that. A
 command with no entry in CHECKS fails the test, so a new command gets checked.
 GPU commands are skipped where no GPU is usable, and so are commands needing
 what the build left out: mpirun without MPI, build/parmsim_bench without the
@@ -28,14 +30,18 @@ import time
 
 BIN, ROOT = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 BUILD = os.path.dirname(BIN)
-OUT = tempfile.mkdtemp(prefix="readme.")
+TMP = tempfile.mkdtemp(prefix="readme.")
+OUT = os.path.join(TMP, "out")  # made by the first command that writes to it
+# The docs whose commands run after the README's, in this order (each in the order it shows them).
+DOCS = ["docs/guide.md", "docs/models.md", "docs/results.md", "docs/refusals.md"]
 HAVE_GPU = subprocess.run("nvidia-smi -L", shell=True, capture_output=True).returncode == 0
 # (pattern of the commands that need it, whether this build has it)
 BUILT = [(r"\bmpirun\b", os.environ.get("PARMSIM_TEST_MPI", "1") == "1"),
          (r"build/parmsim_bench\b", os.environ.get("PARMSIM_TEST_BENCH", "1") == "1")]
 
 COLL_HEADER = r"#\s+size\(B\)\s+time\(us\)\s+algbw\(GB/s\)\s+busbw\(GB/s\)\s+algorithm/protocol/channels"
-LAYER_HEADER = r"schedule\s+forward_us\s+backward_us\s+total_us\s+speedup\s+model_us\s+intra_node\s+inter_node\s+exposed_us"
+LAYER_HEADER = r"schedule\s+forward_us\s+backward_us\s+total_us\s+speedup\s+model_us\s+intra/GPU\s+inter/GPU\s+exposed_us"
+PHASE_HEADER = r"^schedule\s+gate\s+order\s+experts\s+iorder\s.*comm_us$"
 TRACE_COLS = "task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops"
 SWEEP_COLS = ("config,topology,gpus,B,L,M,H,E,k,f,mp,dtype,ds_moe,dispatch,saa,host_op,network,schedule,forward_us,backward_us,total_us,model_us,"
               "speedup_vs_baseline,model_speedup_vs_baseline,chosen_by_model,compute_us,exposed_comm_us,"
@@ -67,8 +73,10 @@ def layer_json(stdout):
     j = json.loads(stdout)
     assert set(j["schedules"]) == {"baseline", "s1", "s2"}, j.keys()
     for s in j["schedules"].values():
-        for k in ("forward_us", "backward_us", "total_us", "model_us", "intra_node_bytes", "inter_node_bytes"):
+        for k in ("forward_us", "backward_us", "total_us", "model_us", "intra_node_bytes", "inter_node_bytes",
+                  "compute_us", "phases"):
             assert k in s, k
+        assert abs(sum(s["phases"].values()) - s["total_us"]) <= 1e-9 * s["total_us"], s["phases"]
     assert j["auto"] in ("s1", "s2") and j["search"]["tried"] == 30
 
 
@@ -93,10 +101,24 @@ def sweep(name, mpi=False):
     return check
 
 
-def trace_files(prefix):
+def trace_file(name):
+    """`layer --trace out/NAME`: one file, every schedule's passes in it, its path printed."""
     def check(stdout):
-        got = glob.glob(out(prefix) + "*")
-        assert got, f"no out/{prefix}* written"
+        assert os.path.isfile(out(name)) and os.path.getsize(out(name)) > 0, f"out/{name} not written"
+        assert glob.glob(out(os.path.splitext(name)[0]) + "*") == [out(name)], "more than one trace file"
+        assert re.search(rf"^trace: .*/{re.escape(name)} \(baseline, s1, s2; forward and backward\)$", stdout, re.M), \
+            "the trace's path is not printed"
+        names = {e["args"]["name"] for e in json.load(open(out(name)))["traceEvents"] if e.get("name") == "process_name"}
+        assert names == {f"{s} {p}" for s in ("baseline", "s1", "s2") for p in ("forward", "backward")}, names
+    return check
+
+
+def report(folder):
+    def check(stdout):
+        assert re.search(r"^# Sweep paper-grid$", stdout, re.M) and re.search(r"^\| cluster-32gpu \| s1 \| 648 \|", stdout, re.M), \
+            stdout[:300]
+        for f in ("summary.md", "speedup_cdf.png", "s1_vs_s2_wins.png", "time_breakdown.png"):
+            assert os.path.isfile(out(f"{folder}/{f}")), f"out/{folder}/{f} not written"
     return check
 
 
@@ -135,8 +157,12 @@ CHECKS = [
     (r"simulate .*--trace out/demo\.json --csv out/demo\.csv", both(files("demo.json"), files("demo.csv", head=TRACE_COLS))),
     (r"topology .*--route 0 --to 5", has(r"gpu0", r"gpu5|n1")),
     (r"layer .*--search --json", layer_json),
-    (r"layer .*--trace out/layer\.json", both(has(LAYER_HEADER), trace_files("layer"))),
-    (r"layer ", has(LAYER_HEADER, r"^auto \(alpha-beta model\) picks s[12]")),
+    (r"layer .*--trace out/layer\.json", both(has(LAYER_HEADER, PHASE_HEADER), trace_file("layer.json"))),
+    (r"layer .*--calibration out/nccl-calibration\.yaml", has(LAYER_HEADER, PHASE_HEADER)),
+    (r"layer ", has(LAYER_HEADER, PHASE_HEADER, r"^baseline: .*DeepSpeed-MoE .* dispatch", r"^auto \(alpha-beta model\) picks s[12]")),
+    (r"^scripts/report\.py out/paper-grid\.csv -o out/paper-grid-report$", report("paper-grid-report")),
+    (r"^mkdir -p out && cp topologies/dgx-h100\.yaml out/my-cluster\.yaml$", files("my-cluster.yaml")),
+    (r"topology -t out/my-cluster\.yaml --topo-set nodes=4$", has(r"^topology dgx-h100: 32 GPUs \(h100\) in 4 nodes of 8")),
     (r"mpirun .*sweep experiments/paper-grid\.yaml -o out/paper-grid-mpi\.csv", sweep("paper-grid-mpi.csv", mpi=True)),
     (r"sweep experiments/paper-grid\.yaml -o out/paper-grid\.csv", sweep("paper-grid.csv")),
     (r"sweep experiments/ablation\.yaml -o out/ablation\.csv", sweep("ablation.csv")),
@@ -156,6 +182,8 @@ CHECKS = [
     (r"calibrate --backend cpu -o out/cpu-calibration\.yaml", both(files("cpu-calibration.yaml"),
                                                                     lambda s: "kernels:" in open(out("cpu-calibration.yaml")).read() or
                                                                     (_ for _ in ()).throw(AssertionError("no kernels:")))),
+    (r"calibrate --import-nccl-tests \S+ -t dgx-h100 -o out/nccl-calibration\.yaml", both(files("nccl-calibration.yaml"),
+                                                                                         has(r"^allreduce\s+8\s+1\s+intra"))),
     (r"calibrate --import-nccl-tests .* -o out/nccl-calibration\.yaml", both(files("nccl-calibration.yaml"), has(r"16777216|16MiB"))),
     (r"calibrate --fit-machine .* -o out/h100-overlay\.yaml", both(files("h100-overlay.yaml"), has(r"MAPE|mape"))),
     (r"compare --measured out/cpu-exec\.csv .* -o out/compare-cpu\.csv", files("compare-cpu.csv")),
@@ -206,12 +234,16 @@ def main():
     os.chdir(ROOT)
     fails = passes = skips = 0
     only = os.environ.get("README_ONLY")  # a regex: run only the matching commands (when fixing one)
-    for cmd, shown in commands(open("README.md").read()):
+    shown_in = []
+    for doc in ["README.md"] + DOCS:
+        shown_in += [(doc, c, s) for c, s in commands(open(doc).read())]
+    assert any(d == "README.md" for d, _, _ in shown_in) and all(any(d == x for d, _, _ in shown_in) for x in DOCS[:2])
+    for doc, cmd, shown in shown_in:
         if only and not re.search(only, cmd):
             continue
         entry = next(((p, c) for p, c in CHECKS if re.search(p, cmd)), None)
         if entry is None:
-            print(f"FAIL no check for the README command: {cmd}")
+            print(f"FAIL no check for the command of {doc}: {cmd}")
             fails += 1
             continue
         check = entry[1]
@@ -227,6 +259,7 @@ def main():
 
         for pat, pre in PREPARE.items():
             if re.search(pat, cmd):
+                os.makedirs(OUT, exist_ok=True)  # for the shell's redirections
                 for c in pre:
                     subprocess.run(local(c), shell=True, check=True)
         run = local(cmd)
@@ -235,17 +268,17 @@ def main():
         took = time.time() - t0
         try:
             assert r.returncode == 0, f"exit {r.returncode}: {r.stderr.strip()[-400:]}"
-            if check == "shown":
-                assert r.stdout.rstrip("\n") == shown.rstrip("\n"), f"output differs from the README's:\n{r.stdout}"
-            elif check is not None:
+            if shown is not None:  # `$ command` and its output: exactly that output
+                assert r.stdout.rstrip("\n") == shown.rstrip("\n"), f"output differs from {doc}'s:\n{r.stdout}"
+            if check is not None and check != "shown":
                 check(r.stdout)
             passes += 1
-            print(f"ok   {took:5.1f} s  {cmd}")
+            print(f"ok   {took:5.1f} s  {doc}: {cmd}")
         except (AssertionError, ValueError, KeyError, OSError) as e:
             fails += 1
-            print(f"FAIL {cmd}\n     {e}")
+            print(f"FAIL {doc}: {cmd}\n     {e}")
     print(f"readme: {passes} commands passed, {fails} failed, {skips} skipped")
-    subprocess.run(["rm", "-rf", OUT])
+    subprocess.run(["rm", "-rf", TMP])
     sys.exit(1 if fails else 0)
 
 

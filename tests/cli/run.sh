@@ -83,11 +83,42 @@ import json
 j=json.load(open('$tmp/l.json'))
 assert set(j['schedules'])=={'baseline','s1','s2'}, j['schedules'].keys()
 for s in j['schedules'].values():
-    for k in ['forward_us','backward_us','total_us','model_us','intra_node_bytes','inter_node_bytes']: assert k in s, k
+    for k in ['forward_us','backward_us','total_us','model_us','intra_node_bytes','inter_node_bytes','compute_us']: assert k in s, k
     assert abs(s['forward_us']+s['backward_us']-s['total_us']) < 1e-3
+    # The critical path's phases add up to the total (exact in picoseconds; here after
+    # conversion to us, each a double), and the collectives' phases are critical_comm_us.
+    ph = s['phases']
+    assert min(ph.values()) >= 0 and abs(sum(ph.values()) - s['total_us']) <= 1e-9 * s['total_us'], ph
+    comm = sum(v for k, v in ph.items() if k in ('alltoall','alltoallv','allgather','reducescatter','allreduce','sendrecv','saa'))
+    assert abs(comm - s['critical_comm_us']) <= 1e-9 * s['total_us'], (comm, s['critical_comm_us'])
+    assert 0 < s['compute_us'] < s['total_us'] and s['intra_node_bytes_per_gpu'] * j['P'] <= s['intra_node_bytes']
 assert j['auto'] in ('s1','s2')
+assert j['baseline_system'].startswith('DeepSpeed-MoE 0.14.4 with einsum dispatch'), j['baseline_system']
 assert j['search']['tried']==30 and j['search']['best_total_us'] <= j['schedules']['s1']['total_us']
 "; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL layer --json"; fi
+# layer --trace: one file, every schedule, forward and backward, its path printed; its folder made.
+if "$bin" layer -t topologies/dgx-h100.yaml -n analytical --set B=2,L=64,M=64,H=128,E=8,mp=2 \
+     --trace "$tmp/new/dir/l.csv" > "$tmp/lt.txt" &&
+   grep -qx "trace: $tmp/new/dir/l.csv (baseline, s1, s2; forward and backward)" "$tmp/lt.txt" &&
+   [ "$(ls "$tmp/new/dir")" = l.csv ] &&
+   "$bin" layer -t topologies/dgx-h100.yaml -n analytical --set B=2,L=64,M=64,H=128,E=8,mp=2 --json \
+     --trace "$tmp/l.json" > "$tmp/lt.json" &&
+   python3 -c "
+import csv, json
+rows = list(csv.DictReader(open('$tmp/new/dir/l.csv')))
+assert {(r['run'], r['pass']) for r in rows} == {(s, p) for s in ('baseline', 's1', 's2') for p in ('forward', 'backward')}
+j = json.load(open('$tmp/lt.json'))
+assert j['trace'] == '$tmp/l.json'
+for s, v in j['schedules'].items():
+    # Each pass ends at its own time; the backward pass starts where the forward pass ends.
+    fwd = max(float(r['end_us']) for r in rows if r['run'] == s and r['pass'] == 'forward')
+    bwd = max(float(r['end_us']) for r in rows if r['run'] == s and r['pass'] == 'backward')
+    assert abs(fwd - v['forward_us']) < 1e-6 and abs(bwd - v['total_us']) < 1e-6, (s, fwd, bwd, v)
+t = json.load(open('$tmp/l.json'))['traceEvents']
+names = {e['args']['name'] for e in t if e.get('name') == 'process_name'}
+assert names == {s + ' ' + p for s in ('baseline', 's1', 's2') for p in ('forward', 'backward')}, names
+assert sum(e['ph'] == 'X' for e in t) == len(rows)
+"; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL layer --trace"; cat "$tmp/lt.txt"; fi
 
 # verify: every schedule within tolerance, exit 0; a tolerance nobody meets fails.
 if "$bin" verify --gpus 8 --node-gpus 4 --set mp=4,E=16,f=0.5 > "$tmp/v.txt" 2>&1 && [ "$(grep -c ' ok$' "$tmp/v.txt")" = 3 ]; then
@@ -102,6 +133,15 @@ if "$bin" verify --tolerance 1e-12 > "$tmp/v2.txt" 2>&1; then fails=$((fails + 1
 if "$bin" execute --backend cpu --schedule s2 --trace "$tmp/exec.csv" > /dev/null &&
    head -1 "$tmp/exec.csv" | grep -q '^task,name,rank,stream,kind,op,start_us,end_us,duration_us,bytes,flops$' &&
    [ "$(wc -l < "$tmp/exec.csv")" -gt 100 ]; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL execute"; fi
+# Outputs make their folders (a fresh checkout has no out/), and only when they are written:
+# a refused command leaves none behind, and neither does one that fails after its checks.
+if "$bin" sweep tests/data/small-sweep.yaml -q -o "$tmp/sw/a/b.csv" > /dev/null && [ -s "$tmp/sw/a/b.csv" ] &&
+   [ -s "$tmp/sw/a/b.csv.run.json" ] &&
+   ! "$bin" layer -t topologies/dgx-h100.yaml --set Q=1 --trace "$tmp/no1/x.csv" > /dev/null 2>&1 &&
+   ! "$bin" layer -t topologies/dgx-h100.yaml --set E=4096,mp=1 --topo-set nodes=512 --max-memory 1MiB \
+       --trace "$tmp/no2/x.csv" > /dev/null 2>&1 &&
+   [ ! -e "$tmp/no1" ] && [ ! -e "$tmp/no2" ]; then
+  passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL output folders"; ls -R "$tmp" | head; fi
 check calibrate-nccl "$bin" calibrate --import-nccl-tests tests/data/nccl-tests/all_reduce_perf.8gpu.txt tests/data/nccl-tests/alltoall_perf.16gpu-2node.txt
 # calibrate writes a file the simulator reads back: an 8-GPU AllReduce then takes alpha + size / bandwidth.
 if "$bin" calibrate --import-nccl-tests tests/data/nccl-tests/all_reduce_perf.8gpu.txt -o "$tmp/cal.yaml" > /dev/null &&

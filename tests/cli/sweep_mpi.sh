@@ -42,12 +42,13 @@ if command -v mpirun > /dev/null; then
       fi
     done
   done
-  # Rank 0 cannot start (its output's folder does not exist): one line from rank 0, every rank ends.
+  # Rank 0 cannot start (its output's folder is a file): one line from rank 0, every rank ends.
+  echo "a file" > "$tmp/afile"
   ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" timeout 120 mpirun -np 2 "$bin" sweep $spec \
-    -o "$tmp/no/such/dir.csv" -q > "$tmp/fail.log" 2>&1
+    -o "$tmp/afile/dir.csv" -q > "$tmp/fail.log" 2>&1
   rc=$?
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'parmsim: error' "$tmp/fail.log")" = 1 ] &&
-    grep -q "no/such/dir.csv" "$tmp/fail.log"; then ok; else bad "mpirun -np 2, rank 0 cannot start: rc $rc, $(head -c 400 "$tmp/fail.log")"; fi
+    grep -q "afile/dir.csv" "$tmp/fail.log"; then ok; else bad "mpirun -np 2, rank 0 cannot start: rc $rc, $(head -c 400 "$tmp/fail.log")"; fi
 else
   bad "mpirun not installed (scripts/setup.sh installs openmpi-bin)"
 fi
