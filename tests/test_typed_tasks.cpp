@@ -2,7 +2,6 @@
 // arguments (sim/graph/kernel_args.hpp), as the builder, the simulator, the
 // graph loader and the CPU executor use them.
 #include <catch2/catch.hpp>
-
 #include <string>
 
 #include "backend/cpu/cpu_executor.hpp"
@@ -107,8 +106,9 @@ TEST_CASE("a task whose buffers do not match its kernel's role is refused", "[gr
     return std::move(b).build();
   };
   CHECK(graph({"x", "Wg"}).task(0).compute().role() == KernelRole::moe_gate);
-  CHECK_THROWS_WITH(graph({"x"}), "task graph: task 'gate#0@0' runs kernel moe_gate, which takes 2 input and 2 "
-                                  "output buffers; it names 1 and 2");
+  CHECK_THROWS_WITH(graph({"x"}),
+                    "task graph: task 'gate#0@0' runs kernel moe_gate, which takes 2 input and 2 "
+                    "output buffers; it names 1 and 2");
 }
 
 TEST_CASE("the CPU executor names the task, the role and the buffer it cannot run", "[exec]") {

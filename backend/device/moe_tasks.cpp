@@ -195,7 +195,14 @@ void experts_bwd(const Ctx& c, const MoeExpertsBwdArgs& args, void* act_buf, voi
 
 template <class A>  // MoeIOrderArgs or MoeIOrderBwdArgs
 IOrderArgs iorder_args(const A& a, const BufRef& comb, const BufRef& route, void* out) {
-  return {comb.p, static_cast<const float*>(route.p), out, a.M, a.E, a.k, a.C, static_cast<I>(a.layout),
+  return {comb.p,
+          static_cast<const float*>(route.p),
+          out,
+          a.M,
+          a.E,
+          a.k,
+          a.C,
+          static_cast<I>(a.layout),
           std::max<I>(1, a.per)};
 }
 
@@ -261,8 +268,13 @@ std::array<std::uint64_t, 2> scratch_bytes(const Task& t, Elem act) {
             const u64 hb = n(a.X) * n(a.E_local) * n(a.C) * n(a.h) * ab;
             return {hb, hb};
           },
-          [&](const MoeGateBwdArgs& a) -> std::array<u64, 2> { return {n(a.count) * n(a.E) * ab, 0}; },
-          [](const auto&) -> std::array<u64, 2> { return {0, 0}; },  // the others need none
+          [&](const MoeGateBwdArgs& a) -> std::array<u64, 2> {
+            return {n(a.count) * n(a.E) * ab, 0};
+          },
+          // The others need none.
+          [](const auto&) -> std::array<u64, 2> {
+            return {0, 0};
+          },
       },
       t.compute().args);
 }

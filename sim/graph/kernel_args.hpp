@@ -104,11 +104,11 @@ struct KernelRoleInfo {
 };
 inline constexpr std::array<KernelRoleInfo, std::variant_size_v<KernelArgs>> kKernelRoles = {{
     {KernelRole::none, "", 0, 0},
-    {KernelRole::moe_gate, "moe_gate", 2, 2},              // x, Wg -> probs, route
-    {KernelRole::moe_order, "moe_order", 2, 1},            // x, route -> disp
-    {KernelRole::moe_order_bwd, "moe_order_bwd", 2, 1},    // slot gradients, route -> dx
-    {KernelRole::moe_slot_slice, "moe_slot_slice", 1, 1},  // disp -> this member's slots
-    {KernelRole::moe_experts, "moe_experts", 3, 2},        // in, W1, W2 -> out, h1
+    {KernelRole::moe_gate, "moe_gate", 2, 2},                // x, Wg -> probs, route
+    {KernelRole::moe_order, "moe_order", 2, 1},              // x, route -> disp
+    {KernelRole::moe_order_bwd, "moe_order_bwd", 2, 1},      // slot gradients, route -> dx
+    {KernelRole::moe_slot_slice, "moe_slot_slice", 1, 1},    // disp -> this member's slots
+    {KernelRole::moe_experts, "moe_experts", 3, 2},          // in, W1, W2 -> out, h1
     {KernelRole::moe_experts_bwd, "moe_experts_bwd", 5, 3},  // dy, x, h1, W1, W2 -> dx, dW1, dW2
     {KernelRole::moe_iorder, "moe_iorder", 2, 1},            // combine buffer, route -> out
     {KernelRole::moe_iorder_bwd, "moe_iorder_bwd", 3, 2},    // dout, combine buffer, route -> its gradient, dw

@@ -288,14 +288,15 @@ TaskGraph TaskGraphBuilder::build() && {
     if (t.is_compute()) {
       const ComputeTask& ct = t.compute();
       if (ct.kernel != kNoKernel && ct.kernel >= g.kernel_names_.size())
-        throw UserError(fmt::format("task graph: task '{}' names kernel id {}, which does not exist", t.name, ct.kernel));
+        throw UserError(
+            fmt::format("task graph: task '{}' names kernel id {}, which does not exist", t.name, ct.kernel));
       const KernelRoleInfo& role = role_info(ct.role());
-      if (ct.role() != KernelRole::none &&
-          (t.inputs.size() != static_cast<std::size_t>(role.inputs) ||
-           t.outputs.size() != static_cast<std::size_t>(role.outputs)))
-        throw UserError(fmt::format("task graph: task '{}' runs kernel {}, which takes {} input and {} output buffers; "
-                                    "it names {} and {}",
-                                    t.name, role.name, role.inputs, role.outputs, t.inputs.size(), t.outputs.size()));
+      if (ct.role() != KernelRole::none && (t.inputs.size() != static_cast<std::size_t>(role.inputs) ||
+                                            t.outputs.size() != static_cast<std::size_t>(role.outputs)))
+        throw UserError(
+            fmt::format("task graph: task '{}' runs kernel {}, which takes {} input and {} output buffers; "
+                        "it names {} and {}",
+                        t.name, role.name, role.inputs, role.outputs, t.inputs.size(), t.outputs.size()));
     } else {
       const int tc = t.collective();
       if (tc < 0 || tc >= static_cast<int>(g.collectives_.size()))

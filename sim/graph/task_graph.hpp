@@ -14,7 +14,6 @@
 // named by tasks exist on the task's rank.
 #include <boost/container/small_vector.hpp>
 #include <cstdint>
-
 #include <span>
 #include <string>
 #include <string_view>

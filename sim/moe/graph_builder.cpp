@@ -263,8 +263,9 @@ class GraphBuilder {
     const std::int64_t Tl = cdiv(C_, d_.G);
     buf("displ", s_.E * Tl * s_.M);
     const std::int64_t C = C_;
-    emit(kernels(op, s_, d_), false, {"disp"}, {"displ"},
-         [&, C, Tl](int r) { return MoeSlotSliceArgs{s_.E, C, Tl, s_.M, mp_index(r)}; });
+    emit(kernels(op, s_, d_), false, {"disp"}, {"displ"}, [&, C, Tl](int r) {
+      return MoeSlotSliceArgs{s_.E, C, Tl, s_.M, mp_index(r)};
+    });
     full_C_ = C_;
     C_ = Tl;
     slot_split_ = true;
@@ -277,10 +278,14 @@ class GraphBuilder {
     buf("eout", n);
     buf("h1", X * d_.E_local * C_ * h);
     const std::int64_t C = C_;
-    expert_loop(op, [&] {
-      emit(kernels(op, s_, d_), false, {cur_, "W1", "W2"}, {"eout", "h1"},
-           [&, X, C, h](int) { return MoeExpertsArgs{X, d_.E_local, C, s_.M, h}; });
-    }, "eout");
+    expert_loop(
+        op,
+        [&] {
+          emit(kernels(op, s_, d_), false, {cur_, "W1", "W2"}, {"eout", "h1"}, [&, X, C, h](int) {
+            return MoeExpertsArgs{X, d_.E_local, C, s_.M, h};
+          });
+        },
+        "eout");
     ein_ = cur_;
     cur_ = "eout";
   }
@@ -290,10 +295,14 @@ class GraphBuilder {
     const std::int64_t X = n / (d_.E_local * C_ * s_.M);
     buf("dein", n);
     const std::int64_t C = C_;
-    expert_loop(op, [&] {
-      emit(kernels(op, s_, d_), true, {cur_, ein_, "h1", "W1", "W2"}, {"dein", "dW1", "dW2"},
-           [&, X, C, h](int) { return MoeExpertsBwdArgs{X, d_.E_local, C, s_.M, h}; });
-    }, "dein");
+    expert_loop(
+        op,
+        [&] {
+          emit(kernels(op, s_, d_), true, {cur_, ein_, "h1", "W1", "W2"}, {"dein", "dW1", "dW2"}, [&, X, C, h](int) {
+            return MoeExpertsBwdArgs{X, d_.E_local, C, s_.M, h};
+          });
+        },
+        "dein");
     cur_ = "dein";
   }
 
@@ -374,9 +383,7 @@ class GraphBuilder {
     });
   }
 
-  void kernel_task(const MoeOp& op) {
-    compute(kernels(op, s_, d_)[0], op.backward, {}, {}, {});
-  }
+  void kernel_task(const MoeOp& op) { compute(kernels(op, s_, d_)[0], op.backward, {}, {}, {}); }
 
   // A collective that maps the current buffer to `label`.out. grow: output =
   // input x grow; 0 = ReduceScatter (input / G); -1 = AllGather (x group size).

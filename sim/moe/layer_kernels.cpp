@@ -75,9 +75,9 @@ u64 gate_capacity(u64 t, const Dims& d) {
 
 Time kernel_time(const Kernel& k, DType layer_dtype, const GpuProfile& gpu, const Calibration* cal,
                  std::string_view kernel) {
-  return with_launches(
-      gpu, compute_time(gpu, k.op, k.flops, k.bytes, k.dtype.value_or(layer_dtype), cal, kernel, k.dims()),
-      k.launches, k.host_wait);
+  return with_launches(gpu,
+                       compute_time(gpu, k.op, k.flops, k.bytes, k.dtype.value_or(layer_dtype), cal, kernel, k.dims()),
+                       k.launches, k.host_wait);
 }
 
 std::int64_t expert_repeats(const LayerSpec& s, const Dims& d) {

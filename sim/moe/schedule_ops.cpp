@@ -222,17 +222,15 @@ void plan_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims
     const bool has_next = i + 1 < np;
     if (has_next && a.kind == MoeStep::a2a && a.fused && prim[i + 1].fused && prim[i + 1].kind == MoeStep::ag &&
         prim[i + 1].elems == G * a.elems) {
-      prim[w++] =
-          BackwardOp{nullptr, MoeStep::saa, GroupKind::world, MoeStep::a2a, 1, a.elems, "bwd_combine_saa", false,
-                     CollData::current};
+      prim[w++] = BackwardOp{nullptr,           MoeStep::saa, GroupKind::world, MoeStep::a2a, 1, a.elems,
+                             "bwd_combine_saa", false,        CollData::current};
       ++i;
       continue;
     }
     if (has_next && a.kind == MoeStep::rs && prim[i + 1].kind == MoeStep::a2a && prim[i + 1].elems * G == a.elems &&
         (o.chunks > 1 || a.fused)) {
-      prim[w++] =
-          BackwardOp{nullptr, MoeStep::rs_then, a.group, MoeStep::a2a, o.chunks, a.elems, "bwd_dispatch_rs_a2a", false,
-                     CollData::current};
+      prim[w++] = BackwardOp{nullptr, MoeStep::rs_then,      a.group, MoeStep::a2a,     o.chunks,
+                             a.elems, "bwd_dispatch_rs_a2a", false,   CollData::current};
       ++i;
       continue;
     }
