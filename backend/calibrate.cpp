@@ -11,12 +11,12 @@ namespace parmsim::exec {
 
 void add_trace(const TaskGraph& g, const SimResult& trace, int gpus_per_node, Samples* out) {
   for (const TraceRow& r : trace.trace) {
-    const Task& t = g.task(r.task);
-    if (t.kind != TaskKind::compute) continue;
+    if (!g.task(r.task).is_compute()) continue;
+    const ComputeTask& t = g.task(r.task).compute();
     const double x = static_cast<double>(t.op == OpKind::gemm ? t.flops : t.bytes);
     const double s = std::max((r.end - r.start).to_seconds(), 1e-9);  // a clock tick at least
     if (x <= 0) continue;
-    auto& k = out->kernels[std::string(task_kind(t.name))];
+    auto& k = out->kernels[std::string(g.kernel_name(t.kernel))];
     k.op = t.op;
     k.dtype = t.dtype;
     k.points.push_back({x, s});

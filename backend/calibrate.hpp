@@ -1,6 +1,6 @@
 #pragma once
 // Calibration from measured traces: every compute task contributes a point
-// (FLOPs or bytes, time) to the table of its kind (task name before '#'),
+// (FLOPs or bytes, time) to the table of its kernel (ComputeTask::kernel),
 // every collective a point (bytes, time from its last member's arrival to
 // its end) to the fit of its (op, ranks, link). `calibrate_cpu` measures a
 // grid of small layers on the CPU executor.

@@ -25,9 +25,10 @@ class Memory {
   std::vector<std::map<std::string, std::vector<float>>> buf_;
 };
 
-// A compute kernel: reads the task's `inputs`, writes its `outputs`, with its `iargs`.
+// A compute kernel: reads the task's `inputs`, writes its `outputs`, with the
+// arguments of its role (ComputeTask::args). A table holds one per role.
 using Kernel = std::function<void(const Task&, Memory&)>;
-using KernelTable = std::map<std::string, Kernel>;
+using KernelTable = std::map<KernelRole, Kernel>;
 
 class Executor {
  public:

@@ -97,8 +97,8 @@ void add_compare(CLI::App& app) {
       std::map<std::string, double> got;
       std::map<std::string, int> count;
       for (const Task& t : g.tasks()) {
-        if (t.kind != TaskKind::compute) continue;
-        const std::string k(task_kind(t.name));
+        if (!t.is_compute()) continue;
+        const std::string k(g.kernel_name(t.compute().kernel));
         got[k] += (r.trace[t.id].end - r.trace[t.id].start).to_us();
         if (&w == &ways.front()) kinds[k].measured += measured[t.id], ++kinds[k].n;
       }

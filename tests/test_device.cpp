@@ -206,7 +206,7 @@ TEST_CASE("the device kernels (host emulation) match the dense reference", "[dev
   }
   // The comparison can fail: a device Order that misplaces one value is caught.
   KernelTable broken = emu;
-  broken["moe_order"] = [good = emu.at("moe_order")](const Task& t, Memory& m) {
+  broken[KernelRole::moe_order] = [good = emu.at(KernelRole::moe_order)](const Task& t, Memory& m) {
     good(t, m);
     auto& disp = m.at(t.rank, t.outputs[0]);
     std::swap(disp[0], disp[1]);
@@ -228,8 +228,7 @@ TEST_CASE("device kernels name the task when a buffer is wrong", "[device]") {
   b.add_buffer({0, "y", 2, DType::fp32});
   Task t;
   t.name = "slice#0";
-  t.kernel = "moe_slot_slice";
-  t.iargs = {1, 2, 1, 2, 0};  // E=1, C=2, Tl=1, M=2, member 0: needs 4 in, 2 out
+  t.compute().args = MoeSlotSliceArgs{1, 2, 1, 2, 0};  // E=1, C=2, Tl=1, M=2, member 0: needs 4 in, 2 out
   t.inputs = {"x"};
   t.outputs = {"z"};
   Memory m(std::move(b).build());
@@ -240,7 +239,7 @@ TEST_CASE("device kernels name the task when a buffer is wrong", "[device]") {
   };
   CHECK_THROWS_WITH(dev::run_task(t, ops, lookup, nullptr, nullptr), Catch::Contains("no buffer 'z'"));
   t.outputs = {"y"};
-  t.iargs = {1, 4, 1, 2, 0};  // C = 4: the input needs 8 elements
+  t.compute().args = MoeSlotSliceArgs{1, 4, 1, 2, 0};  // C = 4: the input needs 8 elements
   CHECK_THROWS_WITH(dev::run_task(t, ops, lookup, nullptr, nullptr),
                     Catch::Contains("task 'slice#0'") && Catch::Contains("'x' has 4 elements, the kernel needs 8"));
 }
@@ -297,7 +296,7 @@ TEST_CASE("the enqueue order puts every task after its dependencies and keeps st
       } else {
         ++seen_coll[order[i].collective];
         for (const Task& t : g.tasks())
-          if (t.kind == TaskKind::collective && t.collective == order[i].collective) pos[t.id] = static_cast<int>(i);
+          if (!t.is_compute() && t.collective() == order[i].collective) pos[t.id] = static_cast<int>(i);
       }
     }
     INFO(name);

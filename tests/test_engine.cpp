@@ -102,9 +102,9 @@ TEST_CASE("the same run twice gives byte-identical traces", "[engine][determinis
     k.name = "gemm@" + std::to_string(r);
     k.rank = r;
     k.stream = 0;
-    k.op = OpKind::gemm;
-    k.flops = 1'000'000'000ULL * (1 + r % 3);
-    k.bytes = 1 << 20;
+    k.compute().op = OpKind::gemm;
+    k.compute().flops = 1'000'000'000ULL * (1 + r % 3);
+    k.compute().bytes = 1 << 20;
     b.add_task(k);
   }
   Collective a2a;

@@ -203,8 +203,8 @@ TEST_CASE("verification catches a wrong kernel and a wrong capacity rule", "[exe
   s.B = 2, s.L = 8, s.M = 12, s.H = 16, s.k = 2, s.f = 0.4, s.mp = 2, s.E = 8;
   // An I-Order that forgets the gate weight: output and gradients must be flagged.
   KernelTable broken = moe_kernels();
-  const Kernel good = broken.at("moe_iorder");
-  broken["moe_iorder"] = [good](const Task& t, Memory& m) {
+  const Kernel good = broken.at(KernelRole::moe_iorder);
+  broken[KernelRole::moe_iorder] = [good](const Task& t, Memory& m) {
     good(t, m);
     for (float& v : m.at(t.rank, t.outputs[0])) v *= 1.5f;
   };

@@ -22,8 +22,8 @@ tasks:
                                             "g.yaml");
   CHECK(g.num_ranks() == 2);
   CHECK(g.tasks().size() == 4);
-  CHECK(g.task(0).flops == 1'000'000'000ULL);
-  CHECK(g.task(0).dtype == DType::fp16);
+  CHECK(g.task(0).compute().flops == 1'000'000'000ULL);
+  CHECK(g.task(0).compute().dtype == DType::fp16);
   // b follows a on its stream; ar0 depends on a explicitly.
   CHECK(g.num_predecessors(1) == 1);
   CHECK(g.num_predecessors(2) == 1);
@@ -100,7 +100,7 @@ TEST_CASE("a task name used twice is refused, the smallest of several named", "[
       Task& t = b.new_task();
       t.name = name;
       t.rank = rank;
-      t.op = OpKind::copy;
+      t.compute().op = OpKind::copy;
     };
     for (int i = 0; i < 5000; ++i) add("t#" + std::to_string(i) + "@" + std::to_string(i % 4), i % 4);
     for (int i : repeats) add("t#" + std::to_string(i) + "@" + std::to_string(i % 4), i % 4);

@@ -42,8 +42,8 @@ class Run {
     res_.trace.resize(N);
     for (int t = 0; t < N; ++t) res_.trace[t].task = t;
     for (const Task& t : g.tasks())
-      if (t.kind == TaskKind::compute && !t.kernel.empty() && !kernels_.count(t.kernel))
-        throw UserError(fmt::format("task '{}': no CPU kernel named '{}'", t.name, t.kernel));
+      if (t.is_compute() && t.compute().role() != KernelRole::none && !kernels_.count(t.compute().role()))
+        throw UserError(fmt::format("task '{}': no CPU kernel for {}", t.name, to_string(t.compute().role())));
   }
 
   SimResult go() {
@@ -118,8 +118,8 @@ class Run {
       if (++shown > 10) break;
       const Task& t = g_.task(task);
       msg += fmt::format("\n  '{}' (rank {}, stream {})", t.name, t.rank, g_.streams(t.rank)[t.stream]);
-      if (t.kind == TaskKind::collective && started_[task])
-        msg += fmt::format(" waits in collective '{}' for its other members", g_.collective(t.collective).name);
+      if (!t.is_compute() && started_[task])
+        msg += fmt::format(" waits in collective '{}' for its other members", g_.collective(t.collective()).name);
       else
         msg += " waits for its dependencies";
     }
@@ -141,16 +141,17 @@ class Run {
       started_[id] = 1;
       res_.trace[id].start = now();
       try {
-        if (t.kind == TaskKind::compute) {
-          res_.trace[id].flops = t.flops;
-          res_.trace[id].bytes = t.bytes;
-          if (!t.kernel.empty()) {
+        if (t.is_compute()) {
+          const ComputeTask& ct = t.compute();
+          res_.trace[id].flops = ct.flops;
+          res_.trace[id].bytes = ct.bytes;
+          if (ct.role() != KernelRole::none) {
             lk.unlock();
-            kernels_.at(t.kernel)(t, mem_);
+            kernels_.at(ct.role())(t, mem_);
             lk.lock();
           }
         } else {
-          const int c = t.collective;
+          const int c = t.collective();
           if (++arrived_[c] == static_cast<int>(g_.collective(c).group.size())) {
             if (!g_.collective(c).send_buf.empty()) run_collective(g_.collective(c), mem_);
             coll_done_[c] = 1;

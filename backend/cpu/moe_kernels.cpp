@@ -26,12 +26,11 @@ void need(const Task& t, const std::vector<float>& b, std::size_t elems, const s
         fmt::format("task '{}': buffer '{}' has {} elements, the kernel needs {}", t.name, name, b.size(), elems));
 }
 
-// Where slot `slot` of expert `e` for token `t` lives in a combine-side buffer.
-// layout 0: [E, C, M]; 1: [G, E, C, M] with token t's member = t / per;
-// 2: [G, E, Tl, M] with slot s at member s / Tl, local s % Tl (C = Tl).
-std::size_t slot_at(I layout, I t, I e, I slot, I E, I C, I M, I per) {
-  if (layout == 0) return static_cast<std::size_t>((e * C + slot) * M);
-  if (layout == 1) return static_cast<std::size_t>((((t / per) * E + e) * C + slot) * M);
+// Where slot `slot` of expert `e` for token `t` lives in a combine-side
+// buffer (SlotLayout; for `sliced`, C is Tl).
+std::size_t slot_at(SlotLayout layout, I t, I e, I slot, I E, I C, I M, I per) {
+  if (layout == SlotLayout::local) return static_cast<std::size_t>((e * C + slot) * M);
+  if (layout == SlotLayout::gathered) return static_cast<std::size_t>((((t / per) * E + e) * C + slot) * M);
   return static_cast<std::size_t>((((slot / C) * E + e) * C + slot % C) * M);
 }
 
@@ -47,15 +46,14 @@ void for_each_kept(const std::vector<float>& route, I count, I k, Fn fn) {
     }
 }
 
-// iargs: begin, count, M, E, k, C
-void gate(const Task& t, Memory& m) {
-  const auto& a = t.iargs;
-  const I begin = a[0], count = a[1], M = a[2], E = a[3], k = a[4], C = a[5];
+void gate(const Task& t, const MoeGateArgs& a, Memory& m) {
+  const I begin = a.begin, count = a.count, M = a.M, E = a.E, k = a.k, C = a.C;
   auto& x = in(t, m, 0);
   auto& wg = in(t, m, 1);
   auto& probs = out(t, m, 0);
   auto& route = out(t, m, 1);
   need(t, x, (begin + count) * M, t.inputs[0]);
+  need(t, wg, M * E, t.inputs[1]);
   need(t, probs, count * E, t.outputs[0]);
   need(t, route, count * k * 3, t.outputs[1]);
   std::vector<I> top(count * k);
@@ -88,40 +86,42 @@ void gate(const Task& t, Memory& m) {
     }
 }
 
-// iargs: begin, count, M, E, k, C
-void order(const Task& t, Memory& m) {
-  const auto& a = t.iargs;
-  const I begin = a[0], count = a[1], M = a[2], E = a[3], k = a[4], C = a[5];
+void order(const Task& t, const MoeOrderArgs& a, Memory& m) {
+  const I begin = a.begin, count = a.count, M = a.M, E = a.E, k = a.k, C = a.C;
   auto& x = in(t, m, 0);
   auto& route = in(t, m, 1);
   auto& disp = out(t, m, 0);
+  need(t, x, (begin + count) * M, t.inputs[0]);
+  need(t, route, count * k * 3, t.inputs[1]);
   need(t, disp, E * C * M, t.outputs[0]);
   std::fill(disp.begin(), disp.end(), 0.0f);
   for_each_kept(route, count, k,
                 [&](I i, I, I e, I slot, float) { std::copy_n(&x[(begin + i) * M], M, &disp[(e * C + slot) * M]); });
 }
 
-void order_bwd(const Task& t, Memory& m) {
-  // iargs: begin, count, M, E, k, C, layout, G, Tl
-  const auto& a = t.iargs;
-  const I count = a[1], M = a[2], E = a[3], k = a[4], C = a[5], layout = a[6], Tl = a[8];
+void order_bwd(const Task& t, const MoeOrderBwdArgs& a, Memory& m) {
+  const I count = a.count, M = a.M, E = a.E, k = a.k, C = a.C, Tl = a.Tl;
+  const bool sliced = a.layout == SlotLayout::sliced;
   auto& dd = in(t, m, 0);
   auto& route = in(t, m, 1);
   auto& dx = out(t, m, 0);
+  need(t, route, count * k * 3, t.inputs[1]);
   need(t, dx, count * M, t.outputs[0]);
   std::fill(dx.begin(), dx.begin() + count * M, 0.0f);
   for_each_kept(route, count, k, [&](I i, I, I e, I slot, float) {
-    const std::size_t at = layout == 2 ? slot_at(2, i, e, slot, E, Tl, M, 1) : slot_at(0, i, e, slot, E, C, M, 1);
+    const std::size_t at = sliced ? slot_at(SlotLayout::sliced, i, e, slot, E, Tl, M, 1)
+                                  : slot_at(SlotLayout::local, i, e, slot, E, C, M, 1);
+    need(t, dd, at + M, t.inputs[0]);
     for (I c = 0; c < M; ++c) dx[i * M + c] += dd[at + c];
   });
 }
 
-// iargs: E, C, Tl, M, member
-void slot_slice(const Task& t, Memory& m) {
-  const auto& a = t.iargs;
-  const I E = a[0], C = a[1], Tl = a[2], M = a[3], mb = a[4];
+void slot_slice(const Task& t, const MoeSlotSliceArgs& a, Memory& m) {
+  const I E = a.E, C = a.C, Tl = a.Tl, M = a.M, mb = a.member;
   auto& src = in(t, m, 0);
   auto& dst = out(t, m, 0);
+  need(t, src, E * C * M, t.inputs[0]);
+  need(t, dst, E * Tl * M, t.outputs[0]);
   std::fill(dst.begin(), dst.end(), 0.0f);
   for (I e = 0; e < E; ++e)
     for (I s = 0; s < Tl; ++s) {
@@ -130,16 +130,19 @@ void slot_slice(const Task& t, Memory& m) {
     }
 }
 
-// iargs: X, E_local, C, M, h. Rows of expert e: in[x][e][c] for all x, c.
-void experts(const Task& t, Memory& m) {
-  const auto& a = t.iargs;
-  const I X = a[0], El = a[1], C = a[2], M = a[3], h = a[4];
+// Rows of expert e: in[x][e][c] for all x, c.
+void experts(const Task& t, const MoeExpertsArgs& a, Memory& m) {
+  const I X = a.X, El = a.E_local, C = a.C, M = a.M, h = a.h;
   auto& x = in(t, m, 0);
   auto& w1 = in(t, m, 1);
   auto& w2 = in(t, m, 2);
   auto& y = out(t, m, 0);
   auto& h1 = out(t, m, 1);
   need(t, x, X * El * C * M, t.inputs[0]);
+  need(t, w1, El * M * h, t.inputs[1]);
+  need(t, w2, El * h * M, t.inputs[2]);
+  need(t, y, X * El * C * M, t.outputs[0]);
+  need(t, h1, X * El * C * h, t.outputs[1]);
   std::vector<float> act(h);
   for (I xi = 0; xi < X; ++xi)
     for (I e = 0; e < El; ++e)
@@ -164,9 +167,8 @@ void experts(const Task& t, Memory& m) {
       }
 }
 
-void experts_bwd(const Task& t, Memory& m) {
-  const auto& a = t.iargs;
-  const I X = a[0], El = a[1], C = a[2], M = a[3], h = a[4];
+void experts_bwd(const Task& t, const MoeExpertsBwdArgs& a, Memory& m) {
+  const I X = a.X, El = a.E_local, C = a.C, M = a.M, h = a.h;
   auto& dy = in(t, m, 0);
   auto& x = in(t, m, 1);
   auto& h1 = in(t, m, 2);
@@ -175,6 +177,15 @@ void experts_bwd(const Task& t, Memory& m) {
   auto& dx = out(t, m, 0);
   auto& dw1 = out(t, m, 1);
   auto& dw2 = out(t, m, 2);
+  const I n = X * El * C;
+  need(t, dy, n * M, t.inputs[0]);
+  need(t, x, n * M, t.inputs[1]);
+  need(t, h1, n * h, t.inputs[2]);
+  need(t, w1, El * M * h, t.inputs[3]);
+  need(t, w2, El * h * M, t.inputs[4]);
+  need(t, dx, n * M, t.outputs[0]);
+  need(t, dw1, El * M * h, t.outputs[1]);
+  need(t, dw2, El * h * M, t.outputs[2]);
   std::fill(dw1.begin(), dw1.end(), 0.0f);
   std::fill(dw2.begin(), dw2.end(), 0.0f);
   std::vector<float> dh(h);
@@ -211,10 +222,9 @@ void experts_bwd(const Task& t, Memory& m) {
       }
 }
 
-// iargs: begin, count, M, E, k, C, layout, G, per
-void iorder(const Task& t, Memory& m) {
-  const auto& a = t.iargs;
-  const I count = a[1], M = a[2], E = a[3], k = a[4], C = a[5], layout = a[6], per = std::max<I>(1, a[8]);
+void iorder(const Task& t, const MoeIOrderArgs& a, Memory& m) {
+  const I count = a.count, M = a.M, E = a.E, k = a.k, C = a.C, per = std::max<I>(1, a.per);
+  const SlotLayout layout = a.layout;
   auto& comb = in(t, m, 0);
   auto& route = in(t, m, 1);
   auto& o = out(t, m, 0);
@@ -222,24 +232,30 @@ void iorder(const Task& t, Memory& m) {
   need(t, route, count * k * 3, t.inputs[1]);
   std::fill(o.begin(), o.begin() + count * M, 0.0f);
   for_each_kept(route, count, k, [&](I i, I, I e, I slot, float w) {
-    const float* src = &comb[slot_at(layout, i, e, slot, E, C, M, per)];
+    const std::size_t at = slot_at(layout, i, e, slot, E, C, M, per);
+    need(t, comb, at + M, t.inputs[0]);
+    const float* src = &comb[at];
     for (I c = 0; c < M; ++c) o[i * M + c] += w * src[c];
   });
 }
 
-void iorder_bwd(const Task& t, Memory& m) {
-  const auto& a = t.iargs;
-  const I begin = a[0], count = a[1], M = a[2], E = a[3], k = a[4], C = a[5], layout = a[6], per = std::max<I>(1, a[8]);
+void iorder_bwd(const Task& t, const MoeIOrderBwdArgs& a, Memory& m) {
+  const I begin = a.begin, count = a.count, M = a.M, E = a.E, k = a.k, C = a.C, per = std::max<I>(1, a.per);
+  const SlotLayout layout = a.layout;
   auto& dout = in(t, m, 0);
   auto& comb = in(t, m, 1);
   auto& route = in(t, m, 2);
   auto& dcomb = out(t, m, 0);
   auto& dw = out(t, m, 1);
   need(t, dout, (begin + count) * M, t.inputs[0]);
+  need(t, route, count * k * 3, t.inputs[2]);
+  need(t, dcomb, comb.size(), t.outputs[0]);
+  need(t, dw, count * k, t.outputs[1]);
   std::fill(dcomb.begin(), dcomb.end(), 0.0f);
   std::fill(dw.begin(), dw.begin() + count * k, 0.0f);  // dropped choices get no gradient
   for_each_kept(route, count, k, [&](I i, I j, I e, I slot, float w) {
     const std::size_t at = slot_at(layout, i, e, slot, E, C, M, per);
+    need(t, comb, at + M, t.inputs[1]);
     const float* g = &dout[(begin + i) * M];
     float s = 0;
     for (I c = 0; c < M; ++c) {
@@ -250,10 +266,9 @@ void iorder_bwd(const Task& t, Memory& m) {
   });
 }
 
-// iargs: begin, count, M, E, k, dw_offset. dx rows accumulate (Order's backward wrote them).
-void gate_bwd(const Task& t, Memory& m) {
-  const auto& a = t.iargs;
-  const I begin = a[0], count = a[1], M = a[2], E = a[3], k = a[4], dw_off = a[5];
+// dx rows accumulate (Order's backward wrote them).
+void gate_bwd(const Task& t, const MoeGateBwdArgs& a, Memory& m) {
+  const I begin = a.begin, count = a.count, M = a.M, E = a.E, k = a.k, dw_off = a.dw_offset;
   auto& dw = in(t, m, 0);
   auto& probs = in(t, m, 1);
   auto& route = in(t, m, 2);
@@ -262,6 +277,12 @@ void gate_bwd(const Task& t, Memory& m) {
   auto& dwg = out(t, m, 0);
   auto& dx = out(t, m, 1);
   need(t, dw, (dw_off + count) * k, t.inputs[0]);
+  need(t, probs, count * E, t.inputs[1]);
+  need(t, route, count * k * 3, t.inputs[2]);
+  need(t, x, (begin + count) * M, t.inputs[3]);
+  need(t, wg, M * E, t.inputs[4]);
+  need(t, dwg, M * E, t.outputs[0]);
+  need(t, dx, count * M, t.outputs[1]);
   std::fill(dwg.begin(), dwg.end(), 0.0f);
   std::vector<float> dp(E), dl(E);
   for (I i = 0; i < count; ++i) {
@@ -289,12 +310,19 @@ void gate_bwd(const Task& t, Memory& m) {
 
 }  // namespace
 
+namespace {
+// The table's entry for kernel f: its role follows from its arguments' type.
+template <class A>
+void add(KernelTable& k, void (*f)(const Task&, const A&, Memory&)) {
+  k[role_for<A>] = [f](const Task& t, Memory& m) { f(t, std::get<A>(t.compute().args), m); };
+}
+}  // namespace
+
 KernelTable moe_kernels() {
-  return {{"moe_gate", gate},           {"moe_order", order},
-          {"moe_order_bwd", order_bwd}, {"moe_slot_slice", slot_slice},
-          {"moe_experts", experts},     {"moe_experts_bwd", experts_bwd},
-          {"moe_iorder", iorder},       {"moe_iorder_bwd", iorder_bwd},
-          {"moe_gate_bwd", gate_bwd}};
+  KernelTable k;
+  add(k, gate), add(k, order), add(k, order_bwd), add(k, slot_slice), add(k, experts), add(k, experts_bwd);
+  add(k, iorder), add(k, iorder_bwd), add(k, gate_bwd);
+  return k;
 }
 
 }  // namespace parmsim::exec

@@ -243,8 +243,6 @@ struct CudaExecutor::Impl {
     if (types.size() > 1) throw UserError("cuda executor: buffers of both fp16 and bf16 in one graph");
     act = types.empty() ? Elem::f32 : *types.begin();
     for (const Task& t : graph.tasks()) {
-      if (t.kind == TaskKind::compute && !t.kernel.empty() && !dev::is_device_kernel(t.kernel))
-        throw UserError(fmt::format("task '{}': no device kernel named '{}'", t.name, t.kernel));
       if (!o.loopback)
         for (int d : t.deps)
           if (graph.task(d).rank != t.rank)
@@ -257,10 +255,10 @@ struct CudaExecutor::Impl {
     members.assign(graph.collectives().size(), {});
     for (const Collective& c : graph.collectives()) members[c.id].assign(c.group.size(), -1);
     for (const Task& t : graph.tasks())
-      if (t.kind == TaskKind::collective)
-        for (std::size_t m = 0; m < graph.collective(t.collective).group.size(); ++m)
-          if (graph.collective(t.collective).group[m] == t.rank && members[t.collective][m] < 0) {
-            members[t.collective][m] = t.id;
+      if (!t.is_compute())
+        for (std::size_t m = 0; m < graph.collective(t.collective()).group.size(); ++m)
+          if (graph.collective(t.collective()).group[m] == t.rank && members[t.collective()][m] < 0) {
+            members[t.collective()][m] = t.id;
             break;
           }
     plans.assign(graph.collectives().size(), {});
@@ -291,7 +289,7 @@ struct CudaExecutor::Impl {
     streams.assign(R, {}), lane1.assign(R, {}), blas.assign(R, {}), scratch.assign(R, {});
     std::vector<std::array<std::uint64_t, 2>> need(R, {0, 0});
     for (const Task& t : graph.tasks())
-      if (t.kind == TaskKind::compute && !t.kernel.empty()) {
+      if (t.is_compute() && t.compute().role() != KernelRole::none) {
         const auto s = dev::scratch_bytes(t, act);
         need[t.rank][0] = std::max(need[t.rank][0], s[0]);
         need[t.rank][1] = std::max(need[t.rank][1], s[1]);
@@ -362,7 +360,7 @@ struct CudaExecutor::Impl {
     cudaStream_t s = stream_of(t);
     wait_deps(t);
     PARMSIM_CUDA(cudaEventRecord(start[t.id], s));
-    if (!t.kernel.empty()) {
+    if (t.compute().role() != KernelRole::none) {
       CudaOps ops(act, s, blas[t.rank][t.stream]);
       const auto& sc = scratch[t.rank][t.stream];
       dev::run_task(t, ops, lookup(t.rank), sc[0], sc[1]);
@@ -571,8 +569,8 @@ struct CudaExecutor::Impl {
     SimResult res;
     dev::summarize(reps, &res);
     for (const Task& t : graph.tasks()) {
-      res.trace[t.id].flops = t.kind == TaskKind::compute ? t.flops : 0;
-      res.trace[t.id].bytes = t.kind == TaskKind::compute ? t.bytes : 0;
+      res.trace[t.id].flops = t.is_compute() ? t.compute().flops : 0;
+      res.trace[t.id].bytes = t.is_compute() ? t.compute().bytes : 0;
     }
     return res;
   }

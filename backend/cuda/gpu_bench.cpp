@@ -94,11 +94,11 @@ void order_bench(Elem e) {
   PARMSIM_CUDA(cudaMemcpy(route, r.data(), r.size() * 4, cudaMemcpyHostToDevice));
   CudaOps ops(e, b.s, b.h);
   Task order;
-  order.name = "order", order.kernel = "moe_order", order.inputs = {"x", "route"}, order.outputs = {"disp"};
-  order.iargs = {0, count, M, E, k, C};
+  order.name = "order", order.inputs = {"x", "route"}, order.outputs = {"disp"};
+  order.compute().args = MoeOrderArgs{0, count, M, E, k, C};
   Task iorder;
-  iorder.name = "iorder", iorder.kernel = "moe_iorder", iorder.inputs = {"disp", "route"}, iorder.outputs = {"out"};
-  iorder.iargs = {0, count, M, E, k, C, 0, 1, count};
+  iorder.name = "iorder", iorder.inputs = {"disp", "route"}, iorder.outputs = {"out"};
+  iorder.compute().args = MoeIOrderArgs{count, M, E, k, C, count, SlotLayout::local};
   const double eb = dev::elem_bytes(e);
   const double x_bytes = static_cast<double>(count * M) * eb, disp_bytes = static_cast<double>(E * C * M) * eb;
   const double t_copy = b.time([&] {
@@ -130,8 +130,8 @@ void expert_bench(Elem e) {
   b.buf("h1", X * El * C * h, e);
   void* act = b.buf("act", X * El * C * h, e);
   Task t;
-  t.name = "experts", t.kernel = "moe_experts", t.inputs = {"in", "W1", "W2"}, t.outputs = {"eout", "h1"};
-  t.iargs = {X, El, C, M, h};
+  t.name = "experts", t.inputs = {"in", "W1", "W2"}, t.outputs = {"eout", "h1"};
+  t.compute().args = MoeExpertsArgs{X, El, C, M, h};
   CudaOps ops(e, b.s, b.h);
   const double flops = 2.0 * 2 * X * El * C * M * h;
   const double t_task = b.time([&] { dev::run_task(t, ops, b.lookup(), act, nullptr); });

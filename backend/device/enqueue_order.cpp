@@ -18,12 +18,12 @@ std::vector<Unit> enqueue_order(const TaskGraph& g) {
   std::map<int, int> coll_unit;
   std::map<std::pair<int, int>, int> last;
   for (const Task& t : g.tasks()) {
-    if (t.kind == TaskKind::compute) {
+    if (t.is_compute()) {
       unit_of[t.id] = static_cast<int>(units.size());
       units.push_back({t.id, -1});
     } else {
-      auto [it, fresh] = coll_unit.try_emplace(t.collective, static_cast<int>(units.size()));
-      if (fresh) units.push_back({-1, t.collective});
+      auto [it, fresh] = coll_unit.try_emplace(t.collective(), static_cast<int>(units.size()));
+      if (fresh) units.push_back({-1, t.collective()});
       unit_of[t.id] = it->second;
     }
     auto key = std::make_pair(t.rank, t.stream);

@@ -11,9 +11,9 @@ namespace parmsim::exec::dev {
 
 KernelTable emulated_device_kernels() {
   KernelTable k;
-  for (const char* name : {"moe_gate", "moe_order", "moe_order_bwd", "moe_slot_slice", "moe_experts", "moe_experts_bwd",
-                           "moe_iorder", "moe_iorder_bwd", "moe_gate_bwd"})
-    k[name] = [](const Task& t, Memory& mem) {
+  for (const KernelRoleInfo& role : kKernelRoles) {
+    if (role.role == KernelRole::none) continue;
+    k[role.role] = [](const Task& t, Memory& mem) {
       HostOps ops;
       const auto need = scratch_bytes(t, Elem::f32);
       std::vector<std::uint64_t> s0(need[0] / 8 + 1), s1(need[1] / 8 + 1);  // 8-byte aligned storage
@@ -25,6 +25,7 @@ KernelTable emulated_device_kernels() {
           },
           s0.data(), s1.data());
     };
+  }
   return k;
 }
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
-#include <set>
+#include <variant>
 
 #include "sim/core/error.hpp"
 
@@ -41,10 +41,6 @@ I slot_chunks(I choices) {
   return (choices + kSlotChunk - 1) / kSlotChunk;
 }
 
-const std::set<std::string> kKernels = {"moe_gate",       "moe_order",      "moe_order_bwd",
-                                        "moe_slot_slice", "moe_experts",    "moe_experts_bwd",
-                                        "moe_iorder",     "moe_iorder_bwd", "moe_gate_bwd"};
-
 struct Ctx {
   const Task& t;
   DeviceOps& ops;
@@ -67,19 +63,13 @@ struct Ctx {
   BufRef out(std::size_t i, std::uint64_t need, bool metadata = false) const {
     return get(t.outputs.at(i), need, metadata);
   }
-  I arg(std::size_t i) const {
-    if (i >= t.iargs.size())
-      throw UserError(
-          fmt::format("task '{}': kernel '{}' needs argument {}, it has {}", t.name, t.kernel, i + 1, t.iargs.size()));
-    return t.iargs[i];
-  }
   const char* at(const BufRef& b, I elems) const { return static_cast<const char*>(b.p) + elems * elem_bytes(b.elem); }
   char* at_mut(const BufRef& b, I elems) const { return static_cast<char*>(b.p) + elems * elem_bytes(b.elem); }
   void zero(const BufRef& b, std::uint64_t elems) const { ops.zero(b.p, elems * elem_bytes(b.elem)); }
 };
 
-void gate(const Ctx& c, void* s0, void* s1) {
-  const I begin = c.arg(0), count = c.arg(1), M = c.arg(2), E = c.arg(3), k = c.arg(4), C = c.arg(5);
+void gate(const Ctx& c, const MoeGateArgs& a, void* s0, void* s1) {
+  const I begin = a.begin, count = a.count, M = a.M, E = a.E, k = a.k, C = a.C;
   const BufRef x = c.in(0, (begin + count) * M), wg = c.in(1, M * E);
   const BufRef probs = c.out(0, count * E, true), route = c.out(1, count * k * 3, true);
   auto* logits = static_cast<float*>(s0);
@@ -109,8 +99,8 @@ void gate(const Ctx& c, void* s0, void* s1) {
   c.ops.launch(Body::slot_assign, E * chunks, sa);
 }
 
-void order(const Ctx& c) {
-  const I begin = c.arg(0), count = c.arg(1), M = c.arg(2), E = c.arg(3), k = c.arg(4), C = c.arg(5);
+void order(const Ctx& c, const MoeOrderArgs& a) {
+  const I begin = a.begin, count = a.count, M = a.M, E = a.E, k = a.k, C = a.C;
   const BufRef x = c.in(0, (begin + count) * M), route = c.in(1, count * k * 3, true);
   const BufRef disp = c.out(0, E * C * M);
   c.zero(disp, E * C * M);
@@ -122,17 +112,18 @@ void order(const Ctx& c) {
                OrderArgs{x.p, static_cast<const float*>(route.p), disp.p, begin, count, units, k, C});
 }
 
-void order_bwd(const Ctx& c) {
-  // iargs: begin, count, M, E, k, C, layout, G, Tl
-  const I count = c.arg(1), M = c.arg(2), E = c.arg(3), k = c.arg(4), C = c.arg(5), layout = c.arg(6), Tl = c.arg(8);
+void order_bwd(const Ctx& c, const MoeOrderBwdArgs& a) {
+  const I count = a.count, M = a.M, E = a.E, k = a.k;
+  const bool sliced = a.layout == SlotLayout::sliced;
   const BufRef dd = c.in(0, 0), route = c.in(1, count * k * 3, true);
   const BufRef dx = c.out(0, count * M);
   c.ops.launch(Body::order_bwd, count * M,
-               OrderBwdArgs{dd.p, static_cast<const float*>(route.p), dx.p, M, E, k, layout == 2 ? Tl : C, layout});
+               OrderBwdArgs{dd.p, static_cast<const float*>(route.p), dx.p, M, E, k, sliced ? a.Tl : a.C,
+                            static_cast<I>(a.layout)});
 }
 
-void slot_slice(const Ctx& c) {
-  const I E = c.arg(0), C = c.arg(1), Tl = c.arg(2), M = c.arg(3), mb = c.arg(4);
+void slot_slice(const Ctx& c, const MoeSlotSliceArgs& a) {
+  const I E = a.E, C = a.C, Tl = a.Tl, M = a.M, mb = a.member;
   const BufRef src = c.in(0, E * C * M), dst = c.out(0, E * Tl * M);
   c.ops.launch(Body::slot_slice, E * Tl * M, SlotSliceArgs{src.p, dst.p, C, Tl, M, mb});
 }
@@ -147,9 +138,9 @@ Gemm expert_gemm(Elem act, bool ta, bool tb, I r, I cc, I k, const void* A, I ld
   return g;
 }
 
-// iargs: X, E_local, C, M, h. in [X, El, C, M]; W1 [El, M, h]; W2 [El, h, M].
-void experts(const Ctx& c, void* act_buf) {
-  const I X = c.arg(0), El = c.arg(1), C = c.arg(2), M = c.arg(3), h = c.arg(4);
+// in [X, El, C, M]; W1 [El, M, h]; W2 [El, h, M].
+void experts(const Ctx& c, const MoeExpertsArgs& args, void* act_buf) {
+  const I X = args.X, El = args.E_local, C = args.C, M = args.M, h = args.h;
   const BufRef x = c.in(0, X * El * C * M), w1 = c.in(1, El * M * h), w2 = c.in(2, El * h * M);
   const BufRef y = c.out(0, X * El * C * M), h1 = c.out(1, X * El * C * h);
   const Elem a = c.ops.act();
@@ -170,8 +161,8 @@ void experts(const Ctx& c, void* act_buf) {
 }
 
 // inputs: dy, x, h1, W1, W2; outputs: dx, dW1, dW2.
-void experts_bwd(const Ctx& c, void* act_buf, void* dh_buf) {
-  const I X = c.arg(0), El = c.arg(1), C = c.arg(2), M = c.arg(3), h = c.arg(4);
+void experts_bwd(const Ctx& c, const MoeExpertsBwdArgs& args, void* act_buf, void* dh_buf) {
+  const I X = args.X, El = args.E_local, C = args.C, M = args.M, h = args.h;
   const I n = X * El * C;
   const BufRef dy = c.in(0, n * M), x = c.in(1, n * M), h1 = c.in(2, n * h), w1 = c.in(3, El * M * h),
                w2 = c.in(4, El * h * M);
@@ -202,35 +193,42 @@ void experts_bwd(const Ctx& c, void* act_buf, void* dh_buf) {
   if (X == 0) c.zero(dw1, El * M * h), c.zero(dw2, El * h * M);
 }
 
-IOrderArgs iorder_args(const Ctx& c, const BufRef& comb, const BufRef& route, void* out) {
-  const I M = c.arg(2), E = c.arg(3), k = c.arg(4), C = c.arg(5), layout = c.arg(6), per = std::max<I>(1, c.arg(8));
-  return {comb.p, static_cast<const float*>(route.p), out, M, E, k, C, layout, per};
+template <class A>  // MoeIOrderArgs or MoeIOrderBwdArgs
+IOrderArgs iorder_args(const A& a, const BufRef& comb, const BufRef& route, void* out) {
+  return {comb.p,
+          static_cast<const float*>(route.p),
+          out,
+          a.M,
+          a.E,
+          a.k,
+          a.C,
+          static_cast<I>(a.layout),
+          std::max<I>(1, a.per)};
 }
 
-void iorder(const Ctx& c) {
-  const I count = c.arg(1), M = c.arg(2), k = c.arg(4);
+void iorder(const Ctx& c, const MoeIOrderArgs& a) {
+  const I count = a.count, M = a.M, k = a.k;
   const BufRef comb = c.in(0, 0), route = c.in(1, count * k * 3, true), out = c.out(0, count * M);
-  c.ops.launch(Body::iorder, count * M, iorder_args(c, comb, route, out.p));
+  c.ops.launch(Body::iorder, count * M, iorder_args(a, comb, route, out.p));
 }
 
-void iorder_bwd(const Ctx& c) {
-  const I begin = c.arg(0), count = c.arg(1), M = c.arg(2), k = c.arg(4);
+void iorder_bwd(const Ctx& c, const MoeIOrderBwdArgs& a) {
+  const I begin = a.begin, count = a.count, M = a.M, k = a.k;
   const BufRef dout = c.in(0, (begin + count) * M), comb = c.in(1, 0), route = c.in(2, count * k * 3, true);
   const BufRef dcomb = c.out(0, 0), dw = c.out(1, count * k, true);
   if (dcomb.elems < comb.elems)
     throw UserError(fmt::format("task '{}': '{}' is smaller than '{}'", c.t.name, c.t.outputs[0], c.t.inputs[1]));
-  const IOrderArgs ia = iorder_args(c, comb, route, dcomb.p);
-  const IOrderBwdArgs a{dout.p, comb.p, ia.route,  dcomb.p, static_cast<float*>(dw.p), begin, M, ia.E,
-                        k,      ia.C,   ia.layout, ia.per};
+  const IOrderArgs ia = iorder_args(a, comb, route, dcomb.p);
+  const IOrderBwdArgs ba{dout.p, comb.p, ia.route,  dcomb.p, static_cast<float*>(dw.p), begin, M, ia.E,
+                         k,      ia.C,   ia.layout, ia.per};
   c.zero(dcomb, dcomb.elems);
-  c.ops.launch(Body::iorder_bwd_comb, count * k * M, a);
-  c.ops.launch(Body::iorder_bwd_weight, count * k, a);
+  c.ops.launch(Body::iorder_bwd_comb, count * k * M, ba);
+  c.ops.launch(Body::iorder_bwd_weight, count * k, ba);
 }
 
-// iargs: begin, count, M, E, k, dw_offset; inputs dw, probs, route, x, Wg;
-// outputs dWg, dx (accumulated into: Order's backward wrote it).
-void gate_bwd(const Ctx& c, void* dl) {
-  const I begin = c.arg(0), count = c.arg(1), M = c.arg(2), E = c.arg(3), k = c.arg(4), dw_off = c.arg(5);
+// Inputs dw, probs, route, x, Wg; outputs dWg, dx (accumulated into: Order's backward wrote it).
+void gate_bwd(const Ctx& c, const MoeGateBwdArgs& args, void* dl) {
+  const I begin = args.begin, count = args.count, M = args.M, E = args.E, k = args.k, dw_off = args.dw_offset;
   const BufRef dw = c.in(0, (dw_off + count) * k, true), probs = c.in(1, count * E, true),
                route = c.in(2, count * k * 3, true), x = c.in(3, (begin + count) * M), wg = c.in(4, M * E);
   const BufRef dwg = c.out(0, M * E), dx = c.out(1, count * M);
@@ -244,37 +242,60 @@ void gate_bwd(const Ctx& c, void* dl) {
   c.ops.gemm(expert_gemm(a, false, true, count, M, E, dl, E, 0, wg.p, E, 0, dx.p, M, 0, 1, 1));
 }
 
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
 }  // namespace
 
-bool is_device_kernel(const std::string& kernel) {
-  return kKernels.count(kernel) > 0;
-}
-
 std::array<std::uint64_t, 2> scratch_bytes(const Task& t, Elem act) {
-  const auto a = [&](std::size_t i) { return i < t.iargs.size() ? static_cast<std::uint64_t>(t.iargs[i]) : 0; };
-  const std::uint64_t ab = static_cast<std::uint64_t>(elem_bytes(act));
-  // gate: fp32 logits; top-k experts (int) then the per-(expert, chunk) counts.
-  if (t.kernel == "moe_gate")
-    return {a(1) * a(3) * 4, (a(1) * a(4) + a(3) * static_cast<std::uint64_t>(slot_chunks(a(1) * a(4)))) * 4};
-  if (t.kernel == "moe_experts") return {a(0) * a(1) * a(2) * a(4) * ab, 0};
-  if (t.kernel == "moe_experts_bwd") return {a(0) * a(1) * a(2) * a(4) * ab, a(0) * a(1) * a(2) * a(4) * ab};
-  if (t.kernel == "moe_gate_bwd") return {a(1) * a(3) * ab, 0};
-  return {0, 0};
+  using u64 = std::uint64_t;
+  const u64 ab = static_cast<u64>(elem_bytes(act));
+  const auto n = [](I v) { return static_cast<u64>(v); };
+  return std::visit(
+      Overloaded{
+          // fp32 logits; top-k experts (int) then the per-(expert, chunk) counts.
+          [&](const MoeGateArgs& a) -> std::array<u64, 2> {
+            return {n(a.count) * n(a.E) * 4, (n(a.count) * n(a.k) + n(a.E) * n(slot_chunks(a.count * a.k))) * 4};
+          },
+          [&](const MoeExpertsArgs& a) -> std::array<u64, 2> {
+            return {n(a.X) * n(a.E_local) * n(a.C) * n(a.h) * ab, 0};
+          },
+          [&](const MoeExpertsBwdArgs& a) -> std::array<u64, 2> {
+            const u64 hb = n(a.X) * n(a.E_local) * n(a.C) * n(a.h) * ab;
+            return {hb, hb};
+          },
+          [&](const MoeGateBwdArgs& a) -> std::array<u64, 2> {
+            return {n(a.count) * n(a.E) * ab, 0};
+          },
+          // The others need none.
+          [](const auto&) -> std::array<u64, 2> {
+            return {0, 0};
+          },
+      },
+      t.compute().args);
 }
 
 void run_task(const Task& t, DeviceOps& ops, const BufferLookup& buf, void* s0, void* s1) {
   const Ctx c{t, ops, buf};
-  const std::string& k = t.kernel;
-  if (k == "moe_gate") return gate(c, s0, s1);
-  if (k == "moe_order") return order(c);
-  if (k == "moe_order_bwd") return order_bwd(c);
-  if (k == "moe_slot_slice") return slot_slice(c);
-  if (k == "moe_experts") return experts(c, s0);
-  if (k == "moe_experts_bwd") return experts_bwd(c, s0, s1);
-  if (k == "moe_iorder") return iorder(c);
-  if (k == "moe_iorder_bwd") return iorder_bwd(c);
-  if (k == "moe_gate_bwd") return gate_bwd(c, s0);
-  throw UserError(fmt::format("task '{}': no device kernel named '{}'", t.name, k));
+  std::visit(Overloaded{
+                 [&](std::monostate) {
+                   throw InternalError(fmt::format("task '{}': run_task on a task without a kernel", t.name));
+                 },
+                 [&](const MoeGateArgs& a) { gate(c, a, s0, s1); },
+                 [&](const MoeOrderArgs& a) { order(c, a); },
+                 [&](const MoeOrderBwdArgs& a) { order_bwd(c, a); },
+                 [&](const MoeSlotSliceArgs& a) { slot_slice(c, a); },
+                 [&](const MoeExpertsArgs& a) { experts(c, a, s0); },
+                 [&](const MoeExpertsBwdArgs& a) { experts_bwd(c, a, s0, s1); },
+                 [&](const MoeIOrderArgs& a) { iorder(c, a); },
+                 [&](const MoeIOrderBwdArgs& a) { iorder_bwd(c, a); },
+                 [&](const MoeGateBwdArgs& a) { gate_bwd(c, a, s0); },
+             },
+             t.compute().args);
 }
 
 // ---------------------------------------------------------------- host emulation

@@ -1,7 +1,7 @@
 #pragma once
-// The MoE compute tasks on a device: each task of the graph (its kernel name,
-// inputs, outputs and integer arguments, as the CPU kernels read them) turned
-// into GEMMs and kernel-body launches on a DeviceOps. The same code drives
+// The MoE compute tasks on a device: each task of the graph (its kernel's
+// arguments, sim/graph/kernel_args.hpp, inputs and outputs, as the CPU
+// kernels read them) turned into GEMMs and kernel-body launches on a DeviceOps. The same code drives
 // cuBLAS and the CUDA kernels on a GPU, and the host emulation in the tests.
 #include <array>
 #include <functional>
@@ -26,10 +26,7 @@ Elem elem_of(DType d);
 // Bytes of the two scratch areas `run_task` needs for `t` (0 when none).
 std::array<std::uint64_t, 2> scratch_bytes(const Task& t, Elem act);
 
-// Whether `kernel` names a kernel run_task knows.
-bool is_device_kernel(const std::string& kernel);
-
-// Enqueues task `t` (a compute task with a kernel) on `ops`. The scratch areas
+// Enqueues task `t` (a compute task with a kernel: every role has one here) on `ops`. The scratch areas
 // hold at least scratch_bytes(t, ops.act()). Throws UserError naming the task
 // when a buffer is missing or too small.
 void run_task(const Task& t, DeviceOps& ops, const BufferLookup& buf, void* scratch0, void* scratch1);

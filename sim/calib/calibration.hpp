@@ -34,8 +34,9 @@ struct CalibratedCollective {
   Time time(std::uint64_t bytes) const;
 };
 
-// Measured kernel times of one kind of task (the task name before '#', e.g.
-// "expert_fc1" or "bwd_order"), against FLOPs (gemm) or bytes moved (the
+// Measured times of one kernel, by the name compute tasks carry
+// (ComputeTask::kernel: "expert_fc1" or "bwd_order", the name up to '#' of
+// the tasks that run it), against FLOPs (gemm) or bytes moved (the
 // memory-bound kinds). Within the measured range the time is
 // interpolated linearly in log(x)-log(t) between the two nearest points;
 // outside it, the alpha-beta line fitted to all points is used.

@@ -182,10 +182,6 @@ const GpuProfile& gpu_profile(const std::string& name) {
   throw UserError(fmt::format("unknown GPU profile '{}'; known profiles: {}", name, gpu_profile_names()));
 }
 
-std::string_view task_kind(std::string_view task_name) {
-  return task_name.substr(0, task_name.find('#'));
-}
-
 Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
                   const Calibration* cal, std::string_view kind, std::span<const std::int64_t> shape) {
   if (op == OpKind::host) return Time::zero();  // the host's time is the task's host_wait

@@ -71,8 +71,8 @@ const std::vector<GpuProfile>& gpu_profiles();
 std::string gpu_profile_names();
 
 // Duration of one compute task on a GPU of this profile. With a calibration
-// that has a table for this kind of task (`kind`: the task name before '#')
-// and dtype, the measured table decides instead.
+// that has a table for this kernel (`kind`: its name, ComputeTask::kernel in
+// sim/graph/task_graph.hpp) and dtype, the measured table decides instead.
 struct Calibration;
 // `shape`, for a GEMM: {m, n, k} or {m, n, k, batch} (C[m,n] = A[m,k] B[k,n], `batch` independent
 // problems in one strided-batched call); empty when unknown, and then the GEMM is taken as a cube
@@ -99,6 +99,5 @@ inline __attribute__((always_inline)) Time with_launches(const GpuProfile& gpu, 
 // gemm_model.cpp, where the tile search inlines into it.
 Time model_compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
                         std::span<const std::int64_t> shape);
-std::string_view task_kind(std::string_view task_name);  // "expert_fc1#12@3" -> "expert_fc1"
 
 }  // namespace parmsim

@@ -232,39 +232,41 @@ class Engine {
     const Task& t = g_.task(id);
     started_[id] = 1;
     res_.trace[id].start = now_;
-    if (t.kind == TaskKind::compute) {
-      res_.trace[id].bytes = t.bytes;
-      res_.trace[id].flops = t.flops;
-      events_.push(now_ + kernel_duration(t), id);
+    if (t.is_compute()) {
+      const ComputeTask& c = t.compute();
+      res_.trace[id].bytes = c.bytes;
+      res_.trace[id].flops = c.flops;
+      events_.push(now_ + kernel_duration(c), id);
       return;
     }
-    CollState& s = coll_[t.collective];
+    const int tc = t.collective();
+    CollState& s = coll_[tc];
     const int m = member_index_[id];
     res_.trace[id].bytes = s.member_sent[m];
     s.entered[m] = 1;
     if (s.calibrated) {
       // Measured as a whole: it starts when the last member arrives and ends for all together.
       if (++s.entered_count == s.members) {
-        const Collective& col = g_.collective(t.collective);
+        const Collective& col = g_.collective(tc);
         for (const CollXfer& xf : s.plan->xfers)
           (topo_.same_node(col.group[xf.src], col.group[xf.dst]) ? res_.intra_node_bytes : res_.inter_node_bytes) +=
               xf.bytes;
         const Time end = now_ + s.calibrated->time(col.bytes);
-        for (int part : g_.parts(t.collective)) events_.push(end, part);
+        for (int part : g_.parts(tc)) events_.push(end, part);
       }
       return;
     }
     if (s.plan->barrier) {
       // Nothing moves before every member has entered; then all start together.
       if (++s.entered_count < s.members) return;
-      const auto& parts = g_.parts(t.collective);
+      const auto& parts = g_.parts(tc);
       for (std::size_t mm = 0; mm < parts.size(); ++mm) {
         if (s.member_steps_left[mm] == 0) {
           task_done(parts[mm]);
           continue;
         }
         for (int st : s.member_steps.of(static_cast<int>(mm)))
-          if (s.step_deps_left[st] == 0) step_ready(t.collective, st);
+          if (s.step_deps_left[st] == 0) step_ready(tc, st);
       }
       return;
     }
@@ -273,18 +275,18 @@ class Engine {
       return;
     }
     for (int st : s.member_steps.of(m))
-      if (s.step_deps_left[st] == 0) step_ready(t.collective, st);
+      if (s.step_deps_left[st] == 0) step_ready(tc, st);
   }
 
   // A compute task's duration. The P ranks' copies of one kernel follow each
   // other in task order, so the last result is kept and reused while the
   // kernel's costed fields are the same (compute_time is a pure function of them).
-  Time kernel_duration(const Task& t) {
-    const std::string_view kind = task_kind(t.name);
+  Time kernel_duration(const ComputeTask& t) {
     KernelMemo& m = memo_;
     if (!(m.valid && m.op == t.op && m.flops == t.flops && m.bytes == t.bytes && m.dtype == t.dtype &&
-          m.launches == t.launches && m.host_wait == t.host_wait && m.kind == kind && m.shape == t.shape)) {
-      const Time k = compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype, cal_, kind, {t.shape.data(), t.shape.size()});
+          m.launches == t.launches && m.host_wait == t.host_wait && m.kernel == t.kernel && m.shape == t.shape)) {
+      const Time k = compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype, cal_, g_.kernel_name(t.kernel),
+                                  {t.shape.data(), t.shape.size()});
       m.valid = true;
       m.op = t.op;
       m.flops = t.flops;
@@ -292,7 +294,7 @@ class Engine {
       m.dtype = t.dtype;
       m.launches = t.launches;
       m.host_wait = t.host_wait;
-      m.kind.assign(kind);  // assigned, so the memo's buffers are reused
+      m.kernel = t.kernel;
       m.shape = t.shape;
       m.duration = with_launches(gpu_, k, t.launches, t.host_wait);
     }
@@ -369,10 +371,10 @@ class Engine {
         for (int d : t.deps)
           if (!done_[d]) waits += fmt::format(" '{}'", g_.task(d).name);
         msg += waits.empty() ? "waits for the task before it on its stream" : "waits for" + waits;
-      } else if (t.kind == TaskKind::collective) {
-        const Collective& c = g_.collective(t.collective);
+      } else if (!t.is_compute()) {
+        const Collective& c = g_.collective(t.collective());
         std::string missing;
-        const CollState& s = coll_[t.collective];
+        const CollState& s = coll_[t.collective()];
         for (std::size_t m = 0; m < c.group.size(); ++m)
           if (!s.entered[m]) missing += fmt::format(" {}", c.group[m]);
         msg += fmt::format("in collective '{}', waiting for ranks{} to join it", c.name, missing);
@@ -401,7 +403,7 @@ class Engine {
     DType dtype{};
     int launches = 0;
     Time host_wait;
-    std::string kind;
+    KernelId kernel = kNoKernel;
     boost::container::small_vector<std::int64_t, 4> shape;
     Time duration;
   } memo_;

@@ -12,7 +12,7 @@ namespace parmsim {
 
 namespace {
 std::string kind_of(const TaskGraph& g, const Task& t) {
-  return t.kind == TaskKind::compute ? "compute" : to_string(g.collective(t.collective).op);
+  return t.is_compute() ? "compute" : to_string(g.collective(t.collective()).op);
 }
 }  // namespace
 
@@ -22,7 +22,7 @@ void write_trace_csv(std::ostream& os, const TaskGraph& g, const SimResult& r) {
      << (spread ? ",duration_p10_us,duration_p90_us\n" : "\n");
   for (const TraceRow& row : r.trace) {
     const Task& t = g.task(row.task);
-    const std::string op = t.kind == TaskKind::compute ? to_string(t.op) : g.collective(t.collective).name;
+    const std::string op = t.is_compute() ? to_string(t.compute().op) : g.collective(t.collective()).name;
     os << fmt::format("{},{},{},{},{},{},{},{},{},{},{}", t.id, csv_field(t.name), t.rank,
                       csv_field(g.streams(t.rank)[t.stream]), kind_of(g, t), csv_field(op), us_exact(row.start), us_exact(row.end), us_exact(row.end - row.start),
                       row.bytes, row.flops);

@@ -174,32 +174,34 @@ TaskGraph build(const YamlReader& top) {
     if (auto c = x.opt("collective")) {
       auto it = colls.find(c->as_string());
       if (it == colls.end()) c->fail("the name of a collective declared in `collectives`");
-      t.kind = TaskKind::collective;
-      t.collective = it->second;
+      t.set_collective(it->second);
       // A collective's part takes its sizes from the collective.
       for (const char* k : {"flops", "bytes", "dtype", "shape"})
         if (auto v = x.opt(k))
           v->fail(fmt::format("no `{}` on a collective's task (the collective '{}' gives its sizes)", k, c->as_string()));
     } else {
-      if (!parse_op_kind(x.at("op").as_string(), &t.op))
+      ComputeTask& ct = t.compute();
+      if (!parse_op_kind(x.at("op").as_string(), &ct.op))
         x.at("op").fail("gemm, softmax, topk, order, iorder, activation, elementwise, copy or slice");
-      if (auto f = x.opt("flops")) t.flops = as_count(*f);
-      if (auto by = x.opt("bytes")) t.bytes = by->as_size();
-      if (auto d = x.opt("dtype")) t.dtype = dtype_of(*d);
+      // Its kernel, for calibration tables: the name up to any '#' (g0#1 and g0#2 share table g0).
+      ct.kernel = b.kernel_id(std::string_view(t.name).substr(0, t.name.find('#')));
+      if (auto f = x.opt("flops")) ct.flops = as_count(*f);
+      if (auto by = x.opt("bytes")) ct.bytes = by->as_size();
+      if (auto d = x.opt("dtype")) ct.dtype = dtype_of(*d);
       if (auto sh = x.opt("shape")) {
-        if (t.op != OpKind::gemm) sh->fail("no `shape` (only gemm tasks take one)");
+        if (ct.op != OpKind::gemm) sh->fail("no `shape` (only gemm tasks take one)");
         sh->expect_seq();
         if (sh->size() != 3 && sh->size() != 4) sh->fail("[m, n, k] or [m, n, k, batch]");
         double f = 2;
         for (std::size_t j = 0; j < sh->size(); ++j) {
-          t.shape.push_back((*sh)[j].as_int(1, std::int64_t{1} << 40));
-          f *= static_cast<double>(t.shape.back());
+          ct.shape.push_back((*sh)[j].as_int(1, std::int64_t{1} << 40));
+          f *= static_cast<double>(ct.shape.back());
         }
         if (f > 1.8e19) sh->fail("a shape of at most 1.8e19 FLOPs");
         const auto fl = static_cast<std::uint64_t>(f);
         if (!x.has("flops"))
-          t.flops = fl;
-        else if (t.flops != fl)
+          ct.flops = fl;
+        else if (ct.flops != fl)
           x.at("flops").fail(fmt::format("2*m*n*k*batch = {} for this shape (or leave flops out)", fl));
       }
     }

@@ -155,6 +155,16 @@ void TaskGraphBuilder::add_dep(int task, int on) {
   g_.tasks_.at(task).deps.push_back(on);
 }
 
+KernelId TaskGraphBuilder::kernel_id(std::string_view name) {
+  auto it = kernel_ids_.find(std::string(name));
+  if (it != kernel_ids_.end()) return it->second;
+  const auto id = static_cast<KernelId>(g_.kernel_names_.size());
+  if (id == kNoKernel) throw UserError(fmt::format("task graph: more than {} kernel names", id));
+  g_.kernel_names_.emplace_back(name);
+  kernel_ids_.emplace(name, id);
+  return id;
+}
+
 std::vector<int> TaskGraphBuilder::add_collective_tasks(Collective c, const std::string& stream_name,
                                                         const std::string& task_prefix) {
   const std::vector<int> group = c.group;
@@ -166,10 +176,9 @@ std::vector<int> TaskGraphBuilder::add_collective_tasks(Collective c, const std:
     if (st < 0) throw UserError(fmt::format("task graph: no stream '{}' on rank {}", stream_name, r));
     Task& t = new_task();
     format_into(t.name, FMT_COMPILE("{}@{}"), task_prefix, r);
-    t.kind = TaskKind::collective;
     t.rank = r;
     t.stream = st;
-    t.collective = cid;
+    t.set_collective(cid);
     ids.push_back(t.id);
   }
   return ids;
@@ -276,18 +285,30 @@ TaskGraph TaskGraphBuilder::build() && {
         if (!has_buf(t.rank, b))
           throw UserError(fmt::format("task graph: task '{}' uses buffer '{}', which is not declared on rank {}",
                                       t.name, b, t.rank));
-    if (t.kind == TaskKind::collective) {
-      if (t.collective < 0 || t.collective >= static_cast<int>(g.collectives_.size()))
+    if (t.is_compute()) {
+      const ComputeTask& ct = t.compute();
+      if (ct.kernel != kNoKernel && ct.kernel >= g.kernel_names_.size())
         throw UserError(
-            fmt::format("task graph: task '{}' names collective id {}, which does not exist", t.name, t.collective));
-      const Collective& c = g.collectives_[t.collective];
-      const int mi = member_of(t.collective, t.rank);
+            fmt::format("task graph: task '{}' names kernel id {}, which does not exist", t.name, ct.kernel));
+      const KernelRoleInfo& role = role_info(ct.role());
+      if (ct.role() != KernelRole::none && (t.inputs.size() != static_cast<std::size_t>(role.inputs) ||
+                                            t.outputs.size() != static_cast<std::size_t>(role.outputs)))
+        throw UserError(
+            fmt::format("task graph: task '{}' runs kernel {}, which takes {} input and {} output buffers; "
+                        "it names {} and {}",
+                        t.name, role.name, role.inputs, role.outputs, t.inputs.size(), t.outputs.size()));
+    } else {
+      const int tc = t.collective();
+      if (tc < 0 || tc >= static_cast<int>(g.collectives_.size()))
+        throw UserError(fmt::format("task graph: task '{}' names collective id {}, which does not exist", t.name, tc));
+      const Collective& c = g.collectives_[tc];
+      const int mi = member_of(tc, t.rank);
       if (mi < 0)
         throw UserError(
             fmt::format("task graph: task '{}' on rank {} is part of collective '{}', whose group does "
                         "not include rank {}",
                         t.name, t.rank, c.name, t.rank));
-      int& part = part_of[t.collective][mi];
+      int& part = part_of[tc][mi];
       if (part >= 0)
         throw UserError(fmt::format("task graph: rank {} has two parts of collective '{}' ('{}' and '{}')", t.rank,
                                     c.name, g.tasks_[part].name, t.name));

@@ -14,11 +14,15 @@
 // named by tasks exist on the task's rank.
 #include <boost/container/small_vector.hpp>
 #include <cstdint>
-
-#include "sim/core/time.hpp"
 #include <span>
 #include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
 #include <vector>
+
+#include "sim/core/time.hpp"
+#include "sim/graph/kernel_args.hpp"
 
 namespace parmsim {
 
@@ -85,32 +89,56 @@ struct Collective {
 
 enum class TaskKind { compute, collective };
 
-struct Task {
-  int id = 0;
-  std::string name;
-  TaskKind kind = TaskKind::compute;
-  int rank = 0;
-  int stream = 0;  // index into the rank's streams
-  // compute
+// The kernel a compute task stands for, by name: the key of its calibration
+// table (sim/calib: "expert_fc1", "bwd_gate_gemm") and of `compare`'s rows.
+// An index into TaskGraph::kernel_names(); kNoKernel: none (no table applies).
+using KernelId = std::uint32_t;
+inline constexpr KernelId kNoKernel = ~KernelId{0};
+
+// A compute op on the task's rank.
+struct ComputeTask {
   OpKind op = OpKind::elementwise;
-  std::uint64_t flops = 0;
-  std::uint64_t bytes = 0;  // bytes read + written in memory
   DType dtype = DType::fp32;
-  // gemm: {m, n, k} or {m, n, k, batch}; empty = unknown. Inline (a graph has
-  // thousands of tasks: no allocation each).
-  boost::container::small_vector<std::int64_t, 4> shape;
   // Timing (executors ignore these): the small kernels this task stands for,
   // each paying the GPU's launch floor; and how long the GPU idles for the
   // host before it (a device-to-host sync drains the launch queue).
   int launches = 1;
+  KernelId kernel = kNoKernel;
+  std::uint64_t flops = 0;
+  std::uint64_t bytes = 0;  // bytes read + written in memory
   Time host_wait;
-  // collective
-  int collective = -1;
-  std::vector<std::string> inputs, outputs;  // buffer names on `rank`
-  // For executors: the kernel to run (empty: timing only) and its integer arguments.
-  std::string kernel;
-  std::vector<std::int64_t> iargs;
+  // gemm: {m, n, k} or {m, n, k, batch}; empty = unknown. Inline (a graph has
+  // thousands of tasks: no allocation each).
+  boost::container::small_vector<std::int64_t, 4> shape;
+  // For executors: the kernel to run and its arguments (sim/graph/kernel_args.hpp);
+  // std::monostate: timing only.
+  KernelArgs args;
+  KernelRole role() const { return role_of(args); }
+};
+
+// One rank's part of a collective.
+struct CollectiveTask {
+  int collective = -1;  // index into TaskGraph::collectives()
+};
+
+// A task: a header (identity, placement, buffers, dependencies) and its kind's fields.
+struct Task {
+  int id = 0;
+  int rank = 0;
+  int stream = 0;  // index into the rank's streams
+  std::string name;
+  std::vector<std::string> inputs, outputs;     // buffer names on `rank`
   boost::container::small_vector<int, 2> deps;  // task ids (most tasks have one or two: inline)
+  std::variant<ComputeTask, CollectiveTask> body;
+
+  TaskKind kind() const { return body.index() == 0 ? TaskKind::compute : TaskKind::collective; }
+  bool is_compute() const { return body.index() == 0; }
+  // The kind's fields; asking a task of the other kind throws std::bad_variant_access.
+  const ComputeTask& compute() const { return std::get<ComputeTask>(body); }
+  ComputeTask& compute() { return std::get<ComputeTask>(body); }
+  int collective() const { return std::get<CollectiveTask>(body).collective; }
+  // Makes this task the part of collective `c`.
+  void set_collective(int c) { body = CollectiveTask{c}; }
 };
 
 class TaskGraph {
@@ -132,6 +160,11 @@ class TaskGraph {
   }
   // Number of predecessors (deps plus stream predecessor).
   int num_predecessors(int id) const { return npred_[id]; }
+  // The name of a compute task's kernel (ComputeTask::kernel); "" for kNoKernel.
+  std::string_view kernel_name(KernelId k) const {
+    return k == kNoKernel ? std::string_view() : std::string_view(kernel_names_[k]);
+  }
+  const std::vector<std::string>& kernel_names() const { return kernel_names_; }
 
  private:
   friend class TaskGraphBuilder;
@@ -144,6 +177,7 @@ class TaskGraph {
   std::vector<int> topo_order_;
   std::vector<int> succ_start_, succ_;  // successors of t: succ_[succ_start_[t] .. succ_start_[t + 1])
   std::vector<int> npred_;
+  std::vector<std::string> kernel_names_;
 };
 
 class TaskGraphBuilder {
@@ -160,6 +194,8 @@ class TaskGraphBuilder {
   // hundred bytes: no moves). The reference lasts until the next task is added.
   Task& new_task();
   void add_dep(int task, int on);
+  // The id of the kernel named `name` (ComputeTask::kernel), added on first use.
+  KernelId kernel_id(std::string_view name);
   int num_tasks() const { return static_cast<int>(g_.tasks_.size()); }
   void reserve_tasks(std::size_t n) { g_.tasks_.reserve(n); }
   Task& task(int id) { return g_.tasks_[id]; }
@@ -172,6 +208,7 @@ class TaskGraphBuilder {
 
  private:
   TaskGraph g_;
+  std::unordered_map<std::string, KernelId> kernel_ids_;
 };
 
 }  // namespace parmsim

@@ -20,13 +20,10 @@ namespace parmsim::moe {
 namespace {
 
 // The builder also gives every task its data: buffers (the same names on
-// every rank), the CPU kernel to run and its arguments, so that executors can
-// run the graph with real tensors. The simulator ignores the data. Tracked
-// state: the buffer the next op reads, the current expert capacity C, and the
-// layout of combine-side buffers:
-//   0  [E, C, M]           one member's slots
-//   1  [G, E, C, M]        every MP member's slots, members hold different tokens
-//   2  [G, E, Tl, M]       every MP member's share of the slots (split after Order)
+// every rank), the kernel to run and its arguments (sim/graph/kernel_args.hpp),
+// so that executors can run the graph with real tensors. The simulator
+// ignores the data. Tracked state: the buffer the next op reads, the current
+// expert capacity C, and the layout of combine-side buffers (SlotLayout).
 class GraphBuilder {
  public:
   GraphBuilder(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, GraphData data = GraphData::bound)
@@ -77,19 +74,19 @@ class GraphBuilder {
       case MoeStep::rs:
         return coll_step(CollOp::reducescatter, op.group, op, 0);
       case MoeStep::ag:
-        if (std::string(op.label) == "route_allgather") {
+        if (op.data == CollData::route) {
           collective(CollOp::allgather, GroupKind::mp, op.elems, "comm", op.label, "route", "route_all", 0, 1);
           buf("route_all", op.elems);
           route_ = "route_all";
           return;
         }
-        if (op.backward && std::string(op.label) == "bwd_mp_split_allgather" && dx_started_) {
+        if (op.data == CollData::token_rows && op.backward && dx_started_) {
           // MP-Split's adjoint after the gate: gather every member's dx rows.
           buf("dx", d_.S * s_.M);
           collective(CollOp::allgather, GroupKind::mp, op.elems, "comm", op.label, "dxl", "dx", 0, s_.M);
           return;
         }
-        if (op.group == GroupKind::mp && !op.backward && std::string(op.label) == "mp_allgather" && cur_ == "outl") {
+        if (op.data == CollData::token_rows && !op.backward && cur_ == "outl") {
           buf("out", d_.S * s_.M);
           collective(CollOp::allgather, GroupKind::mp, op.elems, "comm", op.label, "outl", "out", 0, s_.M);
           cur_ = "out";
@@ -98,7 +95,7 @@ class GraphBuilder {
         return coll_step(CollOp::allgather, op.group, op, -1);
       case MoeStep::ar: {
         // In place: the ESP AllReduce on the current buffer, or the gate gradient's over MP.
-        const bool gate_grad = std::string(op.label) == "gate_grad_allreduce";
+        const bool gate_grad = op.data == CollData::gate_grad;
         const std::string target = gate_grad ? "dWg" : cur_;
         collective(CollOp::allreduce, op.group, op.elems, "comm", op.label, target, target, 0, gate_grad ? s_.E : s_.M);
         return;
@@ -152,13 +149,16 @@ class GraphBuilder {
   // calls (stream host, which runs them in issue order); after a sync it first
   // waits for the GPU to reach the sync.
   int host_task(int r, int launches) {
+    if (host_kernel_ == kNoKernel) host_kernel_ = b_.kernel_id("host");
     Task& t = b_.new_task();
     format_into(t.name, FMT_COMPILE("host#{}@{}"), host_n_++, r);
     t.rank = r;
     t.stream = kHostStream;
-    t.op = OpKind::host;
-    t.dtype = s_.dtype;
-    t.host_wait = s_.host_op * launches;
+    ComputeTask& c = t.compute();
+    c.op = OpKind::host;
+    c.kernel = host_kernel_;
+    c.dtype = s_.dtype;
+    c.host_wait = s_.host_op * launches;
     const int id = t.id;
     if (sync_[r] >= 0) b_.add_dep(id, sync_[r]);
     sync_[r] = -1;
@@ -167,18 +167,20 @@ class GraphBuilder {
 
   // Rank r's task of kernel k on the compute stream, after the rank's last
   // task and, when the host is modelled, after the host task `issued`.
-  int gpu_task(int r, const Kernel& k, bool bwd, int issued) {
+  int gpu_task(int r, const Kernel& k, bool bwd, int issued, KernelId kernel) {
     Task& t = b_.new_task();
     format_into(t.name, FMT_COMPILE("{}{}#{}@{}"), bwd ? "bwd_" : "", k.name, n_++, r);
     t.rank = r;
     t.stream = 0;
-    t.op = k.op;
-    t.flops = k.flops;
-    t.bytes = k.bytes;
-    t.dtype = k.dtype.value_or(s_.dtype);
-    if (!k.dims().empty()) t.shape.assign(k.shape.begin(), k.shape.end());
-    t.launches = k.launches;
-    t.host_wait = k.host_wait;
+    ComputeTask& c = t.compute();
+    c.op = k.op;
+    c.kernel = kernel;
+    c.flops = k.flops;
+    c.bytes = k.bytes;
+    c.dtype = k.dtype.value_or(s_.dtype);
+    if (!k.dims().empty()) c.shape.assign(k.shape.begin(), k.shape.end());
+    c.launches = k.launches;
+    c.host_wait = k.host_wait;
     const int id = t.id;
     if (issued >= 0) b_.add_dep(id, issued);
     chain(r, id);
@@ -189,9 +191,12 @@ class GraphBuilder {
   // host modelled (layer_kernels.hpp: host_split) the host issues the first
   // launch, the GPU runs the kernel's first L - 1 launches, and its last
   // (a task of its own) once the host has issued the rest.
-  void compute(const Kernel& k, bool bwd, const std::string& kname, const std::vector<std::string>& in,
-               const std::vector<std::string>& out, const std::function<std::vector<std::int64_t>(int)>& args) {
+  // `args` (none: timing only) gives rank r's kernel arguments.
+  using ArgsOf = std::function<KernelArgs(int)>;
+  void compute(const Kernel& k, bool bwd, const std::vector<std::string>& in, const std::vector<std::string>& out,
+               const ArgsOf& args) {
     if (dry_) return;
+    const KernelId kernel = kernel_id(k, bwd);
     const bool host = host_on();
     HostSplit hs;
     if (host) {
@@ -201,28 +206,36 @@ class GraphBuilder {
       hs.last.launches = 0;
     }
     for (int r = 0; r < d_.P; ++r) {
-      const int main = gpu_task(r, hs.main, bwd, host ? host_task(r, 1) : -1);
-      if (data_) {
+      const int main = gpu_task(r, hs.main, bwd, host ? host_task(r, 1) : -1, kernel);
+      if (data_ && args) {
         Task& t = b_.task(main);
-        t.kernel = kname;
         t.inputs = in;
         t.outputs = out;
-        t.iargs = args(r);
+        t.compute().args = args(r);
       }
       int last = main;
-      if (hs.last.launches > 0) last = gpu_task(r, hs.last, bwd, host_task(r, k.launches - 1));
+      if (hs.last.launches > 0) last = gpu_task(r, hs.last, bwd, host_task(r, k.launches - 1), kernel);
       if (hs.sync) sync_[r] = last;
     }
   }
+  // The id of kernel k's name in the graph ("bwd_" + its name in the backward
+  // pass). Kernel names are literals: found by address among those seen.
+  KernelId kernel_id(const Kernel& k, bool bwd) {
+    for (const SeenKernel& e : kernels_)
+      if (e.name == k.name && e.bwd == bwd) return e.id;
+    const KernelId id = b_.kernel_id(bwd ? std::string("bwd_") + k.name : std::string(k.name));
+    kernels_.push_back({k.name, bwd, id});
+    return id;
+  }
   // Timing-only kernels of an op (the extra kernels of a fused op).
   void timing_only(const std::vector<Kernel>& ks, bool bwd) {
-    for (const Kernel& k : ks) compute(k, bwd, "", {}, {}, [](int) { return std::vector<std::int64_t>{}; });
+    for (const Kernel& k : ks) compute(k, bwd, {}, {}, {});
   }
   // An op's kernels: the first carries the data binding (the executors' kernel
   // does the op's whole work), the others are timing only.
-  void emit(const std::vector<Kernel>& ks, bool bwd, const std::string& kname, const std::vector<std::string>& in,
-            const std::vector<std::string>& out, const std::function<std::vector<std::int64_t>(int)>& args) {
-    compute(ks[0], bwd, kname, in, out, args);
+  void emit(const std::vector<Kernel>& ks, bool bwd, const std::vector<std::string>& in,
+            const std::vector<std::string>& out, const ArgsOf& args) {
+    compute(ks[0], bwd, in, out, args);
     timing_only({ks.begin() + 1, ks.end()}, bwd);
   }
 
@@ -235,14 +248,14 @@ class GraphBuilder {
     buf("probs", count_ * s_.E);
     buf("route", count_ * s_.k * 3);
     route_ = "route";
-    emit(ks, false, "moe_gate", {"x", "Wg"}, {"probs", "route"},
-         [&](int r) { return std::vector<std::int64_t>{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, C_}; });
+    emit(ks, false, {"x", "Wg"}, {"probs", "route"},
+         [&](int r) { return MoeGateArgs{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, C_}; });
   }
 
   void order(const MoeOp& op) {
     buf("disp", s_.E * C_ * s_.M);
-    emit(kernels(op, s_, d_), false, "moe_order", {"x", "route"}, {"disp"},
-         [&](int r) { return std::vector<std::int64_t>{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, C_}; });
+    emit(kernels(op, s_, d_), false, {"x", "route"}, {"disp"},
+         [&](int r) { return MoeOrderArgs{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, C_}; });
     cur_ = "disp";
   }
 
@@ -250,8 +263,8 @@ class GraphBuilder {
     const std::int64_t Tl = cdiv(C_, d_.G);
     buf("displ", s_.E * Tl * s_.M);
     const std::int64_t C = C_;
-    emit(kernels(op, s_, d_), false, "moe_slot_slice", {"disp"}, {"displ"}, [&, C, Tl](int r) {
-      return std::vector<std::int64_t>{s_.E, C, Tl, s_.M, mp_index(r)};
+    emit(kernels(op, s_, d_), false, {"disp"}, {"displ"}, [&, C, Tl](int r) {
+      return MoeSlotSliceArgs{s_.E, C, Tl, s_.M, mp_index(r)};
     });
     full_C_ = C_;
     C_ = Tl;
@@ -265,11 +278,14 @@ class GraphBuilder {
     buf("eout", n);
     buf("h1", X * d_.E_local * C_ * h);
     const std::int64_t C = C_;
-    expert_loop(op, [&] {
-      emit(kernels(op, s_, d_), false, "moe_experts", {cur_, "W1", "W2"}, {"eout", "h1"}, [&, X, C, h](int) {
-        return std::vector<std::int64_t>{X, d_.E_local, C, s_.M, h};
-      });
-    }, "eout");
+    expert_loop(
+        op,
+        [&] {
+          emit(kernels(op, s_, d_), false, {cur_, "W1", "W2"}, {"eout", "h1"}, [&, X, C, h](int) {
+            return MoeExpertsArgs{X, d_.E_local, C, s_.M, h};
+          });
+        },
+        "eout");
     ein_ = cur_;
     cur_ = "eout";
   }
@@ -279,10 +295,14 @@ class GraphBuilder {
     const std::int64_t X = n / (d_.E_local * C_ * s_.M);
     buf("dein", n);
     const std::int64_t C = C_;
-    expert_loop(op, [&] {
-      emit(kernels(op, s_, d_), true, "moe_experts_bwd", {cur_, ein_, "h1", "W1", "W2"}, {"dein", "dW1", "dW2"},
-           [&, X, C, h](int) { return std::vector<std::int64_t>{X, d_.E_local, C, s_.M, h}; });
-    }, "dein");
+    expert_loop(
+        op,
+        [&] {
+          emit(kernels(op, s_, d_), true, {cur_, ein_, "h1", "W1", "W2"}, {"dein", "dW1", "dW2"}, [&, X, C, h](int) {
+            return MoeExpertsBwdArgs{X, d_.E_local, C, s_.M, h};
+          });
+        },
+        "dein");
     cur_ = "dein";
   }
 
@@ -310,13 +330,9 @@ class GraphBuilder {
   }
 
   // Layout of a buffer of combine-side slots of this size.
-  int layout_of(std::int64_t n) const {
-    if (n == s_.E * C_ * s_.M) return 0;
-    return slot_split_ ? 2 : 1;
-  }
-
-  std::vector<std::int64_t> iorder_args(int r) const {
-    return {tok_begin(r, icount_), icount_, s_.M, s_.E, s_.k, C_, layout_, d_.G, icount_ / d_.G};
+  SlotLayout layout_of(std::int64_t n) const {
+    if (n == s_.E * C_ * s_.M) return SlotLayout::local;
+    return slot_split_ ? SlotLayout::sliced : SlotLayout::gathered;
   }
 
   void iorder(const MoeOp& op) {
@@ -325,7 +341,8 @@ class GraphBuilder {
     const std::string out = icount_ == d_.S ? "out" : "outl";
     buf(out, icount_ * s_.M);
     comb_ = cur_;
-    emit(kernels(op, s_, d_), false, "moe_iorder", {cur_, route_}, {out}, [&](int r) { return iorder_args(r); });
+    emit(kernels(op, s_, d_), false, {cur_, route_}, {out},
+         [&](int) { return MoeIOrderArgs{icount_, s_.M, s_.E, s_.k, C_, icount_ / d_.G, layout_}; });
     cur_ = out;
   }
 
@@ -334,11 +351,12 @@ class GraphBuilder {
     layout_ = layout_of(size_[comb_]);
     buf("dcomb", size_[comb_]);
     buf("dw", icount_ * s_.k);
-    emit(kernels(op, s_, d_), true, "moe_iorder_bwd", {"dout", comb_, route_}, {"dcomb", "dw"},
-         [&](int r) { return iorder_args(r); });
+    emit(kernels(op, s_, d_), true, {"dout", comb_, route_}, {"dcomb", "dw"}, [&](int r) {
+      return MoeIOrderBwdArgs{tok_begin(r, icount_), icount_, s_.M, s_.E, s_.k, C_, icount_ / d_.G, layout_};
+    });
     cur_ = "dcomb";
     // A gathered layout: the next collective sends this member's part only.
-    offset_next_ = layout_ != 0;
+    offset_next_ = layout_ != SlotLayout::local;
   }
 
   void order_bwd(const MoeOp& op) {
@@ -349,27 +367,23 @@ class GraphBuilder {
     const bool gathered = o_.parm && o_.split == Split::before_gate;
     const std::string out = count_ == d_.S && !gathered ? "dx" : "dxl";
     buf(out, count_ * s_.M);
-    const int layout = size_[cur_] == s_.E * C_ * s_.M ? 0 : 2;
-    emit(kernels(op, s_, d_), true, "moe_order_bwd", {cur_, route_ == "route_all" ? "route" : route_}, {out},
-         [&, layout](int r) {
-              return std::vector<std::int64_t>{tok_begin(r, count_),       count_, s_.M, s_.E, s_.k,
-                                               slot_split_ ? full_C_ : C_, layout, d_.G, C_};
-            });
+    const SlotLayout layout = size_[cur_] == s_.E * C_ * s_.M ? SlotLayout::local : SlotLayout::sliced;
+    emit(kernels(op, s_, d_), true, {cur_, route_ == "route_all" ? "route" : route_}, {out}, [&, layout](int) {
+      return MoeOrderBwdArgs{count_, s_.M, s_.E, s_.k, slot_split_ ? full_C_ : C_, C_, layout};
+    });
     dx_ = out;
   }
 
   void gate_bwd(const MoeOp& op) {
     const auto ks = kernels(op, s_, d_);
     // dw covers icount_ tokens; the gate saw count_ of them, starting at this member's offset.
-    emit(ks, true, "moe_gate_bwd", {"dw", "probs", "route", "x", "Wg"}, {"dWg", dx_}, [&](int r) {
+    emit(ks, true, {"dw", "probs", "route", "x", "Wg"}, {"dWg", dx_}, [&](int r) {
       const std::int64_t dw_off = icount_ == count_ ? 0 : mp_index(r) * count_;
-      return std::vector<std::int64_t>{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, dw_off};
+      return MoeGateBwdArgs{tok_begin(r, count_), count_, s_.M, s_.E, s_.k, dw_off};
     });
   }
 
-  void kernel_task(const MoeOp& op) {
-    compute(kernels(op, s_, d_)[0], op.backward, "", {}, {}, [](int) { return std::vector<std::int64_t>{}; });
-  }
+  void kernel_task(const MoeOp& op) { compute(kernels(op, s_, d_)[0], op.backward, {}, {}, {}); }
 
   // A collective that maps the current buffer to `label`.out. grow: output =
   // input x grow; 0 = ReduceScatter (input / G); -1 = AllGather (x group size).
@@ -386,7 +400,8 @@ class GraphBuilder {
     const std::string name = std::string(op.backward ? "g." : "") + op.label + ".out";
     buf(name, out);
     collective(cop, kind, op.elems, "comm", op.label, cur_, name, off ? static_cast<std::uint64_t>(in) : 0, s_.M);
-    if (cop == CollOp::allgather && op.group == GroupKind::mp && !op.backward) layout_ = slot_split_ ? 2 : 1;
+    if (cop == CollOp::allgather && op.group == GroupKind::mp && !op.backward)
+      layout_ = slot_split_ ? SlotLayout::sliced : SlotLayout::gathered;
     cur_ = name;
   }
 
@@ -489,10 +504,17 @@ class GraphBuilder {
   std::map<std::string, std::int64_t> size_;
   std::string cur_ = "x", route_ = "route", ein_, comb_, dx_ = "dx";
   std::int64_t C_ = 0, full_C_ = 0, count_ = 0, icount_ = 0;
-  int layout_ = 0;
+  SlotLayout layout_ = SlotLayout::local;
   static constexpr int kHostStream = 3;  // after compute, comm and rs
   std::vector<int> sync_;                // per rank: the sync the next host task waits for, or -1
   int host_n_ = 0;
+  KernelId host_kernel_ = kNoKernel;
+  struct SeenKernel {
+    const char* name;
+    bool bwd;
+    KernelId id;
+  };
+  std::vector<SeenKernel> kernels_;  // kernel_id's cache
   bool slot_split_ = false, in_backward_ = false, offset_next_ = false, dx_started_ = false, dry_ = false;
 };
 

@@ -159,6 +159,16 @@ enum class MoeStep {
   slot_slice
 };
 enum class GroupKind { ep, esp, mp, world };
+// What a collective step moves, where the graph builder's data bindings need
+// to know more than "the buffer the step before wrote" (the simulator and
+// the closed form time every step alike).
+enum class CollData : std::uint8_t {
+  current,     // the buffer the step before wrote
+  route,       // the gate's routing records (expert, slot, weight per choice), gathered over MP
+  token_rows,  // each MP member's token rows, gathered into all S: the MP-AllGather after I-Order;
+               // on MP-Split before the gate, its adjoint, which gathers the rows of dx
+  gate_grad,   // the gate weights' gradient, summed over MP
+};
 
 // One step of a schedule, in elements (times dtype bytes for collectives).
 struct MoeOp {
@@ -181,7 +191,11 @@ struct MoeOp {
   // experts: one ESP AllReduce of its output rows after each local expert
   // (forward), of its input gradient (backward): DeepSpeed-MoE with expert sharding.
   bool allreduce_each = false;
-  const char* label = "";  // a literal: op lists are built a million times a second by the model
+  CollData data = CollData::current;  // collectives and views
+  // What task and collective names show (the builder branches on kind and
+  // data, never on this). A literal: op lists are built a million times a
+  // second by the model.
+  const char* label = "";
 };
 
 std::vector<MoeOp> forward_ops(const LayerSpec& s, const Dims& d, const ScheduleOptions& o);

@@ -63,10 +63,10 @@ u64 gate_capacity(u64 t, const Dims& d) {
 }  // namespace
 
 Time kernel_time(const Kernel& k, DType layer_dtype, const GpuProfile& gpu, const Calibration* cal,
-                 std::string_view task_kind) {
-  return with_launches(
-      gpu, compute_time(gpu, k.op, k.flops, k.bytes, k.dtype.value_or(layer_dtype), cal, task_kind, k.dims()),
-      k.launches, k.host_wait);
+                 std::string_view kernel) {
+  return with_launches(gpu,
+                       compute_time(gpu, k.op, k.flops, k.bytes, k.dtype.value_or(layer_dtype), cal, kernel, k.dims()),
+                       k.launches, k.host_wait);
 }
 
 std::int64_t expert_repeats(const LayerSpec& s, const Dims& d) {

@@ -34,7 +34,7 @@ void backward_ops(std::span<const MoeOp> fwd, const LayerSpec& s, const Dims& d,
 
 // One op of a backward list as backward_ops derives it, before it is
 // written out as a MoeOp: a forward op taken over (its copy, marked
-// backward, is the op) or a collective by kind, group, size and label
+// backward, is the op) or a collective by kind, group, size, label and data
 // (rs_then: with the step it feeds and its chunks; the MoeOp's defaults,
 // a2a and 1, otherwise). For an op taken over, kind, group and elems are
 // the forward op's. The closed form times these without writing the
@@ -49,6 +49,7 @@ struct BackwardOp {
   std::int64_t elems;
   const char* label;
   bool fused;  // from a fused forward op (while the list is derived)
+  CollData data;
 };
 // The BackwardOps of one backward list: inline up to 32 (forward lists of
 // up to 16 ops), on the heap above that. Neither copied nor moved (its
@@ -120,9 +121,10 @@ HostSplit host_split(const Kernel& k);
 
 // What the simulator charges for one task made of this kernel (the engine's
 // rule, with_launches in sim/compute/gpu_profile.hpp).
-// `task_kind` names a calibration table ("bwd_expert_fc1"); empty: none.
+// `kernel` names a calibration table (the name tasks of this kernel carry,
+// ComputeTask::kernel: "bwd_expert_fc1"); empty: none.
 Time kernel_time(const Kernel& k, DType layer_dtype, const GpuProfile& gpu, const Calibration* cal,
-                 std::string_view task_kind);
+                 std::string_view kernel);
 
 // The kernels of a compute op (gate, order, iorder, slot_slice, kernel) in
 // order; for `experts`, the kernels of ONE local expert (see expert_repeats).

@@ -12,7 +12,7 @@ Time rank0_compute(const TaskGraph& g, const SimResult& r, bool host = false) {
   Time t;
   for (const TraceRow& row : r.trace) {
     const Task& k = g.task(row.task);
-    if (k.rank == 0 && k.kind == TaskKind::compute && (k.op == OpKind::host) == host) t += row.end - row.start;
+    if (k.rank == 0 && k.is_compute() && (k.compute().op == OpKind::host) == host) t += row.end - row.start;
   }
   return t;
 }

@@ -95,7 +95,7 @@ void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, 
   std::int64_t Dl = 0;  // per-rank dispatch buffer after MP-Split (D/G)
   if (o.split == Split::before_gate) {
     Dl = s.E * d.T_parm * M;
-    add_coll(v, MoeStep::split, GroupKind::mp, d.S * M, "mp_split");
+    add_coll(v, MoeStep::split, GroupKind::mp, d.S * M, "mp_split").data = CollData::token_rows;
     add_compute(v, MoeStep::gate, d.S / G, 0, "gate");
     add_compute(v, MoeStep::order, d.S / G, Dl, "order");
   } else {
@@ -124,12 +124,12 @@ void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, 
   if (o.gather == Gather::after_iorder) {
     combine(MoeStep::a2a);
     add_compute(v, MoeStep::iorder, d.S / G, Dl, "iorder");
-    add_coll(v, MoeStep::ag, GroupKind::mp, d.S * M, "mp_allgather");
+    add_coll(v, MoeStep::ag, GroupKind::mp, d.S * M, "mp_allgather").data = CollData::token_rows;
   } else {
     // I-Order on all S tokens needs every MP member's routing (expert, slot,
     // weight per token choice): a small AllGather over MP.
     if (o.split == Split::before_gate)
-      add_coll(v, MoeStep::ag, GroupKind::mp, d.S * s.k * 3, "route_allgather");
+      add_coll(v, MoeStep::ag, GroupKind::mp, d.S * s.k * 3, "route_allgather").data = CollData::route;
     combine(o.fuse_combine ? MoeStep::saa : MoeStep::a2a);
     if (!o.fuse_combine) add_coll(v, MoeStep::ag, GroupKind::mp, Dfull, "mp_allgather");
     MoeOp& io = add_compute(v, MoeStep::iorder, d.S, Dfull, "iorder");
@@ -158,18 +158,19 @@ void plan_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims
   // writing MoeOps). At most two per forward op.
   BackwardOp* prim = out.reset(2 * fwd.size());
   std::size_t np = 0;
-  auto coll = [&](MoeStep k, GroupKind g, std::int64_t n, const char* l, bool fused = false) {
-    prim[np++] = BackwardOp{nullptr, k, g, MoeStep::a2a, 1, n, l, fused};
+  auto coll = [&](MoeStep k, GroupKind g, std::int64_t n, const char* l, bool fused = false,
+                  CollData data = CollData::current) {
+    prim[np++] = BackwardOp{nullptr, k, g, MoeStep::a2a, 1, n, l, fused, data};
   };
   auto take = [&](const MoeOp& f) {
-    prim[np++] = BackwardOp{&f, f.kind, f.group, MoeStep::a2a, 1, f.elems, "", false};
+    prim[np++] = BackwardOp{&f, f.kind, f.group, MoeStep::a2a, 1, f.elems, "", false, CollData::current};
   };
   const std::int64_t G = d.G;
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
     const MoeOp& f = *it;
     switch (f.kind) {
       case MoeStep::split:
-        coll(MoeStep::ag, GroupKind::mp, f.elems, "bwd_mp_split_allgather");
+        coll(MoeStep::ag, GroupKind::mp, f.elems, "bwd_mp_split_allgather", false, f.data);
         break;
       case MoeStep::slot_slice:
         break;  // its adjoint is the AllGather above; Order's backward reads that layout
@@ -178,7 +179,7 @@ void plan_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims
         // With MP split before the gate, each MP rank saw other tokens: the
         // replicated gate weights' gradient is summed over the MP group.
         if (o.parm && o.split == Split::before_gate)
-          coll(MoeStep::ar, GroupKind::mp, spec.M * spec.E, "gate_grad_allreduce");
+          coll(MoeStep::ar, GroupKind::mp, spec.M * spec.E, "gate_grad_allreduce", false, CollData::gate_grad);
         break;
       }
       case MoeStep::ag:
@@ -221,15 +222,15 @@ void plan_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims
     const bool has_next = i + 1 < np;
     if (has_next && a.kind == MoeStep::a2a && a.fused && prim[i + 1].fused && prim[i + 1].kind == MoeStep::ag &&
         prim[i + 1].elems == G * a.elems) {
-      prim[w++] =
-          BackwardOp{nullptr, MoeStep::saa, GroupKind::world, MoeStep::a2a, 1, a.elems, "bwd_combine_saa", false};
+      prim[w++] = BackwardOp{nullptr,           MoeStep::saa, GroupKind::world, MoeStep::a2a, 1, a.elems,
+                             "bwd_combine_saa", false,        CollData::current};
       ++i;
       continue;
     }
     if (has_next && a.kind == MoeStep::rs && prim[i + 1].kind == MoeStep::a2a && prim[i + 1].elems * G == a.elems &&
         (o.chunks > 1 || a.fused)) {
-      prim[w++] =
-          BackwardOp{nullptr, MoeStep::rs_then, a.group, MoeStep::a2a, o.chunks, a.elems, "bwd_dispatch_rs_a2a", false};
+      prim[w++] = BackwardOp{nullptr, MoeStep::rs_then,      a.group, MoeStep::a2a,     o.chunks,
+                             a.elems, "bwd_dispatch_rs_a2a", false,   CollData::current};
       ++i;
       continue;
     }
@@ -250,6 +251,7 @@ void build_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dim
       continue;
     }
     MoeOp& p = add_coll(out, b.kind, b.group, b.elems, b.label);
+    p.data = b.data;
     p.then = b.then;
     p.chunks = b.chunks;
     p.backward = true;
