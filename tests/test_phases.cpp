@@ -24,8 +24,8 @@ int gemm(TaskGraphBuilder& b, const std::string& name, int rank, std::uint64_t f
   t.name = name;
   t.rank = rank;
   t.stream = 0;
-  t.op = OpKind::gemm;
-  t.flops = flops;
+  t.compute().op = OpKind::gemm;
+  t.compute().flops = flops;
   return t.id;
 }
 

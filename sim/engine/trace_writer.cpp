@@ -62,7 +62,7 @@ void write_trace_csv(std::ostream& os, std::span<const TracePart> parts) {
     const TaskGraph& g = *p.graph;
     for (const TraceRow& row : p.result->trace) {
       const Task& t = g.task(row.task);
-      const std::string op = t.kind == TaskKind::compute ? to_string(t.op) : g.collective(t.collective).name;
+      const std::string op = t.is_compute() ? to_string(t.compute().op) : g.collective(t.collective()).name;
       os << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(p.run), csv_field(p.pass), t.id,
                         csv_field(t.name), t.rank, csv_field(g.streams(t.rank)[t.stream]), kind_of(g, t),
                         csv_field(op), us_exact(p.offset + row.start), us_exact(p.offset + row.end),

@@ -126,9 +126,9 @@ std::vector<PathStep> critical_path(const TaskGraph& g, const SimResult& r) {
   while (true) {
     const Task& task = g.task(cur);
     int from_task = cur;
-    if (task.kind == TaskKind::collective) {
+    if (task.kind() == TaskKind::collective) {
       // The member that entered last before `to`: until then the collective waited for it.
-      for (int p : g.parts(task.collective))
+      for (int p : g.parts(task.collective()))
         if (row(p).start <= to && (row(p).start > row(from_task).start ||
                                    (row(p).start == row(from_task).start && p < from_task)))
           from_task = p;
@@ -159,11 +159,11 @@ PhaseTimes layer_phases(const TaskGraph& g, const SimResult& r, std::span<const 
   for (const PathStep& step : critical_path(g, r)) {
     const Task& t = g.task(step.task);
     Phase p = Phase::other;
-    if (t.kind == TaskKind::collective) {
-      p = phase_of(g.collective(t.collective).op);
-    } else if (t.op == OpKind::host) {
+    if (t.kind() == TaskKind::collective) {
+      p = phase_of(g.collective(t.collective()).op);
+    } else if (t.compute().op == OpKind::host) {
       p = Phase::host;
-    } else if (auto it = kinds.find(std::string(task_kind(t.name))); it != kinds.end()) {
+    } else if (auto it = kinds.find(std::string(g.kernel_name(t.compute().kernel))); it != kinds.end()) {
       p = it->second;
     }
     out[p] += step.to - step.from;
