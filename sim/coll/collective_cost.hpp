@@ -182,7 +182,7 @@ std::uint64_t topology_fingerprint(const Topology& topo);
 // make_plan(c, topo, ws), shared: plans are kept in ws, keyed by
 // `topo_key` (topology_fingerprint(topo)) and every field of c a plan
 // depends on (op, group, bytes, matrix, algo, proto, channels, window,
-// inner, chunks; not the name or the data bindings). The simulator takes
+// inner; not the name or the data bindings). The simulator takes
 // its plans here, so that the forward and backward passes, the schedules
 // of one layer and the layers of a sweep that move the same bytes between
 // the same ranks plan each collective once. A plan that throws is not kept.
