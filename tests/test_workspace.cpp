@@ -14,6 +14,7 @@
 #include "sim/engine/simulator.hpp"
 #include "sim/moe/layer.hpp"
 #include "sim/moe/layer_sim.hpp"
+#include "sim/compute/gpu_profile.hpp"
 
 using namespace parmsim;
 using parmsim::test::all;
@@ -106,4 +107,36 @@ TEST_CASE("workspace: plans and forms through a warm workspace equal fresh ones"
       }
       CHECK(collective_time_s(*c, t, static_cast<double>(c->bytes), ws) == collective_time_s(*c, t));
     }
+}
+
+TEST_CASE("closed form: an AlphaBeta's bound handles, past the fixed entries, give what a fresh one does",
+          "[workspace][closed_form]") {
+  // 4 AlltoAll algorithms x 3 MP sizes x 2 SAA algorithms = 24 keys, past
+  // BoundHandles::kFixed (16): the later ones are kept in its map. Each
+  // evaluation, twice over, equals one with a fresh AlphaBeta.
+  const Topology t = topo("parm-32gpu");
+  const GpuProfile& gpu = gpu_profile(t.gpu_model());
+  const moe::AlphaBeta shared = moe::alpha_beta_from_topology(t);
+  int keys = 0;
+  for (int round = 0; round < 2; ++round)
+    for (const char* a2a : {"p2p", "pairwise", "direct", "hierarchical"})
+      for (const int mp : {1, 2, 4})
+        for (const char* saa : {"released", "pipelined"}) {
+          CAPTURE(round, a2a, mp, saa);
+          moe::LayerSpec s;
+          s.mp = mp;
+          s.saa_algo = saa;
+          const moe::Dims d = moe::make_dims(s, t.num_gpus(), t.gpus_per_node());
+          moe::ScheduleOptions o = moe::preset("s2");
+          o.a2a_algo = a2a;
+          const moe::AlphaBeta fresh = moe::alpha_beta_from_topology(t);
+          const moe::ModelTime a = moe::model_layer(s, d, o, shared, gpu);
+          const moe::ModelTime b = moe::model_layer(s, d, o, fresh, gpu);
+          REQUIRE(a.forward_s == b.forward_s);
+          REQUIRE(a.backward_s == b.backward_s);
+          keys += round == 0;
+        }
+  CHECK(keys > moe::BoundHandles::kFixed);
+  CHECK(shared.handles->count.load() == moe::BoundHandles::kFixed);
+  CHECK(shared.handles->more.size() == static_cast<std::size_t>(keys - moe::BoundHandles::kFixed));
 }

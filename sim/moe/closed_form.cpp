@@ -74,15 +74,9 @@ struct Costs {
   // live as long as ab.costs.
   std::array<const BoundCollective*, kSlots> live{};
   void init_handles() {
-    static_assert(kSlots == std::tuple_size_v<decltype(BoundHandles::map)::mapped_type>);
+    static_assert(kSlots == std::tuple_size_v<BoundHandles::Handles>);
     BoundHandles::Key key{ab.costs.get(), d.P, d.G, d.n_ep, a2a_algo, saa_algo};
-    if (ab.handles) {
-      std::lock_guard lk(ab.handles->mu);
-      if (auto it = ab.handles->map.find(key); it != ab.handles->map.end()) {
-        std::copy(it->second.begin(), it->second.end(), live.begin());
-        return;
-      }
-    }
+    if (ab.handles && ab.handles->find(key, live)) return;
     // Every group of a kind runs at once: EP groups are copies of group 0
     // shifted by 1 rank, MP groups by G ranks; they share NICs and PCIe links.
     Collective ep, mp, world;
@@ -107,9 +101,7 @@ struct Costs {
       const int size = slot == kA2aEp || slot == kArEp ? (d.P + d.G - 1) / d.G : d.G;  // the groups built above
       live[slot] = slot == kSaa || size >= 2 ? h[slot] : nullptr;
     }
-    if (!ab.handles) return;  // an AlphaBeta made by hand: bound again next time
-    std::lock_guard lk(ab.handles->mu);
-    ab.handles->map.emplace(std::move(key), live);
+    if (ab.handles) ab.handles->add(std::move(key), live);  // else an AlphaBeta made by hand: bound again next time
   }
   // The cost form of the plan the simulator runs, on group 0 of this kind, or
   // `fallback()` without a topology (called only then: the ring forms and the

@@ -9,6 +9,7 @@
 // MP-AllGather, ...). The same lists feed the task-graph builder and the
 // closed form, so the simulator and the model always time the same work.
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -226,13 +227,51 @@ TaskGraph build_training_graph(const std::vector<MoeOp>& fwd, const std::vector<
 // Without one, the paper's ring forms over the two alpha-beta pairs below.
 struct BoundHandles {
   struct Key {
-    const CollectiveCosts* costs;
-    int P, G, n_ep;
+    const CollectiveCosts* costs = nullptr;
+    int P = 0, G = 0, n_ep = 0;
     std::string a2a_algo, saa_algo;
     auto operator<=>(const Key&) const = default;
   };
-  std::mutex mu;  // guards map
-  std::map<Key, std::array<const BoundCollective*, 6>> map;
+  using Handles = std::array<const BoundCollective*, 6>;
+  // The first kFixed keys in an array read without a lock: an entry is
+  // written once, under `mu`, before `count` is raised past it (release),
+  // and read only below `count` (acquire). Later keys go in `more`, under `mu`.
+  static constexpr int kFixed = 16;
+  struct Entry {
+    Key key;
+    Handles live{};
+  };
+  std::array<Entry, kFixed> fixed;
+  std::atomic<int> count{0};
+  std::mutex mu;
+  std::map<Key, Handles> more;
+  // The handles of `key`, or false.
+  bool find(const Key& key, Handles& out) {
+    const int n = count.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i)
+      if (fixed[i].key == key) {
+        out = fixed[i].live;
+        return true;
+      }
+    if (n < kFixed) return false;
+    std::lock_guard lk(mu);
+    auto it = more.find(key);
+    if (it == more.end()) return false;
+    out = it->second;
+    return true;
+  }
+  void add(Key key, const Handles& live) {
+    std::lock_guard lk(mu);
+    const int n = count.load(std::memory_order_relaxed);
+    for (int i = 0; i < n; ++i)
+      if (fixed[i].key == key) return;  // another thread was first
+    if (n < kFixed) {
+      fixed[n] = Entry{std::move(key), live};
+      count.store(n + 1, std::memory_order_release);
+    } else {
+      more.emplace(std::move(key), live);
+    }
+  }
 };
 
 struct AlphaBeta {
