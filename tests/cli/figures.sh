@@ -2,11 +2,7 @@
 # The plot script draws every figure from a small sweep, a model JSON and a
 # trace, and a comparison CSV; it writes PNGs and nothing else.
 set -u
-bin=$(realpath "$1")
-cd "$2" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 passes=0
+. "$(dirname "$(realpath "$0")")/lib.sh" "$@"
 "$bin" sweep tests/data/small-sweep.yaml -o "$tmp/paper-grid.csv" -q
 "$bin" model experiments/bert-moe.yaml --json > "$tmp/bert-moe.json"
 "$bin" simulate -t topologies/dgx-h100.yaml -g experiments/graphs/overlap-demo.yaml --csv "$tmp/demo.trace.csv" > /dev/null

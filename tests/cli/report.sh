@@ -2,13 +2,7 @@
 # scripts/report.py on a small sweep: its summary agrees with the CSV, counted here
 # independently; its figures are PNGs; a CSV that is no sweep is refused in one line.
 set -u
-bin=$(realpath "$1")
-cd "$2" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 passes=0
-ok() { passes=$((passes + 1)); }
-bad() { fails=$((fails + 1)); echo "FAIL $*"; }
+. "$(dirname "$(realpath "$0")")/lib.sh" "$@"
 
 "$bin" sweep tests/data/small-sweep.yaml -o "$tmp/s.csv" -q || { echo "FAIL sweep"; exit 1; }
 if scripts/report.py "$tmp/s.csv" -o "$tmp/rep/new" > "$tmp/log" 2>&1; then ok; else bad "report.py: $(cat "$tmp/log")"; fi
