@@ -2,6 +2,9 @@
 #include <filesystem>
 #include <map>
 
+#include <fmt/format.h>
+
+#include "sim/coll/collective_plan.hpp"
 #include "sim/core/error.hpp"
 #include "sim/topo/topology_io.hpp"
 
@@ -12,7 +15,7 @@ static std::string topo_path(const std::string& name) {
 }
 
 TEST_CASE("every shipped topology loads and every GPU reaches every other", "[topology]") {
-  for (const char* n : {"parm-32gpu", "pcie-8gpu", "dgx-h100", "h200-cluster", "nvl72", "fat-tree-1024"}) {
+  for (const char* n : {"parm-32gpu", "pcie-8gpu", "dgx-h100", "dgx-h100-rail-only", "h200-cluster", "nvl72", "fat-tree-1024"}) {
     INFO(n);
     const Topology t = load_topology(topo_path(n));
     CHECK(t.num_gpus() > 0);
@@ -137,4 +140,111 @@ TEST_CASE("the --topo-set example of topology --help names keys every shipped to
     ++files;
   }
   CHECK(files >= 9);  // the shipped topologies
+}
+
+namespace {
+std::string link_names(const Topology& t, const std::vector<int>& links) {
+  std::string s;
+  for (int l : links) s += t.link_name(l) + " ";
+  return s;
+}
+}  // namespace
+
+// Rail-only (no spine): a GPU reaches a GPU of another server on another rail
+// as NCCL's PXN does, over NVLink to the GPU of its own server on the
+// receiver's rail, then through that GPU's NIC on the receiver's rail.
+TEST_CASE("a rail-only fabric routes across rails through NVLink to the GPU on the receiver's rail (PXN)",
+          "[topology][pxn]") {
+  const Topology t = load_topology(topo_path("dgx-h100-rail-only"));
+  REQUIRE(t.num_gpus() == 32);
+  REQUIRE(t.num_nodes() == 4);
+  // n0.gpu0 -> n1.gpu3 (rank 11): rail 0 and rail 3 meet nowhere, so through n0.gpu3.
+  const Route& r = t.route(0, 11);
+  CHECK(link_names(t, r.links) ==
+        "n0.gpu0->n0.nvswitch n0.nvswitch->n0.gpu3 n0.gpu3->n0.pcie3 n0.pcie3->n0.nic3 n0.nic3->rail3 "
+        "rail3->n1.nic3 n1.nic3->n1.pcie3 n1.pcie3->n1.gpu3 ");
+  CHECK(t.link_class(r.links[0]) == LinkClass::nvlink);
+  CHECK(t.link_class(r.links[1]) == LinkClass::nvlink);
+  // 2 NVLink hops of 0.2 us, 4 PCIe hops of 0.5 us, 2 network hops of 1 us = 4.4 us; the
+  // bottleneck is PCIe Gen5 at 64 GB/s x 0.75 = 48 GB/s (NIC 50 GB/s, NVLink 450 x 0.824).
+  CHECK(r.latency == Time::ns(4400));
+  CHECK(r.bottleneck == 48'000'000'000ULL);
+  // On one rail nothing changes: n0.gpu2 -> n3.gpu2 (rank 26) stays on rail 2, no GPU between.
+  CHECK(link_names(t, t.route(2, 26).links) ==
+        "n0.gpu2->n0.pcie2 n0.pcie2->n0.nic2 n0.nic2->rail2 rail2->n3.nic2 n3.nic2->n3.pcie2 n3.pcie2->n3.gpu2 ");
+  // Inside a server: NVSwitch as before.
+  CHECK(link_names(t, t.route(0, 3).links) == "n0.gpu0->n0.nvswitch n0.nvswitch->n0.gpu3 ");
+  // The same servers with spines route n0.gpu0 -> n1.gpu3 through a spine, no GPU between (unchanged).
+  const Topology s = load_topology(topo_path("dgx-h100"), {"nodes=4"});
+  CHECK(link_names(s, s.route(0, 11).links).find("spine") != std::string::npos);
+  CHECK(link_names(s, s.route(0, 11).links).find("nvswitch") == std::string::npos);
+}
+
+TEST_CASE("an AlltoAll on the rail-only fabric sends every cross-rail byte over NVLink first", "[topology][pxn]") {
+  const Topology t = load_topology(topo_path("dgx-h100-rail-only"));
+  Collective c;
+  c.name = "a2a";
+  c.op = CollOp::alltoall;
+  for (int g = 0; g < 16; ++g) c.group.push_back(g);  // two servers
+  c.bytes = 16 << 20;
+  const CollPlan plan = make_plan(c, t);
+  int cross_rail = 0;
+  Route scratch;
+  Workspace ws;
+  for (const CollXfer& x : plan.xfers) {
+    const int a = c.group[x.src], b = c.group[x.dst];
+    if (t.same_node(a, b) || a % 8 == b % 8) continue;
+    ++cross_rail;
+    const Route& r = xfer_route(plan, x, c.group, t, scratch, ws);
+    INFO(link_names(t, r.links));
+    // GPU -> NVSwitch -> the sender's server's GPU on b's rail -> its PCIe switch -> its NIC -> b's rail.
+    REQUIRE(r.links.size() == 8);
+    CHECK(t.link_class(r.links[0]) == LinkClass::nvlink);
+    CHECK(t.link_class(r.links[1]) == LinkClass::nvlink);
+    CHECK(t.device(t.link_to(r.links[1])).gpu == t.node_of(a) * 8 + b % 8);
+    CHECK(t.link_name(r.links[4]) == fmt::format("n{}.nic{}->rail{}", t.node_of(a), b % 8, b % 8));
+  }
+  // 16 ranks, each sending to the 8 of the other server less the one on its own rail: 16 x 7.
+  CHECK(cross_rail == 112);
+}
+
+TEST_CASE("a rail-only fabric without NVLink between a server's GPUs is refused, naming PXN", "[topology][pxn]") {
+  // Two servers of two GPUs on one PCIe switch each, one NIC per GPU, rails unjoined.
+  const std::string text = R"(name: pcie-rails
+gpu: h100
+nodes: 2
+node:
+  gpus: 2
+  devices:
+    - {name: sw, kind: pcie_switch}
+    - {name: nic0, kind: nic}
+    - {name: nic1, kind: nic}
+  links:
+    - {a: [gpu0, gpu1], b: sw, bandwidth: 64GBps, latency: 500ns}
+    - {a: gpu0, b: nic0, bandwidth: 64GBps, latency: 500ns}
+    - {a: gpu1, b: nic1, bandwidth: 64GBps, latency: 500ns}
+fabric: {kind: rail, bandwidth: 400Gbps, latency: 1us}
+)";
+  CHECK_THROWS_WITH(parse_topology_text(text, "p.yaml"),
+                    Catch::Contains("GPU n1.gpu1 cannot reach GPU n0.gpu0") && Catch::Contains("PXN") &&
+                        Catch::Contains("n1.gpu0, its server's GPU on n0.gpu0's rail, is not reached over NVLink "
+                                        "alone (link n1.gpu1->n1.sw is pcie)"));
+}
+
+TEST_CASE("a rail fabric's spines take an oversubscription; a rail-only one refuses it", "[topology]") {
+  // Rail down bandwidth = 4 nodes x 50 GB/s = 200 GB/s; over 2 spines 100 GB/s each; 2:1 halves it.
+  const Topology full = load_topology(topo_path("dgx-h100"), {"nodes=4"});
+  const Topology half = load_topology(topo_path("dgx-h100"), {"nodes=4", "fabric.oversubscription=2"});
+  auto spine_bw = [](const Topology& t) {
+    for (int l = 0; l < t.num_links(); ++l)
+      if (t.link_name(l) == "rail0->spine0") return t.link(l).bandwidth;
+    return std::uint64_t{0};
+  };
+  CHECK(spine_bw(full) == 100'000'000'000ULL);
+  CHECK(spine_bw(half) == 50'000'000'000ULL);
+  CHECK_THROWS_WITH(load_topology(topo_path("dgx-h100"), {"nodes=4", "fabric.oversubscription=0.5"}),
+                    Catch::Contains("key 'fabric.oversubscription'") && Catch::Contains("at least 1"));
+  CHECK_THROWS_WITH(load_topology(topo_path("dgx-h100-rail-only"), {}, {"fabric.oversubscription=2"}),
+                    Catch::Contains("key 'fabric.oversubscription'") && Catch::Contains("rail-only") &&
+                        Catch::Contains("fabric.spines"));
 }

@@ -260,10 +260,19 @@ void Topology::finalize() {
     Workspace ws;
     // Small clusters (and any whose reachability the shortcut cannot show):
     // a search from every destination; small ones keep every route.
+    std::vector<int> no_path;  // senders without a direct path to d: PXN's, or an error
     for (int d = 0; d < n; ++d) {
+      no_path.clear();
       const std::vector<int>& dist = dist_to(d, ws);
       for (int s = 0; s < n; ++s)
-        if (dist[gpu_vertex_[s]] < 0) throw unreachable(s, d);
+        if (dist[gpu_vertex_[s]] < 0) no_path.push_back(s);
+      for (int s : no_path) {
+        if (same_node(s, d)) throw unreachable(s, d);
+        if (const std::string why = pxn_unreachable(s, d, ws); !why.empty())
+          throw UserError(fmt::format("topology {}: GPU {} cannot reach GPU {} (no path of links; GPUs do not forward, "
+                                      "except through NCCL's PXN, and {})",
+                                      name_, graph_[gpu_vertex_[s]].name, graph_[gpu_vertex_[d]].name, why));
+      }
     }
     if (n <= kRouteTableGpus) {
       table_.reserve(static_cast<std::size_t>(n) * n);
@@ -321,7 +330,59 @@ void Topology::compute_route(int src_gpu, int dst_gpu, Route& r, Workspace& ws) 
     walk(hd, dv, dist_to(dst_gpu, ws), pick, r, ws);
     return;
   }
+  if (!same && pxn_route(src_gpu, dst_gpu, pick, r, ws)) return;
   walk(sv, dv, dist_to(dst_gpu, ws), pick, r, ws);
+}
+
+bool Topology::pxn_route(int src_gpu, int dst_gpu, unsigned pick, Route& r, Workspace& ws) const {
+  auto none = [&r] {
+    r.links.clear();
+    r.latency = Time{};
+    r.bottleneck = UINT64_MAX;
+    return false;
+  };
+  none();
+  // NCCL takes PXN only with GPUDirect RDMA (the proxy GPU's NIC reads its memory).
+  if (same_node(src_gpu, dst_gpu) || !hints_.gdr) return false;
+  const int p = pxn_gpu(src_gpu, dst_gpu);
+  if (p == src_gpu) return false;
+  const int sv = gpu_vertex_[src_gpu], pv = gpu_vertex_[p], dv = gpu_vertex_[dst_gpu];
+  {
+    const std::vector<int>& to_dst = dist_to(dst_gpu, ws);  // read before dist_to(p) may drop it
+    if (to_dst[sv] >= 0 || to_dst[pv] < 0) return false;
+  }
+  {
+    const std::vector<int>& to_p = dist_to(p, ws);
+    if (to_p[sv] < 0) return false;
+    walk(sv, pv, to_p, pick, r, ws);
+  }
+  // To the PXN GPU over NVLink alone (NCCL: PATH_NVL or better)...
+  for (int l : r.links)
+    if (link_class_[l] != LinkClass::nvlink) return none();
+  const std::size_t first = r.links.size();
+  walk(pv, dv, dist_to(dst_gpu, ws), pick, r, ws);
+  // ... and from it to its NIC through PCIe switches, no CPU (PATH_PXB or better).
+  for (std::size_t i = first; i < r.links.size() && link_class_[r.links[i]] != LinkClass::network; ++i)
+    if (graph_[link_ends_[r.links[i]].second].kind == DeviceKind::host_bridge) return none();
+  return true;
+}
+
+std::string Topology::pxn_unreachable(int src_gpu, int dst_gpu, Workspace& ws) const {
+  Route r;
+  if (pxn_route(src_gpu, dst_gpu, static_cast<unsigned>(src_gpu + dst_gpu), r, ws)) return "";
+  const int p = pxn_gpu(src_gpu, dst_gpu), sv = gpu_vertex_[src_gpu], pv = gpu_vertex_[p];
+  const std::string &sn = graph_[sv].name, &pn = graph_[pv].name, &dn = graph_[gpu_vertex_[dst_gpu]].name;
+  if (!hints_.gdr) return "PXN needs GPUDirect RDMA (gdr is false)";
+  if (p == src_gpu) return fmt::format("{} is itself its server's GPU on {}'s rail", sn, dn);
+  const std::string which = fmt::format("{}, its server's GPU on {}'s rail,", pn, dn);
+  if (dist_to(dst_gpu, ws)[pv] < 0) return fmt::format("{} does not reach {} either", which, dn);
+  if (dist_to(p, ws)[sv] < 0) return fmt::format("{} is not reached from {}", which, sn);
+  walk(sv, pv, dist_to(p, ws), 0, r, ws);
+  for (int l : r.links)
+    if (link_class_[l] != LinkClass::nvlink)
+      return fmt::format("{} is not reached over NVLink alone (link {} is {})", which, link_name(l),
+                         to_string(link_class_[l]));
+  return fmt::format("{} reaches its NIC only through a host_bridge (a CPU)", which);
 }
 
 void Topology::walk(int v, int to, const std::vector<int>& dist, unsigned pick, Route& r, Workspace& ws) const {

@@ -4,7 +4,11 @@
 // edges, each with its own bandwidth and latency.
 //
 // Routing: shortest paths by hop count, computed by breadth-first search from
-// each destination GPU (cached). GPUs never forward traffic for others. Where
+// each destination GPU (cached). GPUs never forward traffic for others, with
+// one exception, NCCL's PXN: a GPU with no path to a GPU of another server
+// (a rail-only fabric, whose rails no spine joins) sends over NVLink to the
+// GPU of its own server with the receiver's local index (on the receiver's
+// rail), which sends through its NIC (Topology::pxn_route). Where
 // several next hops are equally short, the fastest links win (two GPUs on
 // one NVSwitch and one PCIe switch talk over NVLink); among equally fast
 // ones, the one at index (src + dst) mod count (in the order links were declared) is taken: deterministic ECMP, which for
@@ -177,6 +181,20 @@ class Topology {
   // Appends to r the shortest path from vertex `from` to vertex `to`
   // (dist: bfs_to_vertex(to)), fastest links first, then ECMP by `pick`.
   void walk(int from, int to, const std::vector<int>& dist, unsigned pick, Route& r, Workspace& ws) const;
+  // PXN (NVIDIA/nccl src/graph/search.cc@5067397c lines 1397-1470,
+  // ncclTopoGetNetDev with P2P_PXN_LEVEL 2, its default): when GPU src has no
+  // path to GPU dst of another server that transits no GPU, the route goes to
+  // pxn_gpu(src, dst) over NVLink links only, then on to dst from there; into
+  // r (cleared first). False, r empty, when there is a direct path, or when
+  // that GPU is src, is not reached over NVLink alone, does not reach dst, or
+  // reaches its NIC only through a host bridge. Used only where no direct
+  // path exists: no other route changes.
+  bool pxn_route(int src_gpu, int dst_gpu, unsigned pick, Route& r, Workspace& ws) const;
+  // The GPU of src's server with dst's local index: the GPU on dst's rail.
+  int pxn_gpu(int src_gpu, int dst_gpu) const { return node_of(src_gpu) * gpus_per_node_ + dst_gpu % gpus_per_node_; }
+  // Why src cannot reach dst of another server through PXN either, for the
+  // finalize error ("" when it can).
+  std::string pxn_unreachable(int src_gpu, int dst_gpu, Workspace& ws) const;
   // With p2p or gdr off: every GPU's local host bridge and, per host
   // bridge, the hop distances to it (by host-bridge vertex).
   std::vector<int> local_hb_;

@@ -77,15 +77,19 @@ const Section kLink{"topology.node.links[]",
 const Section kFabric{
     "topology.fabric",
     "How the servers' NICs connect. none: a single server. switch: every NIC to one switch. "
-    "rail: NIC i of every server to rail switch i (with `spines` > 0, rails joined by spine switches). "
+    "rail: NIC i of every server to rail switch i; with `spines` > 0, rails joined by spine switches, their "
+    "uplinks sized by `oversubscription`; with none (rail-only), a GPU reaches another server's GPU on another "
+    "rail as NCCL's PXN does: over NVLink to the GPU of its own server on that rail, then through its NIC. "
     "fat_tree: servers grouped under leaf switches, leaves joined by `spines` spine switches, "
     "uplinks sized by `oversubscription`.",
     {{"kind", "string", "none", "none | switch | rail | fat_tree"},
      {"bandwidth", "bandwidth", "required*", "NIC <-> switch, per direction (*unless kind none)"},
      {"latency", "time", "required*", "NIC <-> switch one-way latency, also used for switch <-> switch"},
      {"nodes_per_leaf", "int", "required for fat_tree", "servers under one leaf switch"},
-     {"spines", "int", "0", "spine switches (fat_tree: at least 1)"},
-     {"oversubscription", "number", "1", "fat_tree: leaf down bandwidth / up bandwidth"}}};
+     {"spines", "int", "0", "spine switches (fat_tree: at least 1; rail: 0 is rail-only)"},
+     {"oversubscription", "number", "1",
+      "fat_tree: leaf down bandwidth / up bandwidth; rail (with spines): a rail's down bandwidth (nodes x "
+      "bandwidth) / its uplinks' total"}}};
 SectionRegistrar r1(kTop), r2(kNode), r3(kDevice), r4(kLink), r5(kFabric), r6(kEff), r7(kNccl);
 
 // Bounds on a topology's size (memory grows with links, about 150 bytes each).
@@ -213,7 +217,7 @@ Topology build(const YamlReader& top) {
     const std::map<std::string, std::vector<std::string>> takes = {
         {"none", {"kind"}},
         {"switch", {"kind", "bandwidth", "latency"}},
-        {"rail", {"kind", "bandwidth", "latency", "spines"}},
+        {"rail", {"kind", "bandwidth", "latency", "spines", "oversubscription"}},
         {"fat_tree", {"kind", "bandwidth", "latency", "nodes_per_leaf", "spines", "oversubscription"}}};
     if (auto it = takes.find(kind); it != takes.end())
       for (const std::string& k : fab->keys())
@@ -249,11 +253,27 @@ Topology build(const YamlReader& top) {
       for (std::size_t r = 0; r < nic_count; ++r) rails.push_back(sw(fmt::format("rail{}", r)));
       for (int n = 0; n < nodes; ++n)
         for (std::size_t r = 0; r < nic_count; ++r) t.add_link(nics[n][r], rails[r], bw, bw, lat);
-      // Spines carry cross-rail traffic at the rails' full down bandwidth.
-      for (int s = 0; s < spines; ++s) {
-        const int sv = sw(fmt::format("spine{}", s));
-        const std::uint64_t up = bw * static_cast<std::uint64_t>(nodes) / static_cast<std::uint64_t>(spines);
-        for (int rv : rails) t.add_link(rv, sv, up, up, lat);
+      // Spines carry cross-rail traffic at the rails' down bandwidth over `oversubscription` (1: all of it).
+      double over = 1;
+      if (auto o = fab->opt("oversubscription")) {
+        over = o->as_double();
+        if (!(over >= 1)) o->fail("a ratio of at least 1 (a rail's down bandwidth / its uplinks' total)");
+        if (spines == 0)
+          o->fail(fmt::format("no oversubscription on a rail-only fabric (spines: 0): no uplink carries cross-rail "
+                              "traffic; give fabric.spines"));
+      }
+      if (spines > 0) {
+        std::uint64_t up = bw * static_cast<std::uint64_t>(nodes) / static_cast<std::uint64_t>(spines);
+        if (over != 1) {
+          up = static_cast<std::uint64_t>(static_cast<double>(bw) * nodes / spines / over);
+          if (up == 0)
+            fab->at("oversubscription")
+                .fail(fmt::format("a smaller ratio ({:g}): each spine uplink would get zero bandwidth", over));
+        }
+        for (int s = 0; s < spines; ++s) {
+          const int sv = sw(fmt::format("spine{}", s));
+          for (int rv : rails) t.add_link(rv, sv, up, up, lat);
+        }
       }
     } else if (kind == "fat_tree") {
       const YamlReader npl_r = fab->at("nodes_per_leaf");

@@ -463,8 +463,8 @@ sed 's/"bytes": "450MB"}/"bytes": "450MB", "matrix": [["1B", "1B"], ["1B", "1B"]
 refused graph-matrix-not-alltoallv "matrix.json:2:" "key 'collectives[0].matrix'" -- "$bin" simulate -t $T -g "$tmp/matrix.json"
 sed 's/^  kind: switch/  kind: switch\n  nodes_per_leaf: 2/' topologies/parm-32gpu.yaml > "$tmp/switch-npl.yaml"
 refused topology-switch-nodes-per-leaf "switch-npl.yaml:" "key 'fabric.nodes_per_leaf'" "kind switch" -- "$bin" topology -t "$tmp/switch-npl.yaml"
-sed 's/^  kind: fat_tree/  kind: rail/; /nodes_per_leaf/d' $F > "$tmp/rail-over.yaml"
-refused topology-rail-oversubscription "rail-over.yaml:" "key 'fabric.oversubscription'" "kind rail" -- "$bin" topology -t "$tmp/rail-over.yaml"
+sed 's/^  kind: fat_tree/  kind: rail/; /nodes_per_leaf/d; /spines/d' $F > "$tmp/rail-over.yaml"
+refused topology-rail-only-oversubscription "rail-over.yaml:" "key 'fabric.oversubscription'" "rail-only" -- "$bin" topology -t "$tmp/rail-over.yaml"
 model 's/^experts_per_gpu: 1/experts_per_gpu: 1\nE: 64/' e-twice
 refused model-E-and-experts-per-gpu "e-twice.yaml:" "key 'experts_per_gpu'" "beside \`E\`" -- "$bin" model "$tmp/e-twice.yaml"
 model 's/^heads: .*/heads: 20/' heads
