@@ -14,6 +14,7 @@
 #include "backend/calibrate.hpp"
 #include "backend/cuda/cuda_backend.hpp"
 #include "cli/common.hpp"
+#include "cli/coverage.hpp"
 #include "cli/gpu_trace.hpp"
 #include "sim/mpi/mpi_shim.hpp"
 #include "sim/calib/calibration.hpp"
@@ -22,6 +23,10 @@
 #include "sim/calib/nccl_tests.hpp"
 #include "sim/core/error.hpp"
 #include "sim/io/output.hpp"
+#include "sim/compute/gpu_profile.hpp"
+#include "sim/io/yaml_reader.hpp"
+#include "sim/moe/layer_keys.hpp"
+#include "sim/moe/resources.hpp"
 #include "sim/topo/topology_io.hpp"
 
 namespace parmsim::cli {
@@ -32,9 +37,82 @@ struct Args {
   std::string op, out, backend = "cpu", topology, topo_set, overlay, hold_out;
   std::string large_from = "256MiB", small_to = "64KiB";
   int gpus = 8, node_gpus = 0;
+  int ranks = 0, nodes = 0;  // --ranks / --nodes: the group of tables without rank lines
+  bool plan = false;
+  std::string layer_file, set, schedule = "all";
   bool quick = false, fit_machine = false, force = false;
   exec::CudaOptions cuda;
 };
+
+// --plan: the layer's collectives, and the nccl-tests runs that would measure them.
+void plan_cmd(const Args& a) {
+  if (a.topology.empty() || !std::filesystem::is_regular_file(a.topology))
+    throw UserError("calibrate --plan: give the cluster's topology file with -t FILE");
+  const Topology topo = load_topology(a.topology, split_assignments(a.topo_set, "--topo-set"), load_overlay_arg(a.overlay));
+  moe::LayerSpec spec;
+  moe::ScheduleKeys keys;
+  if (!a.layer_file.empty()) {
+    const YamlReader r = YamlReader::load_file(a.layer_file);
+    r.check_keys(moe::layer_file_section());
+    for (const std::string& k : r.keys()) moe::apply_keys(&spec, &keys, {k + "=" + r.at(k).as_string()}, r.at(k).where());
+  }
+  moe::apply_keys(&spec, &keys, split_assignments(a.set, "--set"), "--set");
+  std::vector<std::string> names;
+  if (a.schedule == "all")
+    names = moe::preset_names();
+  else if (moe::is_preset(a.schedule))
+    names = {a.schedule};
+  else
+    throw UserError(fmt::format("--schedule: unknown schedule '{}': expected all or {}", a.schedule,
+                                moe::schedule_choices({}, ", ", " or ")));
+  const moe::Dims d = moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
+  gpu_profile(topo.gpu_model()).peak(spec.dtype);  // an unsupported dtype is refused up front
+  {
+    moe::SimCost e;
+    for (const std::string& n : names) e += moe::estimate_schedule(spec, d, moe::schedule_options(n, keys));
+    check_estimate("calibrate --plan: building the layer's graphs", e, "", "use fewer GPUs (--topo-set nodes=N)");
+  }
+  CollectiveUses uses;
+  for (const std::string& n : names) {
+    const moe::ScheduleOptions o = moe::schedule_options(n, keys);
+    const auto fops = moe::forward_ops(spec, d, o);
+    const auto bops = moe::backward_ops(fops, spec, d, o);
+    uses.add(moe::build_graph(fops, spec, d, o, moe::GraphData::timing_only), topo, nullptr, n);
+    uses.add(moe::build_backward_graph(fops, bops, spec, d, o, moe::GraphData::timing_only), topo, nullptr, n);
+  }
+  std::string scheds;
+  for (const std::string& n : names) scheds += (scheds.empty() ? "" : ", ") + n;
+  const std::string what = fmt::format("layer {} on {} (P={}, G=mp={}, N_EP={}, {} GPUs per node), schedules {}",
+                                       moe::spec_string(spec), topo.name(), d.P, d.G, d.n_ep, topo.gpus_per_node(),
+                                       scheds);
+  if (uses.collectives.empty()) {
+    fmt::print("{}: no collective of 2 or more ranks (forward and backward): nothing for nccl-tests to measure; "
+               "`calibrate --backend cuda` measures the layer's kernels\n",
+               what);
+    return;
+  }
+  fmt::print("{}: its collectives, forward and backward\n", what);
+  fmt::print("{}", nccl_tests_plan(uses, spec.dtype));
+  fmt::print("\nthen: parmsim calibrate --import-nccl-tests OUTPUT... -o cal.yaml (each table's '#  Rank' lines give "
+             "its group;\n      without them, --ranks N --nodes M), and parmsim layer -t {}{} ... --calibration cal.yaml "
+             "reports what it covered\n",
+             a.topology, a.topo_set.empty() ? "" : " --topo-set " + a.topo_set);
+}
+
+// The tables of an nccl-tests output, with --ranks/--nodes applied to those
+// that list no ranks; what was assumed goes to `assumed`.
+std::vector<calib::NcclTable> tables_of(const std::string& file, const std::string& op, const Args& a,
+                                        std::vector<std::string>& assumed) {
+  std::vector<calib::NcclTable> ts = calib::read_nccl_tests_all(file, op);
+  for (calib::NcclTable& t : ts)
+    if (std::string note = calib::apply_given_group(t, a.ranks, a.nodes); !note.empty())
+      assumed.push_back(std::move(note));
+  return ts;
+}
+
+void print_assumed(const std::vector<std::string>& assumed) {
+  for (const std::string& n : assumed) fmt::print("assumed: {}\n", n);
+}
 
 // --fit-machine: link efficiencies and latencies of the topology, fitted to the
 // imported tables; their error before and after, on those and on --evaluate's.
@@ -50,14 +128,15 @@ void fit_machine_cmd(const Args& a) {
   std::vector<calib::MeasuredCollective> fit_on;
   // One entry per table (a file may hold several), fitted ones first.
   std::vector<std::pair<std::string, std::vector<calib::MeasuredCollective>>> files;
+  std::vector<std::string> assumed;
   for (const std::string& f : a.files)
-    for (const calib::NcclTable& t : calib::read_nccl_tests_all(f, a.op)) {
+    for (const calib::NcclTable& t : tables_of(f, a.op, a, assumed)) {
       files.emplace_back(t.name(), calib::measured_from(t));
       fit_on.insert(fit_on.end(), files.back().second.begin(), files.back().second.end());
     }
   const std::size_t fitted_tables = files.size();
   for (const std::string& f : a.evaluate)
-    for (const calib::NcclTable& t : calib::read_nccl_tests_all(f)) files.emplace_back(t.name(), calib::measured_from(t));
+    for (const calib::NcclTable& t : tables_of(f, "", a, assumed)) files.emplace_back(t.name(), calib::measured_from(t));
   calib::FitOptions opt;
   opt.large_from = static_cast<double>(parse_sizes(a.large_from, "--fit-large-from").at(0));
   opt.small_to = static_cast<double>(parse_sizes(a.small_to, "--fit-small-to").at(0));
@@ -92,6 +171,7 @@ void fit_machine_cmd(const Args& a) {
     for (std::size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
     throw UserError(msg + "; nothing written to " + a.out + " (--force writes it anyway)");
   }
+  print_assumed(assumed);
   fmt::print("machine parameters of {} fitted to {} measurement(s) from {} file(s):\n", a.topology, fit_on.size(),
              a.files.size());
   for (const calib::FittedParam& p : fit.params)
@@ -139,7 +219,8 @@ void check_importable(const calib::NcclTable& t, bool held) {
   if (t.ranks == 0)
     throw UserError(fmt::format(
         "{}: the ranks are not listed (no '#  Rank N ... on HOST' lines; in -J output, no config.devices){}: the group "
-        "size and whether it spans hosts are unknown; import nccl-tests' whole output",
+        "size and whether it spans hosts are unknown; import nccl-tests' whole output, or state the group with --ranks N "
+        "[--nodes M]",
         t.name(),
         t.per_process > 0 ? fmt::format(" and the header gives {} rank(s) per process, not how many processes",
                                         t.per_process)
@@ -208,6 +289,15 @@ void add_calibrate(CLI::App& app) {
       ->check(int_in(1, 100000));
   c->add_flag("--quick", a->quick, "a smaller grid of layers (for tests)");
   c->add_option("--op", a->op, "the collective, when neither the file nor its name says")->needs(import);
+  auto* ranks = c->add_option("--ranks", a->ranks,
+                              "the group of an imported table that lists no ranks (a published table without its "
+                              "'#  Rank' lines): N ranks; the import prints what it assumed, and refuses a table whose "
+                              "rank lines say otherwise")
+                    ->check(int_in(2, 1 << 20))
+                    ->needs(import);
+  c->add_option("--nodes", a->nodes, "with --ranks: the nodes (hosts) those ranks ran on, evenly (default: 1)")
+      ->check(int_in(1, 1 << 20))
+      ->needs(ranks);
   c->add_option("-t,--topology", a->topology,
                 "the cluster the measurements come from: a name recorded in the calibration, or (--fit-machine) its "
                 "topology file");
@@ -222,7 +312,7 @@ void add_calibrate(CLI::App& app) {
                 "with --fit-machine: nccl-tests outputs not fitted, whose error before and after is reported")
       ->check(CLI::ExistingFile)
       ->needs(fit);
-  c->add_option("--topo-set", a->topo_set, "with --fit-machine: override topology keys, e.g. nodes=2")->needs(fit);
+  c->add_option("--topo-set", a->topo_set, "with --fit-machine or --plan: override topology keys, e.g. nodes=2");
   add_overlay_option(c, a->overlay);
   c->add_option("--fit-large-from", a->large_from, "with --fit-machine: efficiencies are fitted on sizes >= this")
       ->capture_default_str()
@@ -235,6 +325,19 @@ void add_calibrate(CLI::App& app) {
               "search range or the fit makes the worst fitted row worse (otherwise refused, nothing written)")
       ->needs(fit);
   c->add_option("-o,--output", a->out, "calibration YAML to write (with --fit-machine: the topology overlay)");
+  auto* plan = c->add_flag("--plan", a->plan,
+                           "print a layer's collectives (op, ranks, placement, sizes) on the topology (-t FILE, "
+                           "--topo-set) and the nccl-tests command lines (program, -g or mpirun -np and its host "
+                           "layout, sizes) whose tables, imported, would time them");
+  plan->excludes(import)->excludes(fit);
+  c->add_option("--layer", a->layer_file, "with --plan: YAML file of layer keys (see --help-config, section layer)")
+      ->check(CLI::ExistingFile)
+      ->needs(plan);
+  c->add_option("--set,-s", a->set, "with --plan: layer keys, e.g. B=4,L=512,M=1024,H=4096,E=32,k=2,f=1.2,mp=4")
+      ->needs(plan);
+  c->add_option("--schedule", a->schedule, "with --plan: the schedule whose collectives to list, or all")
+      ->capture_default_str()
+      ->needs(plan);
   c->callback([a] {
     // Before measuring or fitting anything: the output is not an input, a link, a directory or a device.
     std::vector<NamedPath> inputs;
@@ -243,6 +346,12 @@ void add_calibrate(CLI::App& app) {
     if (!a->overlay.empty()) inputs.push_back({"the --overlay input", a->overlay});
     if (a->fit_machine && !a->topology.empty()) inputs.push_back({"the --topology input", a->topology});
     check_outputs({{"--output", a->out}}, inputs);
+    if (!a->topo_set.empty() && !a->fit_machine && !a->plan)
+      throw UserError("--topo-set: only with --fit-machine or --plan (it overrides the topology they read)");
+    if (a->plan) {
+      if (!a->out.empty()) throw UserError("-o: --plan writes nothing (it prints the runs to make)");
+      return plan_cmd(*a);
+    }
     if (a->files.empty()) {
       if (a->fit_machine) throw UserError("calibrate --fit-machine: give the measurements with --import-nccl-tests");
       if (a->backend != "cpu" && a->backend != "cuda")
@@ -307,8 +416,9 @@ void add_calibrate(CLI::App& app) {
       report += fmt::format("{:<14} {:>5} {:>5} {:>6} {:>5} {:>10} {:>8}  {:>22}  {:>22}\n", "op", "ranks", "hosts", "link",
                  "sizes", "alpha_us", "bw_GBps", "held out: curve mape/worst", "line mape/worst");
     // One entry per table: a file may hold several (nccl-tests runs one after another).
+    std::vector<std::string> assumed;
     for (const std::string& file : a->files)
-    for (const calib::NcclTable& t : calib::read_nccl_tests_all(file, a->op)) {
+    for (const calib::NcclTable& t : tables_of(file, a->op, *a, assumed)) {
       const std::string f = t.name();
       check_importable(t, held.has_value());
       std::vector<calib::Point> pts;
@@ -356,6 +466,7 @@ void add_calibrate(CLI::App& app) {
     }
     // Whatever calibrate writes, --calibration reads.
     check_loads(yaml, a->out);
+    print_assumed(assumed);
     fmt::print("{}", report);
     if (held)
       fmt::print("# held out: {:.0f} B, left out of every fit and predicted by the measured curve (log-log between its "

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.hpp"
+#include "cli/coverage.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
@@ -184,6 +185,7 @@ Output, per schedule (forward + backward of one layer):
       const moe::ScheduleOptions o = moe::schedule_options(n, keys);
       SimResult fr, br;
       TaskGraph fg, bg;
+      const CoverageLabel label(n);  // what --calibration's report says ran these collectives
       const bool traced = !a->trace.empty();
       results.push_back(keyed([&] {
         return traced ? moe::run_schedule(run, o, &fr, &fg, &br, &bg) : moe::run_schedule(run, o);

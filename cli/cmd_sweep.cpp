@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/common.hpp"
+#include "cli/coverage.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
 #include "sim/moe/resources.hpp"
@@ -55,6 +56,7 @@ void add_sweep(CLI::App& app) {
       lo.max_bytes_why = m.why;
     }
     const sweep::Spec spec = sweep::load_spec(a->spec, a->calibration, lo);
+    if (!a->list) coverage_watch(spec.calibration);  // reported on stderr when the sweep ends
     if (a->list) {
       fmt::print("{}: {} configurations x {} schedules on {} topology variant(s); {} invalid skipped\n", spec.name,
                  spec.count, spec.schedules.size(), spec.variants, spec.skipped);
@@ -95,6 +97,7 @@ void add_sweep(CLI::App& app) {
     o.progress = !a->quiet;
     refuse_mpirun_without_mpi("sweep");
     mpi::init(&o.mpi_rank, &o.mpi_size);
+    if (o.mpi_rank != 0) coverage_cancel();  // rank 0 reports its share
     if (o.mpi_size > 1 && o.threads == 0) o.threads = 1;
     sweep::RunSummary s;
     try {

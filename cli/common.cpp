@@ -10,6 +10,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "cli/coverage.hpp"
 #include "sim/calib/calibration.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/units.hpp"
@@ -95,7 +96,9 @@ void add_calibration_option(CLI::App* c, std::string& file) {
 
 std::shared_ptr<const Calibration> load_calibration_arg(const std::string& file) {
   if (file.empty()) return nullptr;
-  return std::make_shared<const Calibration>(load_calibration(file));
+  auto cal = std::make_shared<const Calibration>(load_calibration(file));
+  coverage_watch(cal);  // the command reports what it covered when it ends
+  return cal;
 }
 
 void add_overlay_option(CLI::App* c, std::string& file) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/common.hpp"
+#include "cli/coverage.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/report.hpp"
 #include "sim/io/output.hpp"
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
     // A command's output files appear together when it succeeds, or not at all.
     parmsim::OutputBatch outputs;
     app.parse(argc, argv);
+    parmsim::cli::coverage_finish(app);  // what a --calibration covered
     outputs.commit();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -205,8 +205,14 @@ std::vector<NcclTable> parse_nccl_tests_text_all(const std::string& text, const 
   start_table(1);
   while (std::getline(in, line)) {
     ++lineno;
-    const auto tok = tokens(line);
+    auto tok = tokens(line);
     if (tok.empty()) continue;
+    // srun --label's "N: " before every line (a table copied from a Slurm job's output).
+    if (tok.size() > 1 && tok[0].size() > 1 && tok[0].back() == ':' &&
+        std::all_of(tok[0].begin(), tok[0].end() - 1, [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      line = line.substr(line.find(':') + 1);
+      tok.erase(tok.begin());
+    }
     if (tok[0] == "#" || tok[0][0] == '#') {
       const auto starting = line.find("Collective test starting:");
       const bool nthread = tok.size() > 4 && tok[1] == "nThread" && tok[3] == "nGpus";
@@ -381,6 +387,36 @@ NcclTable parse_nccl_tests_json(const std::string& text, const std::string& file
   }
   if (t.points.empty()) throw UserError(fmt::format("{}: no results", file));
   return t;
+}
+
+std::string apply_given_group(NcclTable& t, int ranks, int nodes) {
+  if (ranks <= 0) return "";
+  const int hosts = nodes > 0 ? nodes : 1;
+  if (t.ranks > 0) {
+    if (t.ranks != ranks)
+      throw UserError(fmt::format("{}: --ranks {}: the table lists {} ranks ({}); leave --ranks out for it, or import "
+                                  "it apart",
+                                  t.name(), ranks, t.ranks, t.json ? "config.devices" : "its '#  Rank' lines"));
+    if (nodes > 0 && t.hosts > 0 && t.hosts != nodes)
+      throw UserError(fmt::format("{}: --nodes {}: the table's ranks run on {} host(s)", t.name(), nodes, t.hosts));
+    if (nodes > 0 && t.hosts == 0) {
+      t.hosts = nodes;
+      return fmt::format("{}: its {} ranks name no hosts; assumed {} node(s) (--nodes {})", t.name(), ranks, nodes,
+                         nodes);
+    }
+    return "";
+  }
+  if (t.per_process > 0 && ranks % t.per_process != 0)
+    throw UserError(fmt::format("{}: --ranks {}: the header runs {} rank(s) per process (nThread x nGpus), so the "
+                                "group is a multiple of {}",
+                                t.name(), ranks, t.per_process, t.per_process));
+  if (ranks % hosts != 0)
+    throw UserError(fmt::format("{}: --ranks {} --nodes {}: the ranks do not spread evenly over the nodes", t.name(),
+                                ranks, hosts));
+  t.ranks = ranks;
+  t.hosts = hosts;
+  return fmt::format("{}: no rank lines; assumed {} ranks on {} node(s), {} per node (--ranks {}{})", t.name(), ranks,
+                     hosts, ranks / hosts, ranks, nodes > 0 ? fmt::format(" --nodes {}", nodes) : "; no --nodes: one");
 }
 
 std::vector<NcclTable> read_nccl_tests_all(const std::string& file, const std::string& op) {

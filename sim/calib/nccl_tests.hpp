@@ -2,6 +2,8 @@
 // Reads the text output of nccl-tests (all_reduce_perf, all_gather_perf,
 // reduce_scatter_perf, alltoall_perf, sendrecv_perf): the "#  Rank ..." lines
 // give the ranks and hosts, each data line a size and its out-of-place time.
+// Lines may carry srun --label's task prefix ("0: "), as tables copied from
+// Slurm jobs do.
 #include <string>
 #include <vector>
 
@@ -66,6 +68,15 @@ std::vector<NcclTable> parse_nccl_tests_text_all(const std::string& text, const 
                                                  const std::string& op = "");
 NcclTable parse_nccl_tests_text(const std::string& text, const std::string& name, const std::string& op = "");
 NcclTable parse_nccl_tests_json(const std::string& text, const std::string& name, const std::string& op = "");
+
+// `--ranks N [--nodes M]`: the group of a table whose output does not list
+// its ranks (published tables are often cut to their data lines). A table
+// without rank lines takes N ranks on M hosts (M = 1 when not given; N a
+// multiple of the header's ranks per process and of M); one whose rank lines
+// or host names say otherwise is refused, naming both. `ranks` 0: nothing
+// given. Returns what was assumed, for the import to print ("" when the table
+// said it all); throws UserError naming the table and the option.
+std::string apply_given_group(NcclTable& t, int ranks, int nodes);
 
 // Either format, by content: JSON when the file starts with '{' (one table:
 // nccl-tests -J writes one object per run).

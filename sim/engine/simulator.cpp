@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <deque>
 #include <utility>
 #include <string_view>
@@ -415,13 +416,21 @@ class Engine {
 
 }  // namespace
 
+namespace {
+std::atomic<SimulationObserver> g_observer{nullptr};
+}  // namespace
+
+void set_simulation_observer(SimulationObserver f) { g_observer.store(f); }
+
 SimResult simulate(const TaskGraph& g, const Topology& topo, const SimOptions& opt, Workspace& ws) {
+  if (opt.calibration)
+    if (const SimulationObserver f = g_observer.load()) f(g, topo, opt);
   return Engine(g, topo, opt, ws).run();
 }
 
 SimResult simulate(const TaskGraph& g, const Topology& topo, const SimOptions& opt) {
   Workspace ws;
-  return Engine(g, topo, opt, ws).run();
+  return simulate(g, topo, opt, ws);
 }
 
 }  // namespace parmsim

@@ -50,4 +50,11 @@ SimResult simulate(const TaskGraph& g, const Topology& topo, const SimOptions& o
 // The same with a fresh workspace (a caller that simulates once).
 SimResult simulate(const TaskGraph& g, const Topology& topo, const SimOptions& opt = {});
 
+// Called by simulate() before each simulation that has a calibration, on the
+// simulating thread (a sweep's many at once: it must be thread-safe), so that
+// a command can report which collectives and kernels the calibration timed
+// (cli/coverage.cpp). Null (the default): nothing is called.
+using SimulationObserver = void (*)(const TaskGraph& g, const Topology& topo, const SimOptions& opt);
+void set_simulation_observer(SimulationObserver f);
+
 }  // namespace parmsim

@@ -16,7 +16,8 @@ std::vector<MeasuredCollective> measured_from(const NcclTable& t) {
   if (!parse_coll_op(t.op, &op) || op == CollOp::alltoallv || op == CollOp::saa)
     throw UserError(fmt::format("{}: no collective '{}' to fit the machine to", t.file, t.op));
   if (t.ranks < 2)
-    throw UserError(fmt::format("{}: the ranks are not listed (no '#  Rank ... on HOST' lines or config.devices)",
+    throw UserError(fmt::format("{}: the ranks are not listed (no '#  Rank ... on HOST' lines or config.devices); "
+                                "state the group with --ranks N [--nodes M]",
                                 t.file));
   std::vector<MeasuredCollective> out;
   for (std::size_t i = 0; i < t.points.size(); ++i)
