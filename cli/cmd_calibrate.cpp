@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 #include "cli/common.hpp"
 #include "cli/coverage.hpp"
+#include "cli/measured.hpp"
 #include "cli/gpu_trace.hpp"
 #include "sim/mpi/mpi_shim.hpp"
 #include "sim/calib/calibration.hpp"
@@ -198,6 +199,12 @@ void fit_machine_cmd(const Args& a) {
     fmt::print("{:<9} {:<48} {:<14} {:>5} {:>5} {:>12.1f}% {:>7.1f}% {:>12.1f}% {:>7.1f}%\n", "held out", "(all)", "",
                "", held_all.size(), 100 * b.mape, 100 * e.mape, 100 * b.worst, 100 * e.worst);
   }
+  // Size by size: where the fit helped and where it hurt, and each side's worst row.
+  std::vector<NamedTable> tables;
+  for (std::size_t i = 0; i < files.size(); ++i)
+    tables.push_back({files[i].first, i < fitted_tables ? "fitted" : "held out", files[i].second});
+  fmt::print("\nper size, the simulator before -> after the fit (error = (simulated - measured) / measured):\n{}",
+             nccl_size_table(tables, {{"before", &before}, {"after", &after}}));
   if (!a.out.empty()) {
     std::string header = fmt::format(
         "parmsim topology overlay (--overlay FILE): machine parameters fitted by\n  parmsim calibrate --fit-machine -t "

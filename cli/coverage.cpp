@@ -14,6 +14,12 @@ namespace parmsim::cli {
 
 namespace {
 
+// A table line without the padding of an empty last column.
+std::string row_line(std::string s) {
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s + "\n";
+}
+
 // "768KiB", "1.5MiB", "16GiB": three significant digits, binary units.
 std::string short_bytes(double b) {
   const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -24,7 +30,7 @@ std::string short_bytes(double b) {
 
 std::string sizes_text(const CollectiveUse& u) {
   const std::string n = u.sizes.size() >= CollectiveUse::kMaxSizes ? fmt::format("{}+", u.sizes.size())
-                                                                     : fmt::format("{}", u.sizes.size());
+                                                                   : fmt::format("{}", u.sizes.size());
   if (u.min == u.max) return fmt::format("1 size: {}", short_bytes(static_cast<double>(u.min)));
   return fmt::format("{} sizes: {}..{}", n, short_bytes(static_cast<double>(u.min)),
                      short_bytes(static_cast<double>(u.max)));
@@ -36,7 +42,9 @@ std::string labels_text(const std::set<std::string>& labels) {
   return s;
 }
 
-const char* link_of(bool inter) { return inter ? "inter" : "intra"; }
+const char* link_of(bool inter) {
+  return inter ? "inter" : "intra";
+}
 
 // The recording every simulation with the watched calibration adds to.
 struct Watch {
@@ -107,10 +115,11 @@ void CollectiveUses::add(const TaskGraph& g, const Topology& topo, const Calibra
   }
   if (cal && !cal->kernels.empty())
     for (const Task& t : g.tasks()) {
-      if (t.kind != TaskKind::compute || t.op == OpKind::host) continue;
-      const std::string_view kind = task_kind(t.name);
-      const std::string key = fmt::format("{} ({})", kind, to_string(t.dtype));
-      ++(cal->kernel(kind, t.dtype) ? kernels_measured : kernels_modelled)[key];
+      if (!t.is_compute() || t.compute().op == OpKind::host) continue;
+      const ComputeTask& c = t.compute();
+      const std::string_view kind = g.kernel_name(c.kernel);
+      const std::string key = fmt::format("{} ({})", kind, to_string(c.dtype));
+      ++(cal->kernel(kind, c.dtype) ? kernels_measured : kernels_modelled)[key];
     }
 }
 
@@ -133,7 +142,9 @@ void coverage_cancel() {
 }
 
 CoverageLabel::CoverageLabel(std::string label) : previous_(std::exchange(t_label, std::move(label))) {}
-CoverageLabel::~CoverageLabel() { t_label = std::move(previous_); }
+CoverageLabel::~CoverageLabel() {
+  t_label = std::move(previous_);
+}
 
 void coverage_finish(const CLI::App& app) {
   Watch& w = watch();
@@ -168,40 +179,40 @@ std::string coverage_report(const CollectiveUses& uses, const Calibration& cal) 
   for (const auto& [k, u] : uses.collectives) labels = labels || !u.labels.empty();
   std::string s;
   if (uses.collectives.empty()) {
-    s += fmt::format("calibration {}: this run has no collective of 2 or more ranks; none of its {} collective "
-                     "entries was used\n",
-                     cal.file, cal.collectives.size());
+    s += fmt::format(
+        "calibration {}: this run has no collective of 2 or more ranks; none of its {} collective "
+        "entries was used\n",
+        cal.file, cal.collectives.size());
   } else {
-    s += fmt::format("calibration {}: {} of the {} collective kinds (op, ranks, link) this run simulated {} timed "
-                     "from it, {} modelled\n",
-                     cal.file, timed, kinds, timed == 1 ? "was" : "were", kinds - timed);
-    s += fmt::format("  {:<10} {:<13} {:>5} {:<5} {:<13} {:>6}  {:<26}{}\n", "timed by", "op", "ranks", "link",
-                     "placement", "calls", "sizes", labels ? "  used by" : "");
+    s += fmt::format(
+        "calibration {}: {} of the {} collective kinds (op, ranks, link) this run simulated {} timed "
+        "from it, {} modelled\n",
+        cal.file, timed, kinds, timed == 1 ? "was" : "were", kinds - timed);
+    s += row_line(fmt::format("  {:<10} {:<13} {:>5} {:<5} {:<13} {:>6}  {:<26}{}", "timed by", "op", "ranks", "link",
+                              "placement", "calls", "sizes", labels ? "  used by" : ""));
     for (const auto& [k, u] : uses.collectives) {
       const CalibratedCollective* e = cal.find(k.op, k.ranks, k.inter());
-      s += fmt::format("  {:<10} {:<13} {:>5} {:<5} {:<13} {:>6}  {:<26}{}\n", e ? "measured" : "model",
-                       to_string(k.op), k.ranks, link_of(k.inter()), k.where(), u.calls, sizes_text(u),
-                       labels ? "  " + labels_text(u.labels) : "");
+      s += row_line(fmt::format("  {:<10} {:<13} {:>5} {:<5} {:<13} {:>6}  {:<26}{}", e ? "measured" : "model",
+                                to_string(k.op), k.ranks, link_of(k.inter()), k.where(), u.calls, sizes_text(u),
+                                labels ? "  " + labels_text(u.labels) : ""));
       if (e) {
-        const std::string span =
-            e->points.size() >= 2 ? fmt::format("its measured {}..{}", short_bytes(e->points.front().first),
-                                                short_bytes(e->points.back().first))
-                                  : std::string("no measured points");
-        s += fmt::format("  {:<10} from {}; {}\n", "",
-                         e->where.empty() ? cal.file : e->where,
-                         u.beyond == 0 ? fmt::format("every size within {} (interpolated)", span)
-                                       : fmt::format("{} of {} calls outside {}: its alpha-beta line", u.beyond,
-                                                     u.calls, span));
+        const std::string span = e->points.size() >= 2
+                                     ? fmt::format("its measured {}..{}", short_bytes(e->points.front().first),
+                                                   short_bytes(e->points.back().first))
+                                     : std::string("no measured points");
+        s += fmt::format("  {:<10} from {}; {}\n", "", e->where.empty() ? cal.file : e->where,
+                         u.beyond == 0
+                             ? fmt::format("every size within {} (interpolated)", span)
+                             : fmt::format("{} of {} calls outside {}: its alpha-beta line", u.beyond, u.calls, span));
       }
     }
   }
   for (const CalibratedCollective& e : cal.collectives)
     if (!used.count(&e))
-      s += fmt::format("  unused entry {}: no collective of this run has its op, group size and link{}\n",
-                       e.where.empty() ? fmt::format("{} over {} ranks, {}", to_string(e.op), e.ranks,
-                                                     link_of(e.inter))
-                                       : e.where,
-                       labels ? " (a layer's collectives run over N_EP or G ranks, not all of its GPUs)" : "");
+      s += fmt::format(
+          "  unused entry {}: no collective of this run has its op, group size and link{}\n",
+          e.where.empty() ? fmt::format("{} over {} ranks, {}", to_string(e.op), e.ranks, link_of(e.inter)) : e.where,
+          labels ? " (a layer's collectives run over N_EP or G ranks, not all of its GPUs)" : "");
   if (timed < kinds)
     s += "  the modelled ones: `parmsim calibrate --plan -t TOPOLOGY --set LAYER_KEYS` prints the nccl-tests runs "
          "that would measure them\n";
@@ -266,11 +277,12 @@ std::string nccl_tests_plan(const CollectiveUses& uses, DType dtype) {
   std::string s;
   bool labels = false;
   for (const auto& [k, u] : uses.collectives) labels = labels || !u.labels.empty();
-  s += fmt::format("  {:<13} {:>5} {:<5} {:<13} {:>6}  {:<26}{}\n", "op", "ranks", "link", "placement", "calls", "sizes",
-                   labels ? "  used by" : "");
+  s += row_line(fmt::format("  {:<13} {:>5} {:<5} {:<13} {:>6}  {:<26}{}", "op", "ranks", "link", "placement", "calls",
+                            "sizes", labels ? "  used by" : ""));
   for (const auto& [k, u] : uses.collectives)
-    s += fmt::format("  {:<13} {:>5} {:<5} {:<13} {:>6}  {:<26}{}\n", to_string(k.op), k.ranks, link_of(k.inter()),
-                     k.where(), u.calls, sizes_text(u), labels ? "  " + labels_text(u.labels) : "");
+    s += row_line(fmt::format("  {:<13} {:>5} {:<5} {:<13} {:>6}  {:<26}{}", to_string(k.op), k.ranks,
+                              link_of(k.inter()), k.where(), u.calls, sizes_text(u),
+                              labels ? "  " + labels_text(u.labels) : ""));
   s += "\nnccl-tests runs that would measure them (nccl-tests' build/ folder; HOSTn: your hosts, each with the "
        "GPUs shown):\n";
   std::map<std::tuple<CollOp, int, bool>, int> placements;  // one calibration entry per (op, ranks, link)
@@ -295,13 +307,15 @@ std::string nccl_tests_plan(const CollectiveUses& uses, DType dtype) {
       s += fmt::format("  ./build/{} {} -g {}\n", prog, sizes, k.ranks);
     } else {
       std::string hosts;
-      for (std::size_t i = 0; i < k.per_node.size(); ++i) hosts += fmt::format("{}HOST{}:{}", i ? "," : "", i, k.per_node[i]);
+      for (std::size_t i = 0; i < k.per_node.size(); ++i)
+        hosts += fmt::format("{}HOST{}:{}", i ? "," : "", i, k.per_node[i]);
       s += fmt::format("  mpirun -np {} -H {} ./build/{} {} -g 1\n", k.ranks, hosts, prog, sizes);
     }
     if (placements[{k.op, k.ranks, k.inter()}] > 1)
-      s += fmt::format("  #   a calibration holds one entry per (op, ranks, link): the {} placements of {} over {} "
-                       "ranks ({}) share it; import the one that matters most\n",
-                       placements[{k.op, k.ranks, k.inter()}], to_string(k.op), k.ranks, link_of(k.inter()));
+      s += fmt::format(
+          "  #   a calibration holds one entry per (op, ranks, link): the {} placements of {} over {} "
+          "ranks ({}) share it; import the one that matters most\n",
+          placements[{k.op, k.ranks, k.inter()}], to_string(k.op), k.ranks, link_of(k.inter()));
   }
   return s;
 }

@@ -40,10 +40,10 @@ struct CollectivePlacement {
 };
 
 struct CollectiveUse {
-  std::uint64_t calls = 0;  // collectives, over every graph recorded
+  std::uint64_t calls = 0;        // collectives, over every graph recorded
   std::set<std::uint64_t> sizes;  // distinct sizes (nccl-tests' convention), at most kMaxSizes kept
   std::uint64_t min = UINT64_MAX, max = 0;
-  std::uint64_t beyond = 0;  // calls whose size lies outside the matching entry's measured points
+  std::uint64_t beyond = 0;      // calls whose size lies outside the matching entry's measured points
   std::set<std::string> labels;  // schedules, rows: what ran it
   static constexpr std::size_t kMaxSizes = 256;
 };

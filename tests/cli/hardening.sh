@@ -77,7 +77,7 @@ needless calibrate-op-without-import "--op requires --import-nccl-tests" -- "$bi
 needless calibrate-hold-out-without-import "--hold-out requires --import-nccl-tests" -- "$bin" calibrate --hold-out 1MiB
 needless calibrate-fit-option-without-fit "--fit-small-to requires --fit-machine" -- \
   "$bin" calibrate --import-nccl-tests "$tmp/ar.txt" --fit-small-to 1MiB
-needless calibrate-topo-set-without-fit "--topo-set requires --fit-machine" -- \
+refused calibrate-topo-set-without-fit "--topo-set: only with --fit-machine or --plan" -- \
   "$bin" calibrate --import-nccl-tests "$tmp/ar.txt" --topo-set nodes=2
 refused calibrate-output-is-input "--output: '$tmp/ar.txt' is an --import-nccl-tests input" -- \
   "$bin" calibrate --import-nccl-tests "$tmp/ar.txt" -o "$tmp/ar.txt"
