@@ -89,7 +89,7 @@ TEST_CASE("a measured CSV's bad rows are one error naming the row and the column
                     Catch::Contains("m.csv:2: column 'topology' is empty and compare has no -t"));
 }
 
-TEST_CASE("--ranks/--nodes give a table without rank lines its group, and only such a table", "[measured][nccl]") {
+TEST_CASE("a table without rank lines takes its group from --ranks/--nodes, and only such a table", "[measured][nccl]") {
   const std::string rows =
       "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw "
       "#wrong\n"
