@@ -90,7 +90,8 @@ std::vector<int> parse_ranks(const std::string& s, int limit) {
 void add_calibration_option(CLI::App* c, std::string& file) {
   c->add_option("--calibration", file,
                 "calibration YAML (parmsim calibrate): measured kernels and collectives replace the modelled ones, in "
-                "the simulator and in the alpha-beta model")
+                "the simulator and in the alpha-beta model; at the end the command reports which collectives (op, "
+                "ranks, placement, sizes) it timed and which fell back to the model (docs/calibration.md)")
       ->check(CLI::ExistingFile);
 }
 
