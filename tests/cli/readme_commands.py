@@ -145,6 +145,12 @@ CHECKS = [
     (r"^bash scripts/run-main\.sh", "the main job (~5 min); its README blocks are checked by ctest readme_generated"),
     (r"^bash scripts/test\.sh", "runs this test"),
     (r"--backend cuda|gpu-check\.sh|parmsim-gpu", None),  # GPU: skipped without one, else exit 0
+    (r"compare --measured examples/measured-h100\.csv -o out/compare-h100\.csv",
+     both(files("compare-h100.csv", head="name,measured_us,predicted_us,kind,row"), has(r"^MAPE [0-9.]+% over 12 row"))),
+    (r"calibrate --import-nccl-tests \S+ --ranks 16 --nodes 2 .*-o out/cal-p5\.yaml", files("cal-p5.yaml")),
+    (r"layer .*--calibration out/cal-p5\.yaml", has(LAYER_HEADER, r"^calibration \S*out/cal-p5\.yaml: \d+ of the \d+ collective kinds",
+                                                     r"unused entry \S*out/cal-p5\.yaml")),
+    (r"calibrate --plan ", has(r"^nccl-tests runs that would measure them", r"alltoall_perf")),
     (r"collective .*-b 8B,64KiB,1MiB,16MiB,1GiB$", "shown"),  # compared with the output the README shows
     (r"collective .*--json", coll_json),
     (r"collective .*--calibration out/nccl-calibration\.yaml", has(COLL_HEADER, r"^\s+17179869184\s")),
