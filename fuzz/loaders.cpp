@@ -17,6 +17,7 @@
 #include "sim/sweep/sweep_spec.hpp"
 #include "sim/topo/topology_io.hpp"
 #include "sim/validation/gemm_validation.hpp"
+#include "sim/validation/measured_csv.hpp"
 #include "sim/validation/moe_validation.hpp"
 #include "sim/validation/nccl_validation.hpp"
 
@@ -59,7 +60,8 @@ void layer(const std::string& t) {
 void overlay(const std::string& t) { parse_topology_overlay_text(t, "fuzz.yaml"); }
 
 // The three validation tables (validate nccl, gemm, moe), through the one CSV
-// reader; the text goes through a file, as their loaders read paths.
+// reader; the text goes through a file, as their loaders read paths. Then
+// compare --measured's CSV (its rows, not the topologies they name).
 void validation_csv(const std::string& t) {
   static const std::string path = fmt::format("/tmp/parmsim-fuzz-{}.csv", ::getpid());
   {
@@ -73,6 +75,10 @@ void validation_csv(const std::string& t) {
       load(path);
     } catch (const UserError&) {
     }
+  }
+  try {
+    parse_measured_csv(t, "fuzz.csv", "", "topologies/dgx-h100.yaml");
+  } catch (const UserError&) {
   }
 }
 

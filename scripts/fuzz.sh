@@ -36,7 +36,7 @@ seeds() {
     model) ls experiments/{bert,gpt2}-moe.yaml ;;
     nccl_text) ls tests/data/nccl-tests/*.txt ;;
     nccl_json) ls tests/data/nccl-tests/*.json ;;
-    validation_csv) ls validation/*.csv ;;
+    validation_csv) ls validation/*.csv examples/*.csv ;;
     *) ;;  # calibration, trace_csv, trace_sidecar, overlay: their seeds are in fuzz/corpus/ (written by parmsim)
   esac
 }
