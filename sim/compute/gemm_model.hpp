@@ -187,4 +187,9 @@ inline __attribute__((always_inline)) Time model_compute_time(const ComputeRates
   return memory_kernel_time(r, bytes);
 }
 
+// compute_time (gpu_profile.hpp) with the GPU's rates worked out once: the
+// engine's, which costs every kernel of a simulation on one GPU.
+Time compute_time(const ComputeRates& r, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
+                  const Calibration* cal, std::string_view kind, std::span<const std::int64_t> shape);
+
 }  // namespace parmsim

@@ -182,13 +182,18 @@ const GpuProfile& gpu_profile(const std::string& name) {
   throw UserError(fmt::format("unknown GPU profile '{}'; known profiles: {}", name, gpu_profile_names()));
 }
 
-Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
+Time compute_time(const ComputeRates& r, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
                   const Calibration* cal, std::string_view kind, std::span<const std::int64_t> shape) {
   if (op == OpKind::host) return Time::zero();  // the host's time is the task's host_wait
   if (cal && !kind.empty())
     if (const KernelTable* k = cal->kernel(kind, dtype))
       return k->time(static_cast<double>(k->op == OpKind::gemm ? flops : bytes));
-  return model_compute_time(gpu, op, flops, bytes, dtype, shape);
+  return model_compute_time(r, op, flops, bytes, dtype, shape);
+}
+
+Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
+                  const Calibration* cal, std::string_view kind, std::span<const std::int64_t> shape) {
+  return compute_time(ComputeRates(gpu), op, flops, bytes, dtype, cal, kind, shape);
 }
 
 }  // namespace parmsim

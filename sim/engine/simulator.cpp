@@ -11,6 +11,7 @@
 #include "sim/calib/calibration.hpp"
 #include "sim/coll/collective_cost.hpp"
 #include "sim/coll/collective_plan.hpp"
+#include "sim/compute/gemm_model.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/event_queue.hpp"
@@ -67,6 +68,7 @@ class Engine {
       : g_(g),
         topo_(topo),
         gpu_(gpu_profile(topo.gpu_model())),
+        rates_(gpu_),
         ws_(ws),
         net_(make_network(opt.network, topo, &ws)),
         cal_(opt.calibration),
@@ -286,7 +288,7 @@ class Engine {
     KernelMemo& m = memo_;
     if (!(m.valid && m.op == t.op && m.flops == t.flops && m.bytes == t.bytes && m.dtype == t.dtype &&
           m.launches == t.launches && m.host_wait == t.host_wait && m.kernel == t.kernel && m.shape == t.shape)) {
-      const Time k = compute_time(gpu_, t.op, t.flops, t.bytes, t.dtype, cal_, g_.kernel_name(t.kernel),
+      const Time k = compute_time(rates_, t.op, t.flops, t.bytes, t.dtype, cal_, g_.kernel_name(t.kernel),
                                   {t.shape.data(), t.shape.size()});
       m.valid = true;
       m.op = t.op;
@@ -387,6 +389,7 @@ class Engine {
   const TaskGraph& g_;
   const Topology& topo_;
   const GpuProfile& gpu_;
+  const ComputeRates rates_;  // gpu_'s, worked out once for every kernel
   Workspace& ws_;  // plans, routes, rate memo and pools, kept for the next simulation
   std::unique_ptr<NetworkModel> net_;
   const Calibration* cal_;
