@@ -156,7 +156,7 @@ struct RouteCache : Workspace::Part {
     int src = -1, dst = -1;
     Route r;
   };
-  std::vector<Slot> slots = std::vector<Slot>(std::size_t{1} << kBits);
+  std::vector<Slot> slots;  // 2^kBits once a route is asked for (a workspace that only searches distances has none)
   std::vector<int> cand;  // link ids
 };
 constexpr std::size_t kDistCacheBytes = std::size_t{128} << 20;
@@ -285,6 +285,7 @@ void Topology::finalize() {
 const Route& Topology::route(int src_gpu, int dst_gpu, Workspace& ws) const {
   if (!table_.empty()) return table_[static_cast<std::size_t>(src_gpu) * num_gpus() + dst_gpu];
   RouteCache& c = ws.get<RouteCache>();
+  if (c.slots.empty()) c.slots.resize(std::size_t{1} << RouteCache::kBits);
   const std::uint64_t key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src_gpu)) << 32) |
                             static_cast<std::uint32_t>(dst_gpu);
   RouteCache::Slot& s = c.slots[(key * 0x9E3779B97F4A7C15ULL) >> (64 - RouteCache::kBits)];
