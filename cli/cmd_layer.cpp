@@ -53,7 +53,7 @@ Output, per schedule (forward + backward of one layer):
 --json gives the same per schedule (schedules.NAME.phases: phase -> us of the critical path).)");
   struct Args {
     std::string topo, topo_set, overlay, set, layer_file, schedule = "all", network = "flow", trace, calibration;
-    bool search = false, json = false, sensitivity = false, estimate = false;
+    bool search = false, json = false, sensitivity = false, estimate = false, no_symmetry = false;
     std::vector<std::string> vary;
     std::string max_memory;
   };
@@ -86,6 +86,7 @@ Output, per schedule (forward + backward of one layer):
               "print what simulating each schedule will take (tasks, transfers, events, memory, time), estimated "
               "from the layer's shape without building its graphs, and exit");
   add_max_memory_option(c, a->max_memory);
+  add_no_symmetry_option(c, a->no_symmetry);
   c->callback([a] {
     if (!a->vary.empty() && !a->sensitivity)
       throw UserError("--vary: needs --sensitivity (it sets a range --sensitivity varies)");
@@ -176,6 +177,7 @@ Output, per schedule (forward + backward of one layer):
     }
     Workspace ws;  // plans, routes and pools shared by the schedules' simulations
     moe::LayerRun run{topo, spec, a->network, cal.get(), &ab, &ws};
+    run.symmetry = !a->no_symmetry;
     run.phases = true;
     std::vector<moe::ScheduleResult> results;
     // Each schedule's graphs and simulations, kept for the trace.

@@ -21,7 +21,7 @@ void add_sweep(CLI::App& app) {
   struct Args {
     std::string spec, out, calibration, max_memory;
     int jobs = 0;
-    bool resume = false, quiet = false, list = false;
+    bool resume = false, quiet = false, list = false, no_symmetry = false;
   };
   auto a = std::make_shared<Args>();
   c->add_option("spec", a->spec, "sweep YAML (see experiments/)")->required()->check(CLI::ExistingFile);
@@ -42,6 +42,7 @@ void add_sweep(CLI::App& app) {
       ->excludes(resume_opt)
       ->excludes(jobs_opt);
   add_max_memory_option(c, a->max_memory);
+  add_no_symmetry_option(c, a->no_symmetry);
   c->callback([a] {
     sweep::LoadOptions lo;
     lo.count_only = a->list;
@@ -55,7 +56,8 @@ void add_sweep(CLI::App& app) {
       lo.bytes_per_config = per_config;
       lo.max_bytes_why = m.why;
     }
-    const sweep::Spec spec = sweep::load_spec(a->spec, a->calibration, lo);
+    sweep::Spec spec = sweep::load_spec(a->spec, a->calibration, lo);
+    spec.symmetry = !a->no_symmetry;
     if (!a->list) coverage_watch(spec.calibration);  // reported on stderr when the sweep ends
     if (a->list) {
       fmt::print("{}: {} configurations x {} schedules on {} topology variant(s); {} invalid skipped\n", spec.name,

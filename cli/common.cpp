@@ -174,6 +174,13 @@ CLI::Validator finite_at_least(double lo) {
       fmt::format("finite, >= {:g}", lo));
 }
 
+void add_no_symmetry_option(CLI::App* c, bool& value) {
+  c->add_flag("--no-symmetry", value,
+              "simulate every rank: never run one class of symmetric ranks for all (where shifting the servers maps "
+              "topology, routes, task graph and plans onto themselves; docs/performance.md, Symmetry); for checks, "
+              "the results are the same");
+}
+
 void add_max_memory_option(CLI::App* c, std::string& value) {
   c->add_option("--max-memory", value,
                 "refuse a run estimated to need more memory than this, e.g. 4GiB (default: half of this machine's "

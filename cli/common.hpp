@@ -45,6 +45,9 @@ CLI::Validator finite_at_least(double lo);
 // --max-memory SIZE (e.g. 4GiB): what a run may need before it is refused,
 // on the commands that estimate it first (execute, verify, sweep).
 void add_max_memory_option(CLI::App* c, std::string& value);
+// --no-symmetry: simulate every rank, never one class of symmetric ranks for
+// all (SimOptions::symmetry), for checks.
+void add_no_symmetry_option(CLI::App* c, bool& value);
 struct MemoryLimit {
   std::uint64_t bytes = 0;
   std::string why;  // "--max-memory 4GiB", or where the default came from

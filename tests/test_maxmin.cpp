@@ -101,11 +101,12 @@ TEST_CASE("a rate cap frees bandwidth down the bottleneck chain", "[maxmin]") {
 }
 
 namespace {
-// Progressive filling written out plainly: every round scans every link,
-// picks the smallest cap / count (lowest id among equals) and fixes that
-// link's unfixed flows in flow order. The solver keeps ties and shares
-// between rounds; it must pick the same links in the same order, so the
-// rates must be equal bit for bit, not only approximately.
+// Progressive filling written out plainly: every round scans every link for
+// the smallest cap / count, takes every link at exactly that share (found
+// before any flow of the round is fixed) and fixes their unfixed flows, link
+// by link in id order, in flow order. The solver keeps other structures; it
+// must take the same links in the same rounds, so the rates must be equal bit
+// for bit, not only approximately.
 std::vector<double> reference(std::vector<double> cap, const std::vector<std::vector<int>>& paths) {
   const std::size_t L = cap.size(), F = paths.size();
   std::vector<std::uint32_t> count(L, 0);
@@ -114,18 +115,21 @@ std::vector<double> reference(std::vector<double> cap, const std::vector<std::ve
   std::vector<double> rate(F, 0.0);
   std::vector<char> fixed(F, 0);
   while (true) {
-    std::size_t best = L;
     double share = std::numeric_limits<double>::infinity();
     for (std::size_t l = 0; l < L; ++l)
-      if (count[l] > 0 && cap[l] / count[l] < share) share = cap[l] / count[l], best = l;
-    if (best == L) break;
+      if (count[l] > 0 && cap[l] / count[l] < share) share = cap[l] / count[l];
+    if (share == std::numeric_limits<double>::infinity()) break;
+    std::vector<std::size_t> tied;
+    for (std::size_t l = 0; l < L; ++l)
+      if (count[l] > 0 && cap[l] / count[l] == share) tied.push_back(l);
     if (share < 0) share = 0;
-    for (std::size_t f = 0; f < F; ++f) {
-      if (fixed[f] || std::find(paths[f].begin(), paths[f].end(), static_cast<int>(best)) == paths[f].end()) continue;
-      fixed[f] = 1;
-      rate[f] = share;
-      for (int l : paths[f]) cap[l] -= share, --count[l];
-    }
+    for (std::size_t best : tied)
+      for (std::size_t f = 0; f < F; ++f) {
+        if (fixed[f] || std::find(paths[f].begin(), paths[f].end(), static_cast<int>(best)) == paths[f].end()) continue;
+        fixed[f] = 1;
+        rate[f] = share;
+        for (int l : paths[f]) cap[l] -= share, --count[l];
+      }
   }
   return rate;
 }
@@ -133,17 +137,22 @@ std::vector<double> reference(std::vector<double> cap, const std::vector<std::ve
 
 TEST_CASE("ties: the solver fixes the same links as a plain full scan, bit for bit", "[maxmin]") {
   // Capacities from a small set, so that many links tie (an AlltoAll's NICs),
-  // and paths of 1-4 distinct links. A third of the trials take each of the
+  // and paths of 1-4 distinct links. A quarter of the trials take each of the
   // solver's ways: up to kMaxMinScanAllLinks links and kMaxMinMaskFlows flows,
   // bit sets of flows per link; more flows, a list per link, still scanning
-  // every link each round; more links, a scan of the loaded links that keeps
-  // ties and changes between rounds (up to kMaxMinScanLinks loaded links).
-  static_assert(parmsim::kMaxMinScanAllLinks < 300 && 500 <= parmsim::kMaxMinScanLinks);
+  // every link each round; more links, a scan of the loaded links (up to
+  // kMaxMinScanLinks loaded links); above that, with few flows per link, a
+  // heap of links by share (1100-1300 flows of 1-4 links on 600-800 links:
+  // at most 5200 pairs x log2(800) < 0.5 x 600^2).
+  static_assert(parmsim::kMaxMinScanAllLinks < 300 && 500 <= parmsim::kMaxMinScanLinks &&
+                parmsim::kMaxMinScanLinks < 600);
   static_assert(parmsim::kMaxMinMaskFlows == 1024);
   std::mt19937 rng(7);
-  for (int trial = 0; trial < 450; ++trial) {
-    const int way = trial % 3;
-    const int L = way == 2 ? 300 + static_cast<int>(rng() % 200) : 2 + static_cast<int>(rng() % 60);
+  for (int trial = 0; trial < 600; ++trial) {
+    const int way = trial % 4;
+    const int L = way == 3   ? 600 + static_cast<int>(rng() % 200)
+                  : way == 2 ? 300 + static_cast<int>(rng() % 200)
+                             : 2 + static_cast<int>(rng() % 60);
     // Way 0 takes 1 to 16 words of bit set per link.
     const int F = way == 0 ? 1 + static_cast<int>(rng() % 1024) : 1100 + static_cast<int>(rng() % 200);
     const std::vector<double> cap = tie_capacities(rng, L);
@@ -194,4 +203,21 @@ TEST_CASE("rates depend on the multiset of (path, cap) alone, not the flows' ord
     for (std::size_t f = 1; f < paths.size(); ++f)
       if (paths[f] == paths[f - 1] && caps[f] == caps[f - 1]) REQUIRE(a[f] == a[f - 1]);
   }
+}
+
+TEST_CASE("a link listed twice in a path counts the flow twice", "[maxmin]") {
+  // What a flow standing for a symmetric orbit uses (sim/engine/simulator.hpp):
+  // link 0 (capacity 30) carries f0 twice and f1 once: 30 / 3 = 10 each; f0's
+  // two copies take 20. Link 1 (capacity 100) carries f1 alone: it stays at 10.
+  // Both of the solver's ways: the bit-set one, and the list one (2000 copies
+  // of f1 on link 2, unloaded by the others, push it past kMaxMinMaskFlows).
+  const auto small = solve({30.0, 100.0}, {{0, 0}, {0, 1}});
+  CHECK(small[0] == 10.0);
+  CHECK(small[1] == 10.0);
+  std::vector<std::vector<int>> paths = {{0, 0}, {0, 1}};
+  for (int i = 0; i < 2000; ++i) paths.push_back({2});
+  const auto big = solve({30.0, 100.0, 4000.0}, paths);
+  CHECK(big[0] == 10.0);
+  CHECK(big[1] == 10.0);
+  CHECK(big[2] == 2.0);  // 4000 / 2000
 }

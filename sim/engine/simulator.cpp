@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <tuple>
 #include <deque>
 #include <utility>
 #include <string_view>
@@ -47,6 +49,11 @@ struct CollState {
   int members = 0;
   const CalibratedCollective* calibrated = nullptr;  // timed as a whole when set
   int entered_count = 0;
+  // With symmetry: the members simulated (on ranks [0, R)), each member's
+  // representative, and per transfer the representative of its receiving
+  // step (-1: a transfer not simulated, its sender not a representative).
+  int rep_members = 0;
+  std::vector<int> member_rep, qrecv, qstart, qlist;
 };
 
 // The pools of CollState's arrays: this floor's part of a Workspace, kept
@@ -167,6 +174,8 @@ class Engine {
       const auto& parts = g.parts(c);
       for (std::size_t m = 0; m < parts.size(); ++m) member_index_[parts[m]] = static_cast<int>(m);
     }
+    for (CollState& st : coll_) st.rep_members = st.members;
+    if (opt.symmetry && net_->name() == "flow") try_symmetry();
     pools_.busy = true;  // last: a constructor that throws has not taken them
   }
 
@@ -183,7 +192,7 @@ class Engine {
     done_.assign(N, 0);
     for (int t = 0; t < N; ++t) res_.trace[t].task = t;
     for (int t = 0; t < N; ++t)
-      if (preds_left_[t] == 0) ready_.push_back(t);
+      if (preds_left_[t] == 0 && simulated(t)) ready_.push_back(t);
     try {
       drain();
       std::vector<std::uint64_t> finished;
@@ -216,8 +225,19 @@ class Engine {
                                     now_.to_us(), e.what()));
     }
     int left = 0;
-    for (int t = 0; t < N; ++t) left += !done_[t];
+    for (int t = 0; t < N; ++t) left += !done_[t] && simulated(t);
     if (left > 0) report_stuck(left);
+    if (q_.order > 1) {
+      // Every other rank's row is its representative's.
+      for (int t = 0; t < N; ++t)
+        if (!simulated(t)) {
+          const int r = q_.task_rep[t];
+          res_.trace[t] = res_.trace[r];
+          res_.trace[t].task = t;
+          done_[t] = 1;
+        }
+      res_.symmetry = q_.order;
+    }
     res_.makespan = now_;
     return std::move(res_);
   }
@@ -249,21 +269,25 @@ class Engine {
     s.entered[m] = 1;
     if (s.calibrated) {
       // Measured as a whole: it starts when the last member arrives and ends for all together.
-      if (++s.entered_count == s.members) {
+      if (++s.entered_count == s.rep_members) {
         const Collective& col = g_.collective(tc);
+        // Every transfer, as if each ran (a representative's stand for the others).
         for (const CollXfer& xf : s.plan->xfers)
-          (topo_.same_node(col.group[xf.src], col.group[xf.dst]) ? res_.intra_node_bytes : res_.inter_node_bytes) +=
-              xf.bytes;
+          if (s.qrecv.empty() || s.qrecv[&xf - s.plan->xfers.data()] >= 0)
+            (topo_.same_node(col.group[xf.src], col.group[xf.dst]) ? res_.intra_node_bytes : res_.inter_node_bytes) +=
+                xf.bytes * static_cast<std::uint64_t>(q_.order);
         const Time end = now_ + s.calibrated->time(col.bytes);
-        for (int part : g_.parts(tc)) events_.push(end, part);
+        for (int part : g_.parts(tc))
+          if (simulated(part)) events_.push(end, part);
       }
       return;
     }
     if (s.plan->barrier) {
       // Nothing moves before every member has entered; then all start together.
-      if (++s.entered_count < s.members) return;
+      if (++s.entered_count < s.rep_members) return;
       const auto& parts = g_.parts(tc);
       for (std::size_t mm = 0; mm < parts.size(); ++mm) {
+        if (!simulated(parts[mm])) continue;
         if (s.member_steps_left[mm] == 0) {
           task_done(parts[mm]);
           continue;
@@ -318,6 +342,7 @@ class Engine {
       step_done(c, st);
       return;
     }
+    if (q_.order > 1) return step_ready_sym(c, st);
     for (int x : s.step_xfers.of(st)) {
       const CollXfer& xf = s.plan->xfers[x];
       if (s.xfer_started[x] || !s.step_ready[xf.send_step] || !s.step_ready[xf.recv_step]) continue;
@@ -332,12 +357,41 @@ class Engine {
     }
   }
 
+  // step_ready with symmetry: the transfers sent by this representative step
+  // and those whose receiving step's representative it is; each starts as one
+  // flow standing for its orbit, on its route's link orbits (a link orbit of
+  // n links, crossed once, counts order / n times: NodeShift::weight).
+  void step_ready_sym(int c, int st) {
+    CollState& s = coll_[c];
+    for (int i = s.qstart[st]; i < s.qstart[st + 1]; ++i) {
+      const int x = s.qlist[i];
+      const CollXfer& xf = s.plan->xfers[x];
+      if (s.xfer_started[x] || !s.step_ready[xf.send_step] || !s.step_ready[s.qrecv[x]]) continue;
+      s.xfer_started[x] = 1;
+      const Collective& col = g_.collective(c);
+      const int src = col.group[xf.src], dst = col.group[xf.dst];
+      (topo_.same_node(src, dst) ? res_.intra_node_bytes : res_.inter_node_bytes) +=
+          xf.bytes * static_cast<std::uint64_t>(q_.order);
+      res_.transfers += static_cast<std::uint64_t>(q_.order);
+      const std::uint64_t fid = flow_ids_.size();
+      flow_ids_.emplace_back(c, x);
+      const RouteView v = xfer_route_view(*s.plan, xf, col.group, topo_, route_, ws_);
+      wroute_.clear();
+      for (int l : v.links)
+        for (int k = 0; k < q_.shift.weight[l]; ++k) wroute_.push_back(q_.shift.rep[l]);
+      std::sort(wroute_.begin(), wroute_.end());
+      net_->start(fid, RouteView(wroute_, v.latency, v.bottleneck), xf.bytes, now_, xfer_cap(*s.plan, xf));
+    }
+  }
+
   void xfer_done(std::uint64_t fid) {
     const auto [c, x] = flow_ids_[fid];
-    const CollXfer& xf = coll_[c].plan->xfers[x];
-    --coll_[c].member_in_left[xf.dst];
-    for (int st : {xf.send_step, xf.recv_step})
-      if (--coll_[c].step_xfers_left[st] == 0) step_done(c, st);
+    const CollState& s = coll_[c];
+    const CollXfer& xf = s.plan->xfers[x];
+    const bool sym = !s.qrecv.empty();
+    --s.member_in_left[sym ? s.member_rep[xf.dst] : xf.dst];
+    for (int st : {xf.send_step, sym ? s.qrecv[x] : xf.recv_step})
+      if (--s.step_xfers_left[st] == 0) step_done(c, st);
   }
 
   void step_done(int c, int st) {
@@ -359,14 +413,17 @@ class Engine {
     done_[id] = 1;
     res_.trace[id].end = now_;
     for (int s : g_.successors(id))
-      if (--preds_left_[s] == 0) ready_.push_back(s);
+      if (simulated(s) && --preds_left_[s] == 0) ready_.push_back(s);
+    if (q_.order > 1)
+      for (int k = q_.xs_start[id]; k < q_.xs_start[id + 1]; ++k)
+        if (--preds_left_[q_.xs_list[k]] == 0) ready_.push_back(q_.xs_list[k]);
   }
 
   void report_stuck(int left) {
     std::string msg = fmt::format("simulation stuck: {} task(s) never finished; blocked:", left);
     int shown = 0;
     for (const Task& t : g_.tasks()) {
-      if (done_[t.id] || shown >= 10) continue;
+      if (done_[t.id] || !simulated(t.id) || shown >= 10) continue;
       ++shown;
       msg += fmt::format("\n  '{}' (rank {}, stream {}): ", t.name, t.rank, g_.streams(t.rank)[t.stream]);
       if (!started_[t.id]) {
@@ -400,6 +457,18 @@ class Engine {
   std::vector<char> started_, done_;
   std::vector<std::pair<int, int>> flow_ids_;
   Route route_;  // scratch for xfer_route
+  std::vector<int> wroute_;  // scratch: a flow's route as link orbits (symmetry)
+  // Symmetry (order > 1): ranks [0, R) are simulated; every task's
+  // representative; per representative task, the representatives among the
+  // successors of its images (CSR).
+  struct Quotient {
+    int order = 1, R = 0;
+    NodeShift shift;
+    std::vector<int> task_rep, xs_start, xs_list;
+  } q_;
+  bool simulated(int t) const { return q_.order == 1 || g_.task(t).rank < q_.R; }
+  void try_symmetry();
+  bool plan_maps(int a, int b, const std::vector<int>& pi, const NodeShift& sh) const;
   struct KernelMemo {
     bool valid = false;
     OpKind op{};
@@ -417,6 +486,249 @@ class Engine {
   SimResult res_;
 };
 
+
+// Finds the smallest shift of servers that maps the topology, its routes,
+// the task graph and every collective's plan onto themselves (each checked
+// in full: a symmetry is used only where it is exact), and sets the
+// simulation up to run the ranks of the first shift alone. Leaves q_.order at
+// 1 (every rank simulated) when there is none.
+void Engine::try_symmetry() {
+  const int P = topo_.num_gpus(), N = topo_.num_nodes(), T = static_cast<int>(g_.tasks().size());
+  const int C = static_cast<int>(coll_.size());
+  if (g_.num_ranks() != P || N < 2 || T == 0) return;
+  for (const CollState& s : coll_)
+    if (!s.plan) return;
+  // Tasks by rank, in id order, and each task's place on its rank.
+  std::vector<int> rank_start(P + 1, 0), rank_list(T), pos(T);
+  for (const Task& t : g_.tasks()) ++rank_start[t.rank + 1];
+  for (int r = 0; r < P; ++r) rank_start[r + 1] += rank_start[r];
+  {
+    std::vector<int> fill(rank_start.begin(), rank_start.end() - 1);
+    for (const Task& t : g_.tasks()) {
+      pos[t.id] = fill[t.rank] - rank_start[t.rank];
+      rank_list[fill[t.rank]++] = t.id;
+    }
+  }
+  for (int shift_nodes = 1; shift_nodes < N; ++shift_nodes) {
+    if (N % shift_nodes != 0) continue;
+    std::optional<NodeShift> sh = topo_.node_shift(shift_nodes);
+    if (!sh) continue;
+    const int R = sh->gpus;
+    auto image = [&](int t) {  // the task's image under one shift
+      const int r = (g_.task(t).rank + R) % P;
+      return rank_list[rank_start[r] + pos[t]];
+    };
+    // The graph: rank r's i-th task and rank r + R's i-th task alike, their
+    // dependencies images of each other, and each collective's members
+    // mapped onto another's (gamma) by a member map (pi).
+    bool ok = true;
+    for (int r = 0; r < P && ok; ++r)
+      ok = rank_start[r + 1] - rank_start[r] == rank_start[(r + R) % P + 1] - rank_start[(r + R) % P];
+    std::vector<int> gamma(C, -1);
+    std::vector<std::vector<int>> pi(C);
+    for (int c = 0; c < C && ok; ++c) pi[c].assign(coll_[c].members, -1);
+    for (int t = 0; t < T && ok; ++t) {
+      const Task& a = g_.task(t);
+      const Task& b = g_.task(image(t));
+      if (a.stream != b.stream || a.is_compute() != b.is_compute() || a.deps.size() != b.deps.size()) {
+        ok = false;
+        break;
+      }
+      for (std::size_t k = 0; k < a.deps.size() && ok; ++k) ok = image(a.deps[k]) == b.deps[k];
+      if (!ok) break;
+      if (a.is_compute()) {
+        const ComputeTask &x = a.compute(), &y = b.compute();
+        ok = x.op == y.op && x.flops == y.flops && x.bytes == y.bytes && x.dtype == y.dtype &&
+             x.launches == y.launches && x.host_wait == y.host_wait && x.kernel == y.kernel && x.shape == y.shape;
+        continue;
+      }
+      const int c = a.collective(), c2 = b.collective();
+      const int m = member_index_[t], m2 = member_index_[image(t)];
+      if (gamma[c] >= 0 && gamma[c] != c2) ok = false;
+      gamma[c] = c2;
+      if (pi[c][m] >= 0 && pi[c][m] != m2) ok = false;
+      pi[c][m] = m2;
+    }
+    if (!ok) continue;
+    // Collectives: on representatives only, or mapped onto themselves; the
+    // image's plan the member map's image of the plan.
+    std::vector<std::tuple<const CollPlan*, const CollPlan*, std::vector<int>>> checked;
+    for (int c = 0; c < C && ok; ++c) {
+      const Collective &ca = g_.collective(c);
+      if (gamma[c] < 0) continue;  // no task takes part (cannot be: every collective has parts)
+      const Collective& cb = g_.collective(gamma[c]);
+      int reps = 0;
+      for (int r : ca.group) reps += r < R;
+      if (gamma[c] != c && reps != 0 && reps != static_cast<int>(ca.group.size())) ok = false;
+      if (ca.op != cb.op || ca.bytes != cb.bytes || ca.group.size() != cb.group.size()) ok = false;
+      if ((coll_[c].calibrated == nullptr) != (coll_[gamma[c]].calibrated == nullptr)) ok = false;
+      if (!ok) break;
+      const CollPlan* pa = coll_[c].plan.get();
+      const CollPlan* pb = coll_[gamma[c]].plan.get();
+      bool seen = false;
+      for (const auto& [x, y, p] : checked) seen = seen || (x == pa && y == pb && p == pi[c]);
+      if (seen) continue;
+      ok = plan_maps(c, gamma[c], pi[c], *sh);
+      if (ok) checked.emplace_back(pa, pb, pi[c]);
+    }
+    if (!ok) continue;
+    // Routes of the transfers that will run, each pair once.
+    std::vector<std::uint64_t> pairs;
+    for (int c = 0; c < C; ++c) {
+      const CollState& s = coll_[c];
+      if (s.calibrated) continue;
+      const Collective& col = g_.collective(c);
+      for (const CollXfer& xf : s.plan->xfers) {
+        if (col.group[xf.src] >= R || xf.route >= 0) continue;
+        auto add = [&pairs](int a, int b) {
+          pairs.push_back(static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32 | static_cast<std::uint32_t>(b));
+        };
+        if (xf.via >= 0) {
+          add(col.group[xf.src], xf.via);
+          add(xf.via, col.group[xf.dst]);
+        } else {
+          add(col.group[xf.src], col.group[xf.dst]);
+        }
+      }
+    }
+    if (!sh->all_routes_ok) {
+      std::sort(pairs.begin(), pairs.end());
+      pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+      for (std::size_t i = 0; i < pairs.size() && ok; ++i)
+        ok = topo_.shift_route_ok(static_cast<int>(pairs[i] >> 32), static_cast<int>(pairs[i] & 0xffffffffu), *sh, ws_);
+    }
+    if (!ok) continue;
+    // It holds: set up the representatives.
+    q_.order = sh->order;
+    q_.R = R;
+    q_.task_rep.resize(T);
+    for (int t = 0; t < T; ++t) {
+      const int r = g_.task(t).rank % R;
+      q_.task_rep[t] = rank_list[rank_start[r] + pos[t]];
+    }
+    q_.xs_start.assign(T + 1, 0);
+    std::vector<std::pair<int, int>> xs;
+    for (const Task& t : g_.tasks())
+      if (t.rank >= R)
+        for (int d : g_.successors(t.id))
+          if (g_.task(d).rank < R) xs.emplace_back(q_.task_rep[t.id], d);
+    std::sort(xs.begin(), xs.end());
+    for (const auto& [a, b] : xs) ++q_.xs_start[a + 1];
+    for (int t = 0; t < T; ++t) q_.xs_start[t + 1] += q_.xs_start[t];
+    q_.xs_list.resize(xs.size());
+    for (std::size_t i = 0; i < xs.size(); ++i) q_.xs_list[i] = xs[i].second;
+    // Predecessors of a representative that are other ranks' tasks finish
+    // with their representatives: preds_left_ (set in run) counts them too.
+    std::vector<int> member_of(P, -1);
+    for (int c = 0; c < C; ++c) {
+      CollState& s = coll_[c];
+      const Collective& col = g_.collective(c);
+      const int M = s.members;
+      for (int m = 0; m < M; ++m) member_of[col.group[m]] = m;
+      s.member_rep.resize(M);
+      s.rep_members = 0;
+      for (int m = 0; m < M; ++m) {
+        s.member_rep[m] = member_of[col.group[m] % R];
+        s.rep_members += col.group[m] < R;
+      }
+      for (int m = 0; m < M; ++m) member_of[col.group[m]] = -1;
+      const auto& xfers = s.plan->xfers;
+      const std::size_t S = s.plan->steps.size();
+      // A step's place among its member's steps, and the same place among its representative's.
+      std::vector<int> place(S);
+      for (int m = 0; m < M; ++m) {
+        const auto steps = s.member_steps.of(m);
+        for (std::size_t i = 0; i < steps.size(); ++i) place[steps[i]] = static_cast<int>(i);
+      }
+      auto rep_step = [&](int st) {
+        const int m = s.plan->steps[st].member;
+        return s.member_steps.of(s.member_rep[m])[place[st]];
+      };
+      s.qrecv.assign(xfers.size(), -1);
+      s.qstart.assign(S + 1, 0);
+      std::fill(s.member_in_left, s.member_in_left + M, 0);
+      std::fill(s.step_xfers_left, s.step_xfers_left + S, 0);
+      for (std::size_t x = 0; x < xfers.size(); ++x) {
+        const CollXfer& xf = xfers[x];
+        if (col.group[xf.src] >= R) continue;
+        s.qrecv[x] = rep_step(xf.recv_step);
+        ++s.qstart[xf.send_step + 1];
+        ++s.qstart[s.qrecv[x] + 1];
+        ++s.step_xfers_left[xf.send_step];
+        ++s.step_xfers_left[s.qrecv[x]];
+        ++s.member_in_left[s.member_rep[xf.dst]];
+      }
+      for (std::size_t i = 0; i < S; ++i) s.qstart[i + 1] += s.qstart[i];
+      s.qlist.resize(s.qstart[S]);
+      std::vector<int> fill(s.qstart.begin(), s.qstart.end() - 1);
+      for (std::size_t x = 0; x < xfers.size(); ++x) {
+        if (s.qrecv[x] < 0) continue;
+        s.qlist[fill[xfers[x].send_step]++] = static_cast<int>(x);
+        s.qlist[fill[s.qrecv[x]]++] = static_cast<int>(x);
+      }
+    }
+    q_.shift = std::move(*sh);
+    return;
+  }
+}
+
+// Whether collective b's plan is collective a's under member map pi (a's
+// member m is b's pi[m]): the same steps member by member, in order, with
+// the same dependencies (each on a step of its own member), and each transfer
+// the same bytes and latency between the mapped steps, its custom route
+// mapped link by link and its PXN GPU shifted.
+bool Engine::plan_maps(int a, int b, const std::vector<int>& pi, const NodeShift& sh) const {
+  const CollState &sa = coll_[a], &sb = coll_[b];
+  const CollPlan &pa = *sa.plan, &pb = *sb.plan;
+  const int P = topo_.num_gpus();
+  if (pa.steps.size() != pb.steps.size() || pa.xfers.size() != pb.xfers.size() || pa.barrier != pb.barrier ||
+      pa.min_duration != pb.min_duration)
+    return false;
+  for (int m : pi)
+    if (m < 0) return false;
+  std::vector<int> sm(pa.steps.size(), -1);
+  for (int m = 0; m < sa.members; ++m) {
+    const auto x = sa.member_steps.of(m);
+    const auto y = sb.member_steps.of(pi[m]);
+    if (x.size() != y.size()) return false;
+    for (std::size_t i = 0; i < x.size(); ++i) sm[x[i]] = y[i];
+  }
+  for (std::size_t st = 0; st < pa.steps.size(); ++st) {
+    const CollStep &x = pa.steps[st], &y = pb.steps[sm[st]];
+    for (int k = 0; k < 2; ++k) {
+      if ((x.deps[k] < 0) != (y.deps[k] < 0)) return false;
+      if (x.deps[k] < 0) continue;
+      if (pa.steps[x.deps[k]].member != x.member || sm[x.deps[k]] != y.deps[k]) return false;
+    }
+  }
+  // b's transfers by sending step.
+  std::vector<int> start(pb.steps.size() + 1, 0), list(pb.xfers.size());
+  for (const CollXfer& y : pb.xfers) ++start[y.send_step + 1];
+  for (std::size_t i = 0; i < pb.steps.size(); ++i) start[i + 1] += start[i];
+  {
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (std::size_t i = 0; i < pb.xfers.size(); ++i) list[fill[pb.xfers[i].send_step]++] = static_cast<int>(i);
+  }
+  // Transfers between the same two steps (NVLS's up and down) pair in plan order.
+  std::vector<char> taken(pb.xfers.size(), 0);
+  for (const CollXfer& x : pa.xfers) {
+    const int s2 = sm[x.send_step], r2 = sm[x.recv_step];
+    const CollXfer* y = nullptr;
+    for (int i = start[s2]; i < start[s2 + 1] && !y; ++i)
+      if (!taken[list[i]] && pb.xfers[list[i]].recv_step == r2) y = &pb.xfers[list[i]], taken[list[i]] = 1;
+    if (!y || y->src != pi[x.src] || y->dst != pi[x.dst] || y->bytes != x.bytes) return false;
+    if ((x.lat < 0) != (y->lat < 0) || (x.lat >= 0 && pa.latencies[x.lat] != pb.latencies[y->lat])) return false;
+    if ((x.via < 0) != (y->via < 0) || (x.via >= 0 && y->via != sh.shift_gpu(x.via, P))) return false;
+    if ((x.route < 0) != (y->route < 0)) return false;
+    if (x.route >= 0) {
+      const auto &ra = pa.routes[x.route], &rb = pb.routes[y->route];
+      if (ra.size() != rb.size()) return false;
+      for (std::size_t i = 0; i < ra.size(); ++i)
+        if (sh.link[ra[i]] != rb[i]) return false;
+    }
+  }
+  return true;
+}
 }  // namespace
 
 namespace {

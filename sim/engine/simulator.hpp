@@ -30,6 +30,14 @@ struct SimOptions {
   // Measured collective costs that replace the modelled algorithm where an
   // entry matches (sim/calib/calibration.hpp); null: everything is modelled.
   const Calibration* calibration = nullptr;
+  // Simulate each class of symmetric ranks once (docs/performance.md,
+  // "Symmetry"): where shifting the servers maps the topology, its routes,
+  // the task graph and every collective's plan onto themselves, only the
+  // ranks of the first shift run, each flow stands for its whole orbit in
+  // the max-min shares, and the other ranks' rows are copied from theirs.
+  // Where any of that fails the graph is simulated rank by rank. False:
+  // always rank by rank (--no-symmetry).
+  bool symmetry = true;
 };
 
 struct SimResult {
@@ -38,6 +46,7 @@ struct SimResult {
   std::uint64_t intra_node_bytes = 0, inter_node_bytes = 0;
   std::uint64_t transfers = 0;  // point-to-point transfers simulated
   std::uint64_t events = 0;     // engine events processed
+  int symmetry = 1;             // ranks each simulated rank stood for (1: every rank simulated)
   // Measured runs only (executors that repeat a run): per task, the 10th and
   // 90th percentile of its duration; rows' start/end are then medians. Empty
   // for simulations and single runs.

@@ -30,6 +30,7 @@ ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimRe
   SimOptions so;
   so.network = run.network;
   so.calibration = run.calibration;
+  so.symmetry = run.symmetry;
   Workspace fresh;
   Workspace& ws = run.workspace ? *run.workspace : fresh;
   SimResult fr = simulate(fg, run.topo, so, ws);

@@ -48,6 +48,8 @@ struct LayerRun {
   Workspace* workspace = nullptr;
   // Whether run_schedule cuts the critical paths into ScheduleResult::phases.
   bool phases = false;
+  // Whether the simulator may run one class of symmetric ranks for all (SimOptions::symmetry).
+  bool symmetry = true;
 };
 
 // Simulates forward and backward graphs of one schedule. When `trace` is

@@ -97,11 +97,12 @@ void max_min_small(const std::vector<double>& capacity, const std::vector<std::s
     if (caps[f] > 0) w.by_cap.push_back(static_cast<std::uint32_t>(f));
   std::stable_sort(w.by_cap.begin(), w.by_cap.end(), [&](std::uint32_t a, std::uint32_t b) { return caps[a] < caps[b]; });
   std::size_t next_cap = 0;
+  auto& tied = w.tied;
   while (true) {
     const std::size_t best = first_min(sh, L);
     if (best == L) break;
-    double share = sh[best];
-    if (share < 0) share = 0;  // rounding on a nearly exhausted link
+    const double level = sh[best];
+    const double share = level < 0 ? 0 : level;  // rounding on a nearly exhausted link
     while (next_cap < w.by_cap.size() && is_fixed(w.by_cap[next_cap])) ++next_cap;
     if (next_cap < w.by_cap.size() && caps[w.by_cap[next_cap]] < share) {
       const double c0 = caps[w.by_cap[next_cap]];
@@ -111,11 +112,17 @@ void max_min_small(const std::vector<double>& capacity, const std::vector<std::s
       }
       continue;
     }
-    for (std::size_t i = 0; i < W; ++i)
-      for (std::uint64_t bits = mask[best * W + i] & ~fixed[i]; bits != 0; bits &= bits - 1)
-        fix(i * 64 + static_cast<std::size_t>(std::countr_zero(bits)), share, best);
-    count[best] = 0;
-    sh[best] = kNone;
+    // Every link at exactly this share is a bottleneck of this round, all
+    // found before any flow is fixed: links alike before the round stay alike
+    // after it (what a symmetric simulation relies on, sim/engine/simulator.hpp).
+    tied.clear();
+    for (std::size_t l = best; l < L; ++l)
+      if (sh[l] == level) tied.push_back(static_cast<std::uint32_t>(l));
+    for (std::uint32_t b : tied)
+      for (std::size_t i = 0; i < W; ++i)
+        for (std::uint64_t bits = mask[b * W + i] & ~fixed[i]; bits != 0; bits &= bits - 1)
+          fix(i * 64 + static_cast<std::size_t>(std::countr_zero(bits)), share, L);
+    for (std::uint32_t b : tied) count[b] = 0, sh[b] = kNone;
   }
 }
 }  // namespace
@@ -192,7 +199,6 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
   w.touched.assign(L, 0);
   w.changed.clear();
   w.tied.clear();
-  w.tie_pos = 0;
   w.fixed.assign(F, 0);
   // Capped flows by increasing cap (ties by index): the next one to fix.
   w.by_cap.clear();
@@ -215,7 +221,7 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
       // The share is kept current as cap / count (the same division the
       // scan would make), so a round's scan compares without dividing.
       if (--count[l] > 0) w.share[l] = cap[l] / count[l];
-      if (!w.touched[l]) w.touched[l] = 1, w.changed.push_back(static_cast<std::uint32_t>(l));
+      if (use_heap && !w.touched[l]) w.touched[l] = 1, w.changed.push_back(static_cast<std::uint32_t>(l));
     }
   };
   auto repush = [&] {
@@ -228,93 +234,84 @@ void max_min_rates(const std::vector<double>& capacity, const std::vector<std::s
     }
     w.changed.clear();
   };
-  // The next bottleneck (its share in *share), or L when every link is done.
-  auto bottleneck = [&](double* share) -> std::size_t {
+  // The next round's bottlenecks: every loaded link at the smallest fair
+  // share, in id order (w.tied), found before any flow is fixed, so that
+  // links alike before a round stay alike after it (a symmetric simulation
+  // relies on it, sim/engine/simulator.hpp); *level is that share. False
+  // when every link is done. Few links: a vectorized scan of all; many: a
+  // scan of the loaded ones, or the heap's entries at the top share.
+  auto bottlenecks = [&](double* level) -> bool {
+    auto& tied = w.tied;
+    tied.clear();
     if (use_heap) {
+      double min = 0;
       while (!w.heap.empty()) {
         const MaxMinScratch::Share top = w.heap.front();
-        if (count[top.link] > 0 && top.share == cap[top.link] / count[top.link]) {
-          *share = top.share;
-          return top.link;
-        }
-        std::pop_heap(w.heap.begin(), w.heap.end(), later);  // stale
+        const bool current = count[top.link] > 0 && top.share == cap[top.link] / count[top.link];
+        if (current && !tied.empty() && top.share != min) break;
+        std::pop_heap(w.heap.begin(), w.heap.end(), later);  // taken, or stale
         w.heap.pop_back();
+        if (!current || (!tied.empty() && tied.back() == top.link)) continue;
+        min = top.share;
+        tied.push_back(top.link);
       }
-      return L;
+      *level = min;
+      return !tied.empty();
     }
     if (scan_all) {
       const std::size_t l = first_min(w.share.data(), L);
-      if (l < L) *share = w.share[l];
-      return l;
+      if (l == L) return false;
+      *level = w.share[l];
+      for (std::size_t k = l; k < L; ++k)
+        if (w.share[k] == *level) tied.push_back(static_cast<std::uint32_t>(k));
+      return true;
     }
-    // The scan, with ties kept. A full scan finds the smallest share and
-    // every link that has exactly it (`tied`, in id order); the links whose
-    // share has changed since are in `changed`. Every other link still has
-    // the share it had then, above the tied level. So the next bottleneck
-    // (smallest share, lowest id) is the better of the first tied link still
-    // untouched and the best changed link; only when no tied link is left
-    // (or the changed links are many) is a full scan needed. The same link
-    // as a full scan every round, at a fraction of the cost when shares tie
-    // (an AlltoAll's NICs).
     // Raw pointers: through the vectors the compiler reloads their data
     // pointers after every store (they might alias).
     const std::uint32_t* cnt = count.data();
     const double* sh = w.share.data();
-    const char* touched = w.touched.data();
-    while (w.tie_pos < w.tied.size() && (touched[w.tied[w.tie_pos]] || cnt[w.tied[w.tie_pos]] == 0)) ++w.tie_pos;
-    if (w.tie_pos < w.tied.size() && 2 * w.changed.size() < w.active.size()) {
-      std::size_t best = w.tied[w.tie_pos];
-      double min = w.level;
-      for (std::uint32_t l : w.changed)
-        if (cnt[l] > 0 && (sh[l] < min || (sh[l] == min && l < best))) min = sh[l], best = l;
-      *share = min;
-      return best;
-    }
-    for (std::uint32_t l : w.changed) w.touched[l] = 0;
-    w.changed.clear();
     std::uint32_t* act = w.active.data();
     const std::size_t n = w.active.size();
     double min = std::numeric_limits<double>::infinity();
     std::size_t keep = 0;
-    w.tied.clear();
-    w.tie_pos = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const std::uint32_t l = act[i];
       if (cnt[l] == 0) continue;
       act[keep++] = l;
       if (sh[l] < min) {
         min = sh[l];
-        w.tied.clear();
-        w.tied.push_back(l);
-      } else if (sh[l] == min && !w.tied.empty()) {
-        w.tied.push_back(l);
+        tied.clear();
+        tied.push_back(l);
+      } else if (sh[l] == min) {
+        tied.push_back(l);
       }
     }
     w.active.resize(keep);
-    w.level = min;
-    *share = min;
-    return w.tied.empty() ? L : w.tied[0];
+    *level = min;
+    return !tied.empty();
   };
   while (true) {
-    double share = 0;
-    const std::size_t best = bottleneck(&share);
-    if (best == L) break;
-    if (share < 0) share = 0;  // rounding on a nearly exhausted link
+    double level = 0;
+    if (!bottlenecks(&level)) break;
+    const double share = level < 0 ? 0 : level;  // rounding on a nearly exhausted link
     // A cap below the bottleneck's share binds first: fix those flows at
-    // their caps and look for the bottleneck again.
+    // their caps and look for the bottlenecks again.
     while (next_cap < w.by_cap.size() && w.fixed[w.by_cap[next_cap]]) ++next_cap;
     if (next_cap < w.by_cap.size() && caps[w.by_cap[next_cap]] < share) {
+      if (use_heap)  // the tied links' entries were taken: back into the heap
+        for (std::uint32_t l : w.tied) w.heap.push_back({cap[l] / count[l], l}), std::push_heap(w.heap.begin(), w.heap.end(), later);
       const double c0 = caps[w.by_cap[next_cap]];
       while (next_cap < w.by_cap.size() && (w.fixed[w.by_cap[next_cap]] || caps[w.by_cap[next_cap]] <= c0)) {
         if (!w.fixed[w.by_cap[next_cap]]) fix(w.by_cap[next_cap], c0);
         ++next_cap;
       }
     } else {
-      for (std::uint32_t i = w.start[best]; i < w.start[best + 1]; ++i) {
-        const std::uint32_t f = w.on[i];
-        if (w.fixed[f]) continue;
-        fix(f, share);
-      }
+      for (std::uint32_t b : w.tied)
+        for (std::uint32_t i = w.start[b]; i < w.start[b + 1]; ++i) {
+          const std::uint32_t f = w.on[i];
+          if (w.fixed[f]) continue;
+          fix(f, share);
+        }
     }
     if (use_heap) repush();
   }

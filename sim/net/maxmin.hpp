@@ -1,7 +1,9 @@
 #pragma once
-// Max-min fair rates by progressive filling: repeatedly find the link whose
-// remaining capacity divided by its unfixed flows is smallest, give each of
-// those flows that share, and remove them with their bandwidth. Every flow
+// Max-min fair rates by progressive filling: repeatedly find the links whose
+// remaining capacity divided by their unfixed flows is smallest (all links at
+// exactly that share, found before any is fixed: links alike stay alike, so
+// a symmetric set of flows gets the same rates as its quotient), give each of
+// their flows that share, and remove them with their bandwidth. Every flow
 // ends with the largest rate it can get without lowering a smaller one.
 //
 // Cost: O(sum of path lengths) to index flows by link, plus, per bottleneck
@@ -44,9 +46,7 @@ struct MaxMinScratch {
   std::vector<std::uint32_t> active;
   std::vector<char> fixed, touched;
   std::vector<std::uint32_t> changed;
-  std::vector<std::uint32_t> tied;  // the scan's links at the smallest share, in id order
-  std::size_t tie_pos = 0;
-  double level = 0;
+  std::vector<std::uint32_t> tied;  // a round's bottlenecks: the links at the smallest share, in id order
   std::vector<std::uint32_t> by_cap;
   std::vector<std::uint64_t> mask;  // the small solver's flows per link, as bit sets
 };

@@ -6,6 +6,7 @@
 #include <array>
 #include <deque>
 #include <type_traits>
+#include <limits>
 #include <set>
 
 #include "sim/core/error.hpp"
@@ -572,8 +573,17 @@ class FlowModel final : public NetworkModel {
       if (comp_flows_.size() - flows0 == 1) {
         const std::uint32_t slot = comp_flows_.back();
         const Flow& f = flows_[slot];
-        double rate = capacity_[arena_[f.off]];
-        for (std::uint32_t i = 1; i < f.len; ++i) rate = std::min(rate, capacity_[arena_[f.off + i]]);
+        // A link listed n times in a row carries n of the flow's copies (a
+        // flow standing for a symmetric orbit, sim/engine/simulator.cpp):
+        // its share is capacity / n, as the solver would give.
+        double rate = std::numeric_limits<double>::infinity();
+        for (std::uint32_t i = 0; i < f.len;) {
+          const int l = arena_[f.off + i];
+          std::uint32_t n = 1;
+          while (i + n < f.len && arena_[f.off + i + n] == l) ++n;
+          rate = std::min(rate, n == 1 ? capacity_[l] : capacity_[l] / n);
+          i += n;
+        }
         if (f.cap > 0 && f.cap < rate) rate = f.cap;
         set_rate(slot, rate);
         ++singles;

@@ -30,7 +30,9 @@ class NetworkModel {
   virtual ~NetworkModel() = default;
   virtual std::string name() const = 0;
   // Starts transfer `id` of `bytes` along `route` at time `now`; it never
-  // runs faster than `cap` bytes/s (0 = no cap).
+  // runs faster than `cap` bytes/s (0 = no cap). A link listed n times (in a
+  // row) counts the flow n times in its share: a flow that stands for n
+  // copies on that link (the engine's symmetry, sim/engine/simulator.hpp).
   virtual void start(std::uint64_t id, const RouteView& route, std::uint64_t bytes, Time now, double cap = 0) = 0;
   // Earliest time at which a transfer completes; nullopt when none is in flight.
   virtual std::optional<Time> next_completion() = 0;

@@ -93,7 +93,8 @@ std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::Alp
   }
   const GpuProfile& gpu = gpu_profile(topo.gpu_model());
   const std::string chosen = moe::auto_choice(c.layer, d, *model, gpu);
-  const moe::LayerRun run{topo, c.layer, spec.network, spec.calibration.get(), model, ws};
+  moe::LayerRun run{topo, c.layer, spec.network, spec.calibration.get(), model, ws};
+  run.symmetry = spec.symmetry;
   std::vector<moe::ScheduleResult> res;
   for (const std::string& n : spec.schedules) res.push_back(moe::run_schedule(run, moe::schedule_options(n, c.keys)));
   const double base = res.front().total().to_seconds();

@@ -33,6 +33,7 @@ struct Config {
 struct Spec {
   std::string name, description, file;
   std::string network = "flow";
+  bool symmetry = true;  // SimOptions::symmetry (sweep --no-symmetry turns it off; not a spec key)
   std::vector<std::string> schedules;  // always starts with "baseline"
   std::vector<TopologyVariant> topologies;
   std::vector<Config> configs;                     // empty when only counted

@@ -158,6 +158,9 @@ struct RouteCache : Workspace::Part {
   };
   std::vector<Slot> slots;  // 2^kBits once a route is asked for (a workspace that only searches distances has none)
   std::vector<int> cand;  // link ids
+  // When set, walk appends each ECMP choice of more than one link: the
+  // count, then the candidates (Topology::shift_route_ok).
+  std::vector<int>* record = nullptr;
 };
 constexpr std::size_t kDistCacheBytes = std::size_t{128} << 20;
 std::atomic<std::uint64_t> g_next_topology_id{1};
@@ -408,12 +411,184 @@ void Topology::walk(int v, int to, const std::vector<int>& dist, unsigned pick, 
       if (bw > best) cand.clear(), best = bw;
       if (bw == best) cand.push_back(o->link);
     }
+    if (cand.size() > 1)
+      if (std::vector<int>* rec = ws.get<RouteCache>().record) {
+        rec->push_back(static_cast<int>(cand.size()));
+        rec->insert(rec->end(), cand.begin(), cand.end());
+      }
     const Link& l = links_[cand[pick % cand.size()]];
     r.links.push_back(l.id);
     r.latency += l.latency;
     r.bottleneck = std::min(r.bottleneck, l.bandwidth);
     v = link_ends_[l.id].second;
   }
+}
+
+}  // namespace parmsim
+
+namespace parmsim {
+
+std::optional<NodeShift> Topology::node_shift(int nodes) const {
+  const int N = num_nodes(), P = num_gpus(), V = num_devices(), L = num_links();
+  if (nodes <= 0 || nodes >= N || N % nodes != 0 || P != N * gpus_per_node_) return std::nullopt;
+  NodeShift sh;
+  sh.nodes = nodes;
+  sh.gpus = nodes * gpus_per_node_;
+  sh.order = N / nodes;
+  // Servers' devices: by their place among their server's devices.
+  std::vector<std::vector<int>> of_node(N);
+  for (int v = 0; v < V; ++v) {
+    const int n = graph_[v].node;
+    if (n >= N) return std::nullopt;
+    if (n >= 0) of_node[n].push_back(v);
+  }
+  sh.vertex.assign(V, -1);
+  std::vector<char> used(V, 0);
+  for (int n = 0; n < N; ++n) {
+    const auto& a = of_node[n];
+    const auto& b = of_node[(n + nodes) % N];
+    if (a.size() != b.size()) return std::nullopt;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (graph_[a[i]].kind != graph_[b[i]].kind) return std::nullopt;
+      if (graph_[a[i]].kind == DeviceKind::gpu && graph_[b[i]].gpu != sh.shift_gpu(graph_[a[i]].gpu, P))
+        return std::nullopt;
+      sh.vertex[a[i]] = b[i];
+      used[b[i]] = 1;
+    }
+  }
+  auto has_link = [this](int a, int b) {
+    const OutLink* e = out_.data() + out_start_[a + 1];
+    const OutLink* f = std::lower_bound(out_.data() + out_start_[a], e, b,
+                                        [](const OutLink& o, int t) { return o.target < t; });
+    return f != e && f->target == b;
+  };
+  auto degree = [this](int v) { return out_start_[v + 1] - out_start_[v]; };
+  // Switches outside the servers: each to a free switch of its kind and
+  // degree linked to the images of its neighbours mapped so far (itself
+  // first, then the lowest id), until none is left. A wrong guess is caught
+  // by the check below, which makes the shift no symmetry.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int v = 0; v < V; ++v) {
+      if (sh.vertex[v] >= 0) continue;
+      std::vector<int> images;
+      for (int i = out_start_[v]; i < out_start_[v + 1]; ++i)
+        if (sh.vertex[out_[i].target] >= 0) images.push_back(sh.vertex[out_[i].target]);
+      if (images.empty()) continue;
+      auto fits = [&](int w) {
+        if (used[w] || graph_[w].node >= 0 || graph_[w].kind != graph_[v].kind || degree(w) != degree(v)) return false;
+        for (int t : images)
+          if (!has_link(w, t)) return false;
+        return true;
+      };
+      int pick = -1;
+      if (fits(v)) {
+        pick = v;
+      } else {
+        for (int i = out_start_[images[0]]; i < out_start_[images[0] + 1]; ++i)
+          if (fits(out_[i].target) && (pick < 0 || out_[i].target < pick)) pick = out_[i].target;
+      }
+      if (pick < 0) return std::nullopt;
+      sh.vertex[v] = pick;
+      used[pick] = 1;
+      progress = true;
+    }
+  }
+  for (int v = 0; v < V; ++v)
+    if (sh.vertex[v] < 0) return std::nullopt;
+  // Every link to a link of the same kind between the images of its ends
+  // (parallel links in their order).
+  sh.link.assign(L, -1);
+  for (int v = 0; v < V; ++v) {
+    const int w = sh.vertex[v];
+    if (degree(v) != degree(w)) return std::nullopt;
+    for (int i = out_start_[v]; i < out_start_[v + 1];) {
+      const int t = out_[i].target;
+      int j = out_start_[w];
+      while (j < out_start_[w + 1] && out_[j].target != sh.vertex[t]) ++j;
+      for (; i < out_start_[v + 1] && out_[i].target == t; ++i, ++j) {
+        if (j >= out_start_[w + 1] || out_[j].target != sh.vertex[t]) return std::nullopt;
+        const Link &a = links_[out_[i].link], &b = links_[out_[j].link];
+        if (a.bandwidth != b.bandwidth || a.latency != b.latency || link_class_[a.id] != link_class_[b.id])
+          return std::nullopt;
+        sh.link[a.id] = b.id;
+      }
+    }
+  }
+  if (!local_hb_.empty())
+    for (int g = 0; g < P; ++g)
+      if ((local_hb_[g] < 0) != (local_hb_[sh.shift_gpu(g, P)] < 0) ||
+          (local_hb_[g] >= 0 && sh.vertex[local_hb_[g]] != local_hb_[sh.shift_gpu(g, P)]))
+        return std::nullopt;
+  // Orbits of links: each cycle of the map once.
+  sh.rep.assign(L, -1);
+  sh.weight.assign(L, 0);
+  std::vector<int> cycle;
+  for (int l = 0; l < L; ++l) {
+    if (sh.rep[l] >= 0) continue;
+    cycle.clear();
+    for (int m = l; sh.rep[m] < 0; m = sh.link[m]) {
+      sh.rep[m] = l;
+      cycle.push_back(m);
+    }
+    if (sh.order % static_cast<int>(cycle.size()) != 0) return std::nullopt;
+    for (int m : cycle) sh.weight[m] = sh.order / static_cast<int>(cycle.size());
+  }
+  // With a route table, every route at once: one shift maps each route onto
+  // its image's, so every power of it does.
+  if (!table_.empty()) {
+    for (int a = 0; a < P; ++a)
+      for (int b = 0; b < P; ++b) {
+        const Route& r = table_[static_cast<std::size_t>(a) * P + b];
+        const Route& s = table_[static_cast<std::size_t>(sh.shift_gpu(a, P)) * P + sh.shift_gpu(b, P)];
+        if (r.links.size() != s.links.size() || r.latency != s.latency) return std::nullopt;
+        for (std::size_t i = 0; i < r.links.size(); ++i)
+          if (sh.link[r.links[i]] != s.links[i]) return std::nullopt;
+      }
+    sh.all_routes_ok = true;
+  }
+  return sh;
+}
+
+bool Topology::shift_keeps_order(const std::vector<int>& c, const NodeShift& shift) const {
+  std::vector<int> img(c);
+  for (int j = 1; j < shift.order; ++j) {
+    for (int& l : img) l = shift.link[l];
+    for (std::size_t i = 0; i + 1 < img.size(); ++i) {
+      const int t0 = link_ends_[img[i]].second, t1 = link_ends_[img[i + 1]].second;
+      if (t0 > t1 || (t0 == t1 && img[i] > img[i + 1])) return false;
+    }
+  }
+  return true;
+}
+
+bool Topology::shift_route_ok(int src_gpu, int dst_gpu, NodeShift& shift, Workspace& ws) const {
+  if (shift.all_routes_ok) return true;
+  const int P = num_gpus();
+  RouteCache& c = ws.get<RouteCache>();
+  std::vector<int> rec;
+  Route r;
+  c.record = &rec;
+  try {
+    compute_route(src_gpu, dst_gpu, r, ws);
+  } catch (...) {
+    c.record = nullptr;
+    throw;
+  }
+  c.record = nullptr;
+  for (std::size_t i = 0; i < rec.size();) {
+    const int n = rec[i];
+    std::vector<int> cand(rec.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                          rec.begin() + static_cast<std::ptrdiff_t>(i) + 1 + n);
+    i += 1 + static_cast<std::size_t>(n);
+    // The pick is src + dst: a shift adds 2 x gpus, less P for each end that wraps.
+    if ((2 * shift.gpus) % n != 0 || P % n != 0) return false;
+    auto it = std::lower_bound(shift.cand_ok.begin(), shift.cand_ok.end(), cand);
+    if (it != shift.cand_ok.end() && *it == cand) continue;
+    if (!shift_keeps_order(cand, shift)) return false;
+    shift.cand_ok.insert(it, std::move(cand));
+  }
+  return true;
 }
 
 }  // namespace parmsim

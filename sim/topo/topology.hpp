@@ -15,6 +15,7 @@
 // fat-trees spreads an all-to-all evenly over the uplinks (d-mod-k style).
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -91,6 +92,30 @@ struct RouteView {
   RouteView(const Route& r) : links(r.links), latency(r.latency), bottleneck(r.bottleneck) {}  // NOLINT: implicit
 };
 
+// A symmetry of a topology: shifting every server by `nodes` places (server n
+// to server n + nodes, modulo the servers; each device to the one with the
+// same place in its new server, GPU g to g + gpus, modulo the GPUs), with the
+// network switches mapped to match. Topology::node_shift finds it and checks
+// that it is an automorphism: every link maps to a link of the same
+// bandwidth, latency and class. Repeated, it generates a cyclic group of
+// `order` elements; the links fall into orbits, each named by its smallest
+// link id (`rep`), and a link stands for order / (its orbit's size) links'
+// worth of flows of the orbit (`weight`). Routes are checked to follow it
+// (Topology::shift_routes_ok) before a simulation relies on it
+// (docs/performance.md, "Symmetry").
+struct NodeShift {
+  int nodes = 0;  // servers per shift
+  int gpus = 0;   // GPUs per shift (nodes x GPUs per server)
+  int order = 1;  // shifts until every device is back: servers / nodes
+  std::vector<int> vertex;  // vertex -> its image
+  std::vector<int> link;    // link id -> its image
+  std::vector<int> rep;     // link id -> the smallest link id of its orbit
+  std::vector<int> weight;  // link id -> order / orbit size
+  bool all_routes_ok = false;  // every route checked at once (topologies with a route table)
+  std::vector<std::vector<int>> cand_ok;  // ECMP candidate lists already checked (sorted for search)
+  int shift_gpu(int g, int total) const { return (g + gpus) % total; }
+};
+
 class Topology {
  public:
   using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Device, Link>;
@@ -145,6 +170,18 @@ class Topology {
   // costs a search: loops pass a Workspace).
   Route route(int src_gpu, int dst_gpu) const;
   static constexpr int kRouteTableGpus = 256;
+  // The symmetry of shifting servers by `nodes` places, when it is one (see
+  // NodeShift); nullopt when it is not, or when nodes does not divide the
+  // servers into at least two groups.
+  std::optional<NodeShift> node_shift(int nodes) const;
+  // Whether the routes from GPU src to dst and from each of its images
+  // (src + j x shift.gpus to dst + j x shift.gpus) are images of each other
+  // link by link, so that flows of one orbit take routes of one orbit. With a
+  // route table this was checked for every pair by node_shift; above it, the
+  // route is walked again and each ECMP choice on it checked: the pick
+  // (src + dst) moves by a multiple of the candidates' count under every
+  // shift, and every shift keeps the candidates in their order.
+  bool shift_route_ok(int src_gpu, int dst_gpu, NodeShift& shift, Workspace& ws) const;
   // The host bridge (CPU) local to a GPU: the nearest host_bridge of its
   // server (fewest hops, then the first declared); -1 when its server has
   // none. Routes of a topology with p2p or gdr off pass through it.
@@ -181,6 +218,8 @@ class Topology {
   // Appends to r the shortest path from vertex `from` to vertex `to`
   // (dist: bfs_to_vertex(to)), fastest links first, then ECMP by `pick`.
   void walk(int from, int to, const std::vector<int>& dist, unsigned pick, Route& r, Workspace& ws) const;
+  // Whether every shift keeps ECMP candidate list c (link ids, in out-link order) in order.
+  bool shift_keeps_order(const std::vector<int>& c, const NodeShift& shift) const;
   // PXN (NVIDIA/nccl src/graph/search.cc@5067397c lines 1397-1470,
   // ncclTopoGetNetDev with P2P_PXN_LEVEL 2, its default): when GPU src has no
   // path to GPU dst of another server that transits no GPU, the route goes to

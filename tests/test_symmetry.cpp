@@ -1,0 +1,205 @@
+// The engine's symmetry (SimOptions::symmetry, docs/performance.md "Symmetry"):
+// where shifting the servers maps topology, routes, graph and plans onto
+// themselves, only the first shift's ranks run. Each case here is checked
+// against the same simulation rank by rank (symmetry off), row by row.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "sim/engine/simulator.hpp"
+#include "sim/graph/graph_io.hpp"
+#include "sim/moe/layer.hpp"
+#include "sim/moe/layer_keys.hpp"
+#include "sim/net/network_model.hpp"
+#include "sim/topo/topology_io.hpp"
+
+using namespace parmsim;
+
+namespace {
+Topology topo(const std::string& name, const std::vector<std::string>& set = {}) {
+  return load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/" + name + ".yaml", set);
+}
+
+// Simulates g with and without symmetry; every row, byte and transfer count
+// must agree to the picosecond. Returns the order symmetry ran with.
+int same_both_ways(const TaskGraph& g, const Topology& t) {
+  Workspace ws;
+  SimOptions on, off;
+  off.symmetry = false;
+  const SimResult a = simulate(g, t, on, ws);
+  const SimResult b = simulate(g, t, off, ws);
+  CHECK(b.symmetry == 1);
+  REQUIRE(a.trace.size() == b.trace.size());
+  CHECK(a.makespan == b.makespan);
+  int differ = 0;
+  for (std::size_t i = 0; i < a.trace.size(); ++i)
+    differ += a.trace[i].start != b.trace[i].start || a.trace[i].end != b.trace[i].end ||
+              a.trace[i].bytes != b.trace[i].bytes || a.trace[i].task != b.trace[i].task;
+  CHECK(differ == 0);
+  CHECK(a.intra_node_bytes == b.intra_node_bytes);
+  CHECK(a.inter_node_bytes == b.inter_node_bytes);
+  CHECK(a.transfers == b.transfers);
+  return a.symmetry;
+}
+
+// One schedule's forward and backward graphs of a layer (as run_schedule builds them).
+std::vector<TaskGraph> layer_graphs(const Topology& t, const std::string& set, const std::string& schedule) {
+  moe::LayerSpec spec;
+  moe::ScheduleKeys keys;
+  std::vector<std::string> kv;
+  for (std::size_t a = 0; a < set.size();) {
+    std::size_t b = set.find(',', a);
+    if (b == std::string::npos) b = set.size();
+    kv.push_back(set.substr(a, b - a));
+    a = b + 1;
+  }
+  moe::apply_keys(&spec, &keys, kv, "test");
+  const moe::Dims d = moe::make_dims(spec, t.num_gpus(), t.gpus_per_node());
+  const moe::ScheduleOptions o = moe::schedule_options(schedule, keys);
+  const auto f = moe::forward_ops(spec, d, o);
+  const auto b = moe::backward_ops(f, spec, d, o);
+  std::vector<TaskGraph> gs;
+  gs.push_back(moe::build_graph(f, spec, d, o, moe::GraphData::timing_only));
+  gs.push_back(moe::build_backward_graph(f, b, spec, d, o, moe::GraphData::timing_only));
+  return gs;
+}
+}  // namespace
+
+TEST_CASE("a server shift is a symmetry where the fabric allows it", "[symmetry]") {
+  // 16 servers, 4 per leaf, 4 spines (fat-tree-1024 cut down). Shifting by one
+  // server moves server 3 (leaf 0) to server 4 (leaf 1) but server 0 stays
+  // on leaf 0: not an automorphism. Shifting by a leaf (4 servers) is: 16 / 4 =
+  // order 4, each leaf to the next, the spines fixed.
+  const Topology ft = topo("fat-tree-1024", {"nodes=16", "fabric.nodes_per_leaf=4", "fabric.spines=4"});
+  CHECK_FALSE(ft.node_shift(1).has_value());
+  CHECK_FALSE(ft.node_shift(3).has_value());   // 3 does not divide 16
+  CHECK_FALSE(ft.node_shift(16).has_value());  // one group: no shift
+  const std::optional<NodeShift> s = ft.node_shift(4);
+  REQUIRE(s.has_value());
+  CHECK(s->order == 4);
+  CHECK(s->gpus == 32);
+  // Every link moves (a leaf-spine link to the next leaf's): orbits of 4 = the
+  // order, so each link stands for itself (weight 1).
+  for (int l = 0; l < ft.num_links(); ++l) CHECK(s->weight[l] == 1);
+  // GPU 0's first link maps to GPU 32's first link.
+  CHECK(ft.link_from(s->link[ft.route(0, 1).links.front()]) == ft.link_from(ft.route(32, 33).links.front()));
+
+  // A rail fabric with spines: the rails and spines serve every server, so a
+  // shift by one server fixes them and their links: an orbit of one link in
+  // a group of order 4 carries 4 flows of each orbit that crosses it.
+  const Topology rail = topo("h200-cluster", {"nodes=4"});
+  const std::optional<NodeShift> r = rail.node_shift(1);
+  REQUIRE(r.has_value());
+  CHECK(r->order == 4);
+  int fixed = 0;
+  for (int l = 0; l < rail.num_links(); ++l) {
+    const bool moved = r->link[l] != l;
+    CHECK(r->weight[l] == (moved ? 1 : 4));
+    fixed += !moved;
+  }
+  // 8 rails x 2 spines x 2 directions.
+  CHECK(fixed == 32);
+}
+
+TEST_CASE("a slower link on one server breaks the symmetry", "[symmetry]") {
+  // Four 2-GPU servers on one switch; server 3's first GPU has a slower link.
+  auto make = [](std::uint64_t slow) {
+    Topology t("t", "h100", 2);
+    const int sw = t.add_device({"sw", DeviceKind::network_switch});
+    for (int n = 0; n < 4; ++n)
+      for (int i = 0; i < 2; ++i) {
+        const int g = t.add_device({"n" + std::to_string(n) + ".gpu" + std::to_string(i), DeviceKind::gpu, n, 2 * n + i});
+        const std::uint64_t bw = n == 3 && i == 0 ? slow : 50'000'000'000ULL;
+        t.add_link(g, sw, bw, bw, Time::us(1));
+      }
+    t.finalize();
+    return t;
+  };
+  const Topology even = make(50'000'000'000ULL), uneven = make(25'000'000'000ULL);
+  CHECK(even.node_shift(1).has_value());
+  CHECK_FALSE(uneven.node_shift(1).has_value());
+  CHECK_FALSE(uneven.node_shift(2).has_value());
+  Collective c;
+  c.op = CollOp::alltoall;
+  c.bytes = 8 << 20;
+  c.algo = "direct";
+  TaskGraphBuilder b(8);
+  b.add_stream_all("comm");
+  for (int r = 0; r < 8; ++r) c.group.push_back(r);
+  c.name = "a2a";
+  b.add_collective_tasks(c, "comm", "a2a");
+  const TaskGraph g = std::move(b).build();
+  CHECK(same_both_ways(g, even) == 4);
+  CHECK(same_both_ways(g, uneven) == 1);
+}
+
+TEST_CASE("a graph that differs on one rank is simulated rank by rank", "[symmetry]") {
+  // 32 ranks on parm-32gpu (8 servers of 4): a copy, then one AllReduce over
+  // all of them. All alike: a shift by one server maps it onto itself (order 8).
+  // Rank 31's copy twice as large: no shift does; and a graph on 8 of the 32
+  // GPUs leaves servers 2-7 idle, which no shift maps onto servers 0-1.
+  const Topology t = topo("parm-32gpu");
+  auto graph = [](int ranks, std::uint64_t last_bytes) {
+    std::string s = fmt::format("ranks: {}\ncollectives:\n  - {{name: ar, op: allreduce, bytes: 4MiB, group: [", ranks);
+    for (int r = 0; r < ranks; ++r) s += fmt::format("{}{}", r ? ", " : "", r);
+    s += "]}\ntasks:\n";
+    for (int r = 0; r < ranks; ++r) {
+      s += fmt::format("  - {{name: \"k#{}\", rank: {}, op: copy, bytes: {}B}}\n", r, r, r == ranks - 1 ? last_bytes : 1 << 20);
+      s += fmt::format("  - {{name: c{}, rank: {}, collective: ar, deps: [\"k#{}\"]}}\n", r, r, r);
+    }
+    return parse_task_graph_text(s, "g.yaml");
+  };
+  CHECK(same_both_ways(graph(32, 1 << 20), t) == 8);
+  CHECK(same_both_ways(graph(32, 2 << 20), t) == 1);
+  CHECK(same_both_ways(graph(8, 1 << 20), t) == 1);
+}
+
+TEST_CASE("layers: symmetric simulation equals the rank-by-rank one", "[symmetry]") {
+  struct Case {
+    const char* topo;
+    std::vector<std::string> topo_set;
+    const char* set;
+    int order;  // the symmetry found
+  };
+  // parm-32gpu: 8 servers on one switch, shift 1 server: order 8.
+  // h200-cluster of 4 nodes: rails and spines fixed, order 4.
+  // fat-tree of 16 servers, 4 per leaf: shift by a leaf, order 4 (128 GPUs).
+  // pcie-8gpu is one server: no shift (order 1).
+  const std::vector<Case> cases = {
+      {"parm-32gpu", {}, "", 8},
+      {"parm-32gpu", {}, "mp=1,E=32", 8},
+      {"h200-cluster", {"nodes=4"}, "B=2,L=512,M=1024,H=2048,E=32,k=2,mp=4,dtype=bf16", 4},
+      {"fat-tree-1024", {"nodes=16", "fabric.nodes_per_leaf=4", "fabric.spines=4"},
+       "B=2,L=256,M=1024,H=2048,E=128,k=2,mp=8,dtype=bf16", 4},
+      {"pcie-8gpu", {}, "mp=2,dtype=fp16", 1},
+  };
+  for (const Case& c : cases) {
+    const Topology t = topo(c.topo, c.topo_set);
+    for (const char* schedule : {"baseline", "s1", "s2"}) {
+      INFO(c.topo << " " << c.set << " " << schedule);
+      for (const TaskGraph& g : layer_graphs(t, c.set, schedule)) CHECK(same_both_ways(g, t) == c.order);
+    }
+  }
+}
+
+TEST_CASE("a flow listed twice on a link takes half of it", "[symmetry][flow]") {
+  // One flow alone, its route [0, 0]: it stands for two copies on link 0, so
+  // it gets 40 GB/s / 2 = 20 GB/s; 1 GB takes 1e9 / 2e10 = 50 ms (+ 1 us latency).
+  Topology t("t", "h100", 1);
+  const int a = t.add_device({"n0.gpu0", DeviceKind::gpu, 0, 0});
+  const int b = t.add_device({"n1.gpu0", DeviceKind::gpu, 1, 1});
+  const int sw = t.add_device({"sw", DeviceKind::network_switch});
+  t.add_link(a, sw, 40'000'000'000ULL, 40'000'000'000ULL, Time::us(1));
+  t.add_link(b, sw, 40'000'000'000ULL, 40'000'000'000ULL, Time::us(1));
+  t.finalize();
+  auto net = make_network("flow", t);
+  const std::vector<int> twice = {0, 0};
+  net->start(7, RouteView(twice, Time::us(1), 40'000'000'000ULL), 1'000'000'000ULL, Time{});
+  std::vector<std::uint64_t> done;
+  Time now;
+  while (done.empty()) {
+    now = *net->next_completion();
+    net->complete(now, &done);
+  }
+  CHECK(done == std::vector<std::uint64_t>{7});
+  CHECK(now == Time::us(1) + Time::ms(50));
+}
