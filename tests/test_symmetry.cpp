@@ -203,3 +203,29 @@ TEST_CASE("a flow listed twice on a link takes half of it", "[symmetry][flow]") 
   CHECK(done == std::vector<std::uint64_t>{7});
   CHECK(now == Time::us(1) + Time::ms(50));
 }
+
+TEST_CASE("routes that do not follow the shift are caught as flows start", "[symmetry]") {
+  // 48 servers, 4 per leaf, 3 spines: 384 GPUs, above the route table, so
+  // routes are checked as flows start. Shifting by a leaf (32 GPUs) is an
+  // automorphism (leaves rotate, spines stay), but ECMP picks (src + dst)
+  // mod 3 among the spines, and a shift adds 2 x 32 = 64 = 1 (mod 3): a flow
+  // and its image go up different spines. The simulation starts again rank
+  // by rank and agrees with one that never tried.
+  const Topology ft = topo("fat-tree-1024", {"nodes=48", "fabric.nodes_per_leaf=4", "fabric.spines=3"});
+  REQUIRE(ft.num_gpus() == 384);
+  REQUIRE(ft.node_shift(4).has_value());
+  Collective c;
+  c.op = CollOp::alltoall;
+  c.bytes = 384 << 10;
+  c.algo = "direct";
+  TaskGraphBuilder b(384);
+  b.add_stream_all("comm");
+  for (int r = 0; r < 384; ++r) c.group.push_back(r);
+  c.name = "a2a";
+  b.add_collective_tasks(c, "comm", "a2a");
+  const TaskGraph g = std::move(b).build();
+  CHECK(same_both_ways(g, ft) == 1);
+  // With 4 spines the picks move by 64 = 0 (mod 4): the shift holds (order 12).
+  const Topology ok = topo("fat-tree-1024", {"nodes=48", "fabric.nodes_per_leaf=4", "fabric.spines=4"});
+  CHECK(same_both_ways(g, ok) == 12);
+}

@@ -13,6 +13,7 @@
 //   forms    sim/coll   cost forms and NCCL's view of groups
 //   rates    sim/net    max-min rates by the set of flows (RateMemo)
 //   engine   sim/engine the memory of the engine's per-collective state
+//   symmetry sim/engine the server shifts and plan maps the engine's symmetry checked
 // A Workspace is not thread-safe: one per thread.
 #include <array>
 #include <memory>
@@ -21,7 +22,7 @@ namespace parmsim {
 
 class Workspace {
  public:
-  enum Slot { kRoutes, kPlans, kForms, kRates, kEngine, kSlots };
+  enum Slot { kRoutes, kPlans, kForms, kRates, kEngine, kSymmetry, kSlots };
   // A part's type derives from Part and names its slot: `static constexpr Workspace::Slot kSlot`.
   struct Part {
     virtual ~Part() = default;

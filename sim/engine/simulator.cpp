@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <tuple>
+#include <unordered_map>
 #include <deque>
 #include <utility>
 #include <string_view>
@@ -69,6 +70,42 @@ struct Pools : Workspace::Part {
   bool busy = false;  // an engine holds them
 };
 
+bool plans_map(const CollPlan& a, const CollPlan& b, const std::vector<int>& pi, const NodeShift& sh, int P);
+
+// What the engine's symmetry has checked (its part of a Workspace): each
+// topology's server shifts (null: not a symmetry), and which pairs of plans
+// map onto each other under which member map. Entries hold weak pointers to
+// their plans, so an entry outlives no plan it names.
+struct SymmetryCache : Workspace::Part {
+  static constexpr Workspace::Slot kSlot = Workspace::kSymmetry;
+  static constexpr std::size_t kMaxShifts = 64, kMaxChecks = 4096;
+  struct Shift {
+    std::uint64_t topo;
+    int nodes;
+    std::shared_ptr<NodeShift> shift;
+  };
+  std::vector<Shift> shifts;
+  struct Check {
+    std::weak_ptr<const CollPlan> a, b;
+    std::weak_ptr<NodeShift> shift;
+    std::vector<int> pi;
+    bool ok;
+  };
+  struct PairHash {
+    std::size_t operator()(const std::pair<const CollPlan*, const CollPlan*>& k) const {
+      return std::hash<const void*>()(k.first) * 31 + std::hash<const void*>()(k.second);
+    }
+  };
+  std::unordered_multimap<std::pair<const CollPlan*, const CollPlan*>, Check, PairHash> checks;
+  std::shared_ptr<NodeShift> shift(const Topology& t, std::uint64_t topo_key, int nodes);
+  bool plans_map(const std::shared_ptr<const CollPlan>& a, const std::shared_ptr<const CollPlan>& b,
+                 const std::vector<int>& pi, const std::shared_ptr<NodeShift>& sh, int P);
+};
+
+// Thrown when a flow's route turns out not to follow the symmetry (checked as
+// flows start): the simulation starts again rank by rank.
+struct SymmetryBroken {};
+
 class Engine {
  public:
   Engine(const TaskGraph& g, const Topology& topo, const SimOptions& opt, Workspace& ws)
@@ -85,26 +122,45 @@ class Engine {
                                   topo.name(), topo.num_gpus()));
     const int C = static_cast<int>(g.collectives().size());
     coll_.resize(C);
-    // Plans first, to size the pools; then each collective's arrays are
-    // carved from them (the pools never grow after that).
-    std::size_t ints = 0, chars = 0, u64s = 0;
+    // Plans first; then which collectives run (with symmetry, those with a
+    // member on the representatives), to size the pools; then each running
+    // collective's arrays are carved from them (the pools never grow after that).
     const std::uint64_t topo_key = C > 0 ? topology_fingerprint(topo) : 0;
     for (int c = 0; c < C; ++c) {
       CollState& s = coll_[c];
       s.plan = shared_plan(g.collective(c), topo, topo_key, ws);
+      s.members = static_cast<int>(g.collective(c).group.size());
+      s.rep_members = s.members;
       if (opt.calibration) {
         const Collective& col = g.collective(c);
         bool inter = false;
         for (int r : col.group) inter = inter || !topo.same_node(r, col.group[0]);
         s.calibrated = opt.calibration->find(col.op, static_cast<int>(col.group.size()), inter);
       }
+    }
+    member_index_.resize(g.tasks().size(), -1);
+    for (int c = 0; c < C; ++c) {
+      const auto& parts = g.parts(c);
+      for (std::size_t m = 0; m < parts.size(); ++m) member_index_[parts[m]] = static_cast<int>(m);
+    }
+    if (opt.symmetry && net_->name() == "flow" && C > 0) find_symmetry(topo_key);
+    auto runs = [this](int c) {
+      if (q_.order == 1) return true;
+      for (int r : g_.collective(c).group)
+        if (r < q_.R) return true;
+      return false;
+    };
+    std::size_t ints = 0, chars = 0, u64s = 0;
+    for (int c = 0; c < C; ++c) {
+      if (!runs(c)) continue;
+      const CollState& s = coll_[c];
       const std::size_t S = s.plan->steps.size(), X = s.plan->xfers.size(), M = g.collective(c).group.size();
       std::size_t deps = 0;
       for (const CollStep& st : s.plan->steps) deps += st.num_deps();
       // step_deps_left, step_xfers_left (S each), member_steps_left,
       // member_in_left (M each); CSR starts (S+1, S+1, M+1) and lists (2X,
       // deps, S).
-      ints += 2 * S + 2 * M + (S + 1) + (S + 1) + (M + 1) + 2 * X + deps + S;
+      ints += 2 * S + 2 * M + (S + 1) + (S + 1) + (M + 1) + (q_.order == 1 ? 2 * X : 0) + deps + S;
       chars += S + X + M;
       u64s += M;
     }
@@ -128,9 +184,9 @@ class Engine {
       return Csr{start, list};
     };
     for (int c = 0; c < C; ++c) {
+      if (!runs(c)) continue;
       CollState& s = coll_[c];
       const std::size_t S = s.plan->steps.size(), X = s.plan->xfers.size(), M = g.collective(c).group.size();
-      s.members = static_cast<int>(M);
       s.step_deps_left = take_ints(S);
       s.step_xfers_left = take_ints(S);
       s.member_steps_left = take_ints(M);
@@ -162,20 +218,15 @@ class Engine {
       s.member_steps = csr(M, S, [&steps](auto&& add) {
         for (std::size_t i = 0; i < steps.size(); ++i) add(steps[i].member, static_cast<int>(i));
       });
-      s.step_xfers = csr(S, 2 * X, [&xfers](auto&& add) {
-        for (std::size_t x = 0; x < xfers.size(); ++x) {
-          add(xfers[x].send_step, static_cast<int>(x));
-          add(xfers[x].recv_step, static_cast<int>(x));
-        }
-      });
+      if (q_.order == 1)  // with symmetry: qstart/qlist instead (setup_symmetry)
+        s.step_xfers = csr(S, 2 * X, [&xfers](auto&& add) {
+          for (std::size_t x = 0; x < xfers.size(); ++x) {
+            add(xfers[x].send_step, static_cast<int>(x));
+            add(xfers[x].recv_step, static_cast<int>(x));
+          }
+        });
     }
-    member_index_.resize(g.tasks().size(), -1);
-    for (int c = 0; c < C; ++c) {
-      const auto& parts = g.parts(c);
-      for (std::size_t m = 0; m < parts.size(); ++m) member_index_[parts[m]] = static_cast<int>(m);
-    }
-    for (CollState& st : coll_) st.rep_members = st.members;
-    if (opt.symmetry && net_->name() == "flow") try_symmetry();
+    if (q_.order > 1) setup_symmetry();
     pools_.busy = true;  // last: a constructor that throws has not taken them
   }
 
@@ -375,10 +426,18 @@ class Engine {
       res_.transfers += static_cast<std::uint64_t>(q_.order);
       const std::uint64_t fid = flow_ids_.size();
       flow_ids_.emplace_back(c, x);
+      if (!q_.shift->all_routes_ok && xf.route < 0) {
+        if (xf.via >= 0) {
+          check_route(src, xf.via);
+          check_route(xf.via, dst);
+        } else {
+          check_route(src, dst);
+        }
+      }
       const RouteView v = xfer_route_view(*s.plan, xf, col.group, topo_, route_, ws_);
       wroute_.clear();
       for (int l : v.links)
-        for (int k = 0; k < q_.shift.weight[l]; ++k) wroute_.push_back(q_.shift.rep[l]);
+        for (int k = 0; k < q_.shift->weight[l]; ++k) wroute_.push_back(q_.shift->rep[l]);
       std::sort(wroute_.begin(), wroute_.end());
       net_->start(fid, RouteView(wroute_, v.latency, v.bottleneck), xf.bytes, now_, xfer_cap(*s.plan, xf));
     }
@@ -463,12 +522,25 @@ class Engine {
   // successors of its images (CSR).
   struct Quotient {
     int order = 1, R = 0;
-    NodeShift shift;
+    std::shared_ptr<NodeShift> shift;  // the workspace's (SymmetryCache)
     std::vector<int> task_rep, xs_start, xs_list;
   } q_;
   bool simulated(int t) const { return q_.order == 1 || g_.task(t).rank < q_.R; }
-  void try_symmetry();
-  bool plan_maps(int a, int b, const std::vector<int>& pi, const NodeShift& sh) const;
+  void find_symmetry(std::uint64_t topo_key);
+  // Whether the routes from a to b and from their images are images of each
+  // other (Topology::shift_route_ok; each pair once per shift); else the
+  // simulation starts again without symmetry.
+  void check_route(int a, int b) {
+    NodeShift& sh = *q_.shift;
+    const std::uint64_t key = static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32 | static_cast<std::uint32_t>(b);
+    if (sh.pairs_ok.count(key)) return;
+    if (!topo_.shift_route_ok(a, b, sh, ws_)) {
+      sh.broken = true;  // the workspace's later simulations do not try it again
+      throw SymmetryBroken{};
+    }
+    sh.pairs_ok.insert(key);
+  }
+  void setup_symmetry();
   struct KernelMemo {
     bool valid = false;
     OpKind op{};
@@ -489,15 +561,16 @@ class Engine {
 
 // Finds the smallest shift of servers that maps the topology, its routes,
 // the task graph and every collective's plan onto themselves (each checked
-// in full: a symmetry is used only where it is exact), and sets the
-// simulation up to run the ranks of the first shift alone. Leaves q_.order at
-// 1 (every rank simulated) when there is none.
-void Engine::try_symmetry() {
+// in full: a symmetry is used only where it is exact; routes as flows start,
+// step_ready_sym), and sets q_ for it. Leaves q_.order at 1 (every rank
+// simulated) when there is none. What it checks is kept in the workspace
+// (SymmetryCache), so a sweep's simulations on one topology check each
+// shift and each pair of plans once.
+void Engine::find_symmetry(std::uint64_t topo_key) {
   const int P = topo_.num_gpus(), N = topo_.num_nodes(), T = static_cast<int>(g_.tasks().size());
   const int C = static_cast<int>(coll_.size());
   if (g_.num_ranks() != P || N < 2 || T == 0) return;
-  for (const CollState& s : coll_)
-    if (!s.plan) return;
+  SymmetryCache& cache = ws_.get<SymmetryCache>();
   // Tasks by rank, in id order, and each task's place on its rank.
   std::vector<int> rank_start(P + 1, 0), rank_list(T), pos(T);
   for (const Task& t : g_.tasks()) ++rank_start[t.rank + 1];
@@ -509,10 +582,12 @@ void Engine::try_symmetry() {
       rank_list[fill[t.rank]++] = t.id;
     }
   }
+  std::vector<int> gamma(C);
+  std::vector<std::vector<int>> pi(C);
   for (int shift_nodes = 1; shift_nodes < N; ++shift_nodes) {
     if (N % shift_nodes != 0) continue;
-    std::optional<NodeShift> sh = topo_.node_shift(shift_nodes);
-    if (!sh) continue;
+    const std::shared_ptr<NodeShift> sh = cache.shift(topo_, topo_key, shift_nodes);
+    if (!sh || sh->broken) continue;
     const int R = sh->gpus;
     auto image = [&](int t) {  // the task's image under one shift
       const int r = (g_.task(t).rank + R) % P;
@@ -524,8 +599,7 @@ void Engine::try_symmetry() {
     bool ok = true;
     for (int r = 0; r < P && ok; ++r)
       ok = rank_start[r + 1] - rank_start[r] == rank_start[(r + R) % P + 1] - rank_start[(r + R) % P];
-    std::vector<int> gamma(C, -1);
-    std::vector<std::vector<int>> pi(C);
+    std::fill(gamma.begin(), gamma.end(), -1);
     for (int c = 0; c < C && ok; ++c) pi[c].assign(coll_[c].members, -1);
     for (int t = 0; t < T && ok; ++t) {
       const Task& a = g_.task(t);
@@ -549,149 +623,125 @@ void Engine::try_symmetry() {
       if (pi[c][m] >= 0 && pi[c][m] != m2) ok = false;
       pi[c][m] = m2;
     }
-    if (!ok) continue;
     // Collectives: on representatives only, or mapped onto themselves; the
     // image's plan the member map's image of the plan.
-    std::vector<std::tuple<const CollPlan*, const CollPlan*, std::vector<int>>> checked;
     for (int c = 0; c < C && ok; ++c) {
-      const Collective &ca = g_.collective(c);
+      const Collective& ca = g_.collective(c);
       if (gamma[c] < 0) continue;  // no task takes part (cannot be: every collective has parts)
       const Collective& cb = g_.collective(gamma[c]);
       int reps = 0;
       for (int r : ca.group) reps += r < R;
-      if (gamma[c] != c && reps != 0 && reps != static_cast<int>(ca.group.size())) ok = false;
-      if (ca.op != cb.op || ca.bytes != cb.bytes || ca.group.size() != cb.group.size()) ok = false;
-      if ((coll_[c].calibrated == nullptr) != (coll_[gamma[c]].calibrated == nullptr)) ok = false;
-      if (!ok) break;
-      const CollPlan* pa = coll_[c].plan.get();
-      const CollPlan* pb = coll_[gamma[c]].plan.get();
-      bool seen = false;
-      for (const auto& [x, y, p] : checked) seen = seen || (x == pa && y == pb && p == pi[c]);
-      if (seen) continue;
-      ok = plan_maps(c, gamma[c], pi[c], *sh);
-      if (ok) checked.emplace_back(pa, pb, pi[c]);
+      ok = (gamma[c] == c || reps == 0 || reps == static_cast<int>(ca.group.size())) && ca.op == cb.op &&
+           ca.bytes == cb.bytes && ca.group.size() == cb.group.size() &&
+           (coll_[c].calibrated == nullptr) == (coll_[gamma[c]].calibrated == nullptr) &&
+           cache.plans_map(coll_[c].plan, coll_[gamma[c]].plan, pi[c], sh, P);
     }
     if (!ok) continue;
-    // Routes of the transfers that will run, each pair once.
-    std::vector<std::uint64_t> pairs;
-    for (int c = 0; c < C; ++c) {
-      const CollState& s = coll_[c];
-      if (s.calibrated) continue;
-      const Collective& col = g_.collective(c);
-      for (const CollXfer& xf : s.plan->xfers) {
-        if (col.group[xf.src] >= R || xf.route >= 0) continue;
-        auto add = [&pairs](int a, int b) {
-          pairs.push_back(static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32 | static_cast<std::uint32_t>(b));
-        };
-        if (xf.via >= 0) {
-          add(col.group[xf.src], xf.via);
-          add(xf.via, col.group[xf.dst]);
-        } else {
-          add(col.group[xf.src], col.group[xf.dst]);
-        }
-      }
-    }
-    if (!sh->all_routes_ok) {
-      std::sort(pairs.begin(), pairs.end());
-      pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
-      for (std::size_t i = 0; i < pairs.size() && ok; ++i)
-        ok = topo_.shift_route_ok(static_cast<int>(pairs[i] >> 32), static_cast<int>(pairs[i] & 0xffffffffu), *sh, ws_);
-    }
-    if (!ok) continue;
-    // It holds: set up the representatives.
     q_.order = sh->order;
     q_.R = R;
+    q_.shift = sh;
     q_.task_rep.resize(T);
-    for (int t = 0; t < T; ++t) {
-      const int r = g_.task(t).rank % R;
-      q_.task_rep[t] = rank_list[rank_start[r] + pos[t]];
-    }
-    q_.xs_start.assign(T + 1, 0);
-    std::vector<std::pair<int, int>> xs;
-    for (const Task& t : g_.tasks())
-      if (t.rank >= R)
-        for (int d : g_.successors(t.id))
-          if (g_.task(d).rank < R) xs.emplace_back(q_.task_rep[t.id], d);
-    std::sort(xs.begin(), xs.end());
-    for (const auto& [a, b] : xs) ++q_.xs_start[a + 1];
-    for (int t = 0; t < T; ++t) q_.xs_start[t + 1] += q_.xs_start[t];
-    q_.xs_list.resize(xs.size());
-    for (std::size_t i = 0; i < xs.size(); ++i) q_.xs_list[i] = xs[i].second;
-    // Predecessors of a representative that are other ranks' tasks finish
-    // with their representatives: preds_left_ (set in run) counts them too.
-    std::vector<int> member_of(P, -1);
-    for (int c = 0; c < C; ++c) {
-      CollState& s = coll_[c];
-      const Collective& col = g_.collective(c);
-      const int M = s.members;
-      for (int m = 0; m < M; ++m) member_of[col.group[m]] = m;
-      s.member_rep.resize(M);
-      s.rep_members = 0;
-      for (int m = 0; m < M; ++m) {
-        s.member_rep[m] = member_of[col.group[m] % R];
-        s.rep_members += col.group[m] < R;
-      }
-      for (int m = 0; m < M; ++m) member_of[col.group[m]] = -1;
-      const auto& xfers = s.plan->xfers;
-      const std::size_t S = s.plan->steps.size();
-      // A step's place among its member's steps, and the same place among its representative's.
-      std::vector<int> place(S);
-      for (int m = 0; m < M; ++m) {
-        const auto steps = s.member_steps.of(m);
-        for (std::size_t i = 0; i < steps.size(); ++i) place[steps[i]] = static_cast<int>(i);
-      }
-      auto rep_step = [&](int st) {
-        const int m = s.plan->steps[st].member;
-        return s.member_steps.of(s.member_rep[m])[place[st]];
-      };
-      s.qrecv.assign(xfers.size(), -1);
-      s.qstart.assign(S + 1, 0);
-      std::fill(s.member_in_left, s.member_in_left + M, 0);
-      std::fill(s.step_xfers_left, s.step_xfers_left + S, 0);
-      for (std::size_t x = 0; x < xfers.size(); ++x) {
-        const CollXfer& xf = xfers[x];
-        if (col.group[xf.src] >= R) continue;
-        s.qrecv[x] = rep_step(xf.recv_step);
-        ++s.qstart[xf.send_step + 1];
-        ++s.qstart[s.qrecv[x] + 1];
-        ++s.step_xfers_left[xf.send_step];
-        ++s.step_xfers_left[s.qrecv[x]];
-        ++s.member_in_left[s.member_rep[xf.dst]];
-      }
-      for (std::size_t i = 0; i < S; ++i) s.qstart[i + 1] += s.qstart[i];
-      s.qlist.resize(s.qstart[S]);
-      std::vector<int> fill(s.qstart.begin(), s.qstart.end() - 1);
-      for (std::size_t x = 0; x < xfers.size(); ++x) {
-        if (s.qrecv[x] < 0) continue;
-        s.qlist[fill[xfers[x].send_step]++] = static_cast<int>(x);
-        s.qlist[fill[s.qrecv[x]]++] = static_cast<int>(x);
-      }
-    }
-    q_.shift = std::move(*sh);
+    for (int t = 0; t < T; ++t) q_.task_rep[t] = rank_list[rank_start[g_.task(t).rank % R] + pos[t]];
     return;
   }
 }
 
-// Whether collective b's plan is collective a's under member map pi (a's
-// member m is b's pi[m]): the same steps member by member, in order, with
-// the same dependencies (each on a step of its own member), and each transfer
-// the same bytes and latency between the mapped steps, its custom route
-// mapped link by link and its PXN GPU shifted.
-bool Engine::plan_maps(int a, int b, const std::vector<int>& pi, const NodeShift& sh) const {
-  const CollState &sa = coll_[a], &sb = coll_[b];
-  const CollPlan &pa = *sa.plan, &pb = *sb.plan;
-  const int P = topo_.num_gpus();
+// With symmetry: the successors of other ranks' tasks that are
+// representatives (they finish with their own representatives); per running
+// collective, each member's representative, and the transfers each
+// representative step starts or waits for (qstart/qlist), each receiving
+// step taken to its representative (qrecv).
+void Engine::setup_symmetry() {
+  const int T = static_cast<int>(g_.tasks().size()), R = q_.R, C = static_cast<int>(coll_.size());
+  q_.xs_start.assign(T + 1, 0);
+  std::vector<std::pair<int, int>> xs;
+  for (const Task& t : g_.tasks())
+    if (t.rank >= R)
+      for (int d : g_.successors(t.id))
+        if (g_.task(d).rank < R) xs.emplace_back(q_.task_rep[t.id], d);
+  std::sort(xs.begin(), xs.end());
+  for (const auto& [a, b] : xs) ++q_.xs_start[a + 1];
+  for (int t = 0; t < T; ++t) q_.xs_start[t + 1] += q_.xs_start[t];
+  q_.xs_list.resize(xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) q_.xs_list[i] = xs[i].second;
+  std::vector<int> member_of(topo_.num_gpus(), -1);
+  for (int c = 0; c < C; ++c) {
+    CollState& s = coll_[c];
+    const Collective& col = g_.collective(c);
+    const int M = s.members;
+    s.rep_members = 0;
+    for (int m = 0; m < M; ++m) s.rep_members += col.group[m] < R;
+    if (s.rep_members == 0) continue;  // not run: its images run on the representatives
+    for (int m = 0; m < M; ++m) member_of[col.group[m]] = m;
+    s.member_rep.resize(M);
+    for (int m = 0; m < M; ++m) s.member_rep[m] = member_of[col.group[m] % R];
+    for (int m = 0; m < M; ++m) member_of[col.group[m]] = -1;
+    const auto& xfers = s.plan->xfers;
+    const std::size_t S = s.plan->steps.size();
+    // A step's place among its member's steps: its representative is the
+    // step at that place among its member's representative's.
+    std::vector<int> place(S);
+    for (int m = 0; m < M; ++m) {
+      const auto steps = s.member_steps.of(m);
+      for (std::size_t i = 0; i < steps.size(); ++i) place[steps[i]] = static_cast<int>(i);
+    }
+    s.qrecv.assign(xfers.size(), -1);
+    s.qstart.assign(S + 1, 0);
+    std::fill(s.member_in_left, s.member_in_left + M, 0);
+    std::fill(s.step_xfers_left, s.step_xfers_left + S, 0);
+    for (std::size_t x = 0; x < xfers.size(); ++x) {
+      const CollXfer& xf = xfers[x];
+      if (col.group[xf.src] >= R) continue;
+      const int rs = s.member_steps.of(s.member_rep[s.plan->steps[xf.recv_step].member])[place[xf.recv_step]];
+      s.qrecv[x] = rs;
+      ++s.qstart[xf.send_step + 1];
+      ++s.qstart[rs + 1];
+      ++s.step_xfers_left[xf.send_step];
+      ++s.step_xfers_left[rs];
+      ++s.member_in_left[s.member_rep[xf.dst]];
+    }
+    for (std::size_t i = 0; i < S; ++i) s.qstart[i + 1] += s.qstart[i];
+    s.qlist.resize(s.qstart[S]);
+    std::vector<int> fill(s.qstart.begin(), s.qstart.end() - 1);
+    for (std::size_t x = 0; x < xfers.size(); ++x) {
+      if (s.qrecv[x] < 0) continue;
+      s.qlist[fill[xfers[x].send_step]++] = static_cast<int>(x);
+      s.qlist[fill[s.qrecv[x]]++] = static_cast<int>(x);
+    }
+  }
+}
+
+// Whether plan b is plan a under member map pi (a's member m is b's pi[m]):
+// the same steps member by member, in order, with the same dependencies
+// (each on a step of its own member), and each transfer the same bytes and
+// latency between the mapped steps, its custom route mapped link by link and
+// its PXN GPU shifted.
+bool plans_map(const CollPlan& pa, const CollPlan& pb, const std::vector<int>& pi, const NodeShift& sh, int P) {
   if (pa.steps.size() != pb.steps.size() || pa.xfers.size() != pb.xfers.size() || pa.barrier != pb.barrier ||
       pa.min_duration != pb.min_duration)
     return false;
+  const int M = static_cast<int>(pi.size());
   for (int m : pi)
-    if (m < 0) return false;
+    if (m < 0 || m >= M) return false;
+  // Each plan's steps by member, in order.
+  auto by_member = [M](const CollPlan& p, std::vector<int>& start, std::vector<int>& list) {
+    start.assign(M + 1, 0);
+    for (const CollStep& st : p.steps) {
+      if (st.member < 0 || st.member >= M) return false;
+      ++start[st.member + 1];
+    }
+    for (int m = 0; m < M; ++m) start[m + 1] += start[m];
+    list.resize(p.steps.size());
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (std::size_t i = 0; i < p.steps.size(); ++i) list[fill[p.steps[i].member]++] = static_cast<int>(i);
+    return true;
+  };
+  std::vector<int> as, al, bs, bl;
+  if (!by_member(pa, as, al) || !by_member(pb, bs, bl)) return false;
   std::vector<int> sm(pa.steps.size(), -1);
-  for (int m = 0; m < sa.members; ++m) {
-    const auto x = sa.member_steps.of(m);
-    const auto y = sb.member_steps.of(pi[m]);
-    if (x.size() != y.size()) return false;
-    for (std::size_t i = 0; i < x.size(); ++i) sm[x[i]] = y[i];
+  for (int m = 0; m < M; ++m) {
+    if (as[m + 1] - as[m] != bs[pi[m] + 1] - bs[pi[m]]) return false;
+    for (int i = 0; i < as[m + 1] - as[m]; ++i) sm[al[as[m] + i]] = bl[bs[pi[m]] + i];
   }
   for (std::size_t st = 0; st < pa.steps.size(); ++st) {
     const CollStep &x = pa.steps[st], &y = pb.steps[sm[st]];
@@ -729,6 +779,28 @@ bool Engine::plan_maps(int a, int b, const std::vector<int>& pi, const NodeShift
   }
   return true;
 }
+
+std::shared_ptr<NodeShift> SymmetryCache::shift(const Topology& t, std::uint64_t topo_key, int nodes) {
+  for (const Shift& s : shifts)
+    if (s.topo == topo_key && s.nodes == nodes) return s.shift;
+  if (shifts.size() >= kMaxShifts) shifts.clear();
+  std::optional<NodeShift> found = t.node_shift(nodes);
+  shifts.push_back({topo_key, nodes, found ? std::make_shared<NodeShift>(std::move(*found)) : nullptr});
+  return shifts.back().shift;
+}
+
+bool SymmetryCache::plans_map(const std::shared_ptr<const CollPlan>& a, const std::shared_ptr<const CollPlan>& b,
+                              const std::vector<int>& pi, const std::shared_ptr<NodeShift>& sh, int P) {
+  const auto key = std::make_pair(a.get(), b.get());
+  auto [lo, hi] = checks.equal_range(key);
+  for (auto it = lo; it != hi; ++it)
+    if (it->second.shift.lock() == sh && it->second.a.lock() == a && it->second.b.lock() == b && it->second.pi == pi)
+      return it->second.ok;
+  if (checks.size() >= kMaxChecks) checks.clear();
+  const bool ok = parmsim::plans_map(*a, *b, pi, *sh, P);
+  checks.emplace(key, Check{a, b, sh, pi, ok});
+  return ok;
+}
 }  // namespace
 
 namespace {
@@ -740,7 +812,13 @@ void set_simulation_observer(SimulationObserver f) { g_observer.store(f); }
 SimResult simulate(const TaskGraph& g, const Topology& topo, const SimOptions& opt, Workspace& ws) {
   if (opt.calibration)
     if (const SimulationObserver f = g_observer.load()) f(g, topo, opt);
-  return Engine(g, topo, opt, ws).run();
+  try {
+    return Engine(g, topo, opt, ws).run();
+  } catch (const SymmetryBroken&) {
+    SimOptions rank_by_rank = opt;
+    rank_by_rank.symmetry = false;
+    return Engine(g, topo, rank_by_rank, ws).run();
+  }
 }
 
 SimResult simulate(const TaskGraph& g, const Topology& topo, const SimOptions& opt) {

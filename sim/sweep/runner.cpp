@@ -1,5 +1,7 @@
 #include "sim/sweep/runner.hpp"
 
+#include "sim/moe/resources.hpp"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
@@ -122,26 +124,40 @@ std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::Alp
 
 namespace {
 
+// A configuration's estimated cost: the resource model's seconds for its
+// schedules (sim/moe/resources.hpp), from the layer's shape alone.
+double config_weight(const Spec& spec, const Config& c) {
+  const Topology& t = *spec.topologies[static_cast<std::size_t>(c.topology)].topo;
+  const moe::Dims d = moe::make_dims(c.layer, t.num_gpus(), t.gpus_per_node());
+  double w = 0;
+  for (const std::string& n : spec.schedules) w += moe::estimate_schedule(c.layer, d, moe::schedule_options(n, c.keys)).seconds;
+  return std::max(w, 1e-9);
+}
+
 class Progress {
  public:
-  Progress(std::size_t total, bool enabled) : total_(total), enabled_(enabled), tty_(::isatty(2) != 0) {}
-  void update(std::size_t done, bool final = false) {
+  // total: configurations; total_weight: their estimated cost (config_weight), which the ETA follows.
+  Progress(std::size_t total, double total_weight, bool enabled)
+      : total_(total), total_w_(total_weight), enabled_(enabled), tty_(::isatty(2) != 0) {}
+  void update(std::size_t done, double done_w, bool final = false) {
     if (!enabled_) return;
+    done = std::min(done, total_);
     const auto now = std::chrono::steady_clock::now();
     const double el = std::chrono::duration<double>(now - start_).count();
     if (!final && el - last_ < (tty_ ? 0.1 : 5.0)) return;
-    // ETA from the recent rate (a moving average over reports), not the mean
-    // since the start: a grid's configurations get costlier as it goes (larger
-    // topologies come last), and the mean rate promised seconds for minutes.
-    if (last_ > -1e8 && el > last_ && done >= last_done_) {
-      const double inst = static_cast<double>(done - last_done_) / (el - last_);
+    // ETA from the recent rate of estimated work done (a moving average over
+    // reports): configurations differ in cost by orders of magnitude (a
+    // 256-GPU layer against a 32-GPU one), so a count of configurations
+    // promised seconds for minutes; the largest run first (run_sweep).
+    if (last_ > -1e8 && el > last_ && done_w >= last_w_) {
+      const double inst = (done_w - last_w_) / (el - last_);
       rate_ = rate_ > 0 ? 0.7 * rate_ + 0.3 * inst : inst;
     }
     last_ = el;
-    last_done_ = done;
-    const double mean = el > 0 ? static_cast<double>(done) / el : 0;
+    last_w_ = done_w;
+    const double mean = el > 0 ? done_w / el : 0;
     const double rate = rate_ > 0 ? rate_ : mean;
-    const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : 0;
+    const double eta = rate > 0 ? std::max(0.0, total_w_ - done_w) / rate : 0;
     if (tty_) {
       const int w = 30, fill = total_ ? static_cast<int>(w * done / total_) : w;
       std::fprintf(stderr, "\r[%s%s] %zu/%zu configurations, %.1f s, ETA %.1f s ", std::string(fill, '#').c_str(),
@@ -154,10 +170,10 @@ class Progress {
 
  private:
   std::size_t total_;
+  double total_w_;
   bool enabled_, tty_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  double last_ = -1e9, rate_ = 0;  // -1e9: the first update prints at once
-  std::size_t last_done_ = 0;
+  double last_ = -1e9, rate_ = 0, last_w_ = 0;  // -1e9: the first update prints at once
 };
 
 // The partial file's first line records what the rows were computed from:
@@ -500,11 +516,24 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
   const std::size_t n = spec.configs.size();
   std::size_t written = start;  // complete configurations in the partial file
   try {
-    // This rank's configurations: every mpi_size-th one from `start`.
+    // Each configuration's estimated cost (config_weight). The largest run
+    // first, and under MPI each goes to the rank with the least estimated
+    // work so far (ties to the lower rank): a 256-GPU layer started last
+    // would keep one thread busy while the others idle. Every rank works
+    // the same assignment out; rows are written in configuration order.
+    std::vector<double> weight(n, 0.0);
+    std::vector<std::size_t> order;
+    for (std::size_t i = start; i < n; ++i) weight[i] = config_weight(spec, spec.configs[i]), order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return weight[a] > weight[b]; });
     std::vector<std::size_t> mine;
-    for (std::size_t i = start; i < n; ++i)
-      if ((i - start) % static_cast<std::size_t>(opt.mpi_size) == static_cast<std::size_t>(opt.mpi_rank))
-        mine.push_back(i);
+    std::vector<double> load(static_cast<std::size_t>(opt.mpi_size), 0.0);
+    double total_weight = 0;
+    for (std::size_t i : order) {
+      const auto r = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[r] += weight[i];
+      total_weight += weight[i];
+      if (r == static_cast<std::size_t>(opt.mpi_rank)) mine.push_back(i);
+    }
 
     // The closed form's costs, once per topology variant this rank runs:
     // every configuration on it (and every thread) shares their resolved
@@ -519,7 +548,8 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
     std::mutex mu;
     std::atomic<std::size_t> next{0};
     std::size_t done_count = 0;
-    Progress progress(n - start, opt.progress && root);
+    double done_weight = 0;
+    Progress progress(n - start, total_weight, opt.progress && root);
     const bool stream = root && opt.mpi_size == 1;
     try {
       for (std::size_t i : mine) {
@@ -543,6 +573,7 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
             rows[i] = std::move(r);
             ready[i] = 1;
             ++done_count;
+            done_weight += weight[i] * static_cast<double>(opt.mpi_size);  // rank 0 reports; the others keep pace
             if (stream) {
               // Write the contiguous completed prefix, a whole configuration at a time.
               while (written < n && ready[written]) {
@@ -551,7 +582,7 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
                 ++written;
               }
             }
-            progress.update(done_count);
+            progress.update(done_count * static_cast<std::size_t>(opt.mpi_size), done_weight);
           } catch (...) {
             std::lock_guard<std::mutex> lk(mu);
             if (!failure) failure = std::current_exception();
@@ -623,7 +654,7 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
         }
       }
     }
-    progress.update(n - start, true);
+    progress.update(n - start, total_weight, true);
     sum.configs_run = n - start;
     // Rows left out by skip_oom, counted from the memory model alone (cheap: no simulation),
     // so resumed and MPI-sharded runs count every configuration.

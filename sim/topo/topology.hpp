@@ -16,6 +16,7 @@
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
 #include <optional>
+#include <unordered_set>
 #include <span>
 #include <string>
 #include <vector>
@@ -113,6 +114,8 @@ struct NodeShift {
   std::vector<int> weight;  // link id -> order / orbit size
   bool all_routes_ok = false;  // every route checked at once (topologies with a route table)
   std::vector<std::vector<int>> cand_ok;  // ECMP candidate lists already checked (sorted for search)
+  std::unordered_set<std::uint64_t> pairs_ok;  // (src << 32 | dst) whose routes were checked (the engine's)
+  bool broken = false;  // a route did not follow it (the engine's: not tried again)
   int shift_gpu(int g, int total) const { return (g + gpus) % total; }
 };
 
