@@ -2,6 +2,7 @@
 //   parmsim_bench --benchmark_filter=EventQueue     event-queue throughput (100,000 and 64 pending)
 //   parmsim_bench --benchmark_filter=FatTree        1024-GPU AlltoAll and AllReduce, flow model
 //   parmsim_bench --benchmark_filter=ModelLayer     the closed form of one layer (docs/performance.md)
+//   parmsim_bench --benchmark_filter=LayerScale     layers on 1024 and 256 GPUs, with and without symmetry
 // Peak memory (max RSS of the process so far) is reported as a counter.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
@@ -11,6 +12,7 @@
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/event_queue.hpp"
 #include "sim/engine/simulator.hpp"
+#include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
 #include "sim/net/rate_memo.hpp"
 #include "sim/topo/topology_io.hpp"
@@ -125,6 +127,36 @@ static void BM_LayerAllSchedules(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_LayerAllSchedules)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+
+// Layers at cluster scale, baseline, S1 and S2, forward and backward, flow
+// network, one iteration each (docs/performance.md, "Symmetry"):
+//   /0  1024 GPUs: fat-tree-1024, B=8,L=2048,M=4096,H=14336,E=1024,k=2,f=1.25,mp=8,dtype=bf16
+//   /1  256 GPUs: the what-if's 4:1 fat-tree (32 servers, 4 per leaf, 4 spines),
+//       B=8,L=1024,M=2048,H=4096,E=256,k=2,f=1.2,mp=4 (fp32), its largest configuration
+//   /2  the same as /1 without symmetry (every rank simulated)
+static void BM_LayerScale(benchmark::State& state) {
+  const auto mode = state.range(0);
+  const std::string dir = std::string(PARMSIM_SOURCE_DIR) + "/topologies/";
+  const Topology t =
+      mode == 0 ? load_topology(dir + "fat-tree-1024.yaml")
+                : load_topology(dir + "fat-tree-1024.yaml",
+                                {"nodes=32", "fabric.nodes_per_leaf=4", "fabric.spines=4", "fabric.oversubscription=4"});
+  moe::LayerSpec spec;
+  moe::ScheduleKeys keys;
+  moe::apply_keys(&spec, &keys,
+                  mode == 0 ? std::vector<std::string>{"B=8", "L=2048", "M=4096", "H=14336", "E=1024", "k=2", "f=1.25",
+                                                       "mp=8", "dtype=bf16"}
+                            : std::vector<std::string>{"B=8", "L=1024", "M=2048", "H=4096", "E=256", "k=2", "f=1.2", "mp=4"},
+                  "bench");
+  for (auto _ : state) {
+    Workspace ws;
+    moe::LayerRun run{t, spec, "flow", nullptr, nullptr, &ws};
+    run.symmetry = mode != 2;
+    for (const char* n : {"baseline", "s1", "s2"}) benchmark::DoNotOptimize(moe::run_schedule(run, moe::preset(n)));
+  }
+  state.counters["peak_rss_MiB"] = peak_rss_mib();
+}
+BENCHMARK(BM_LayerScale)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 // The part of BM_LayerAllSchedules that is not simulation: the same layer's
 // op lists and timing-only task graphs, forward and backward, for the three
