@@ -205,9 +205,9 @@ void print_dispatch_table(const DispatchValidation& v, const std::string& file) 
     fmt::print("  {:<28} {:6.1f}% ({} phases)\n", k, x, v.count_source_modelled.at(k));
   fmt::print("by kernel (kernels run as their nearest marked *):\n");
   for (const DispatchKernel& kern : dispatch_kernels()) {
-    const std::string k(kern.name);
+    const std::string k = dispatch_kernel_label(kern);
     if (!v.mape_kernel.count(k)) continue;
-    fmt::print("  {:<28} {:6.1f}% ({} phases){}\n", k, v.mape_kernel.at(k), v.count_kernel.at(k),
+    fmt::print("  {:<44} {:6.1f}% ({} phases){}\n", k, v.mape_kernel.at(k), v.count_kernel.at(k),
                kern.modelled ? "" : " *");
   }
   if (v.counted_nearest)
@@ -324,7 +324,8 @@ void add_validate(CLI::App& app) {
   auto topodir = std::make_shared<std::string>("topologies");
   std::string kerns;
   for (const DispatchKernel& k : dispatch_kernels())
-    kerns += fmt::format("\n  {:<24} {}{}", k.name, k.modelled ? "" : "[not modelled] ", k.help);
+    kerns += fmt::format("\n  {:<24} {}{}{}", k.name, k.source.empty() ? "" : fmt::format("[rows of {}] ", k.source),
+                         k.modelled ? "" : "[not modelled] ", k.help);
   auto* md = c->add_subcommand(
       "moe-dispatch",
       "MoE dispatch and combine kernels against published measurements: each row runs `parmsim moe-dispatch` "

@@ -147,19 +147,37 @@ TEST_CASE("dispatch deepep-ll: pure RDMA, through the NICs even within a node", 
   // 2 ranks of one node, 2 experts, top-2: each token is one message to the
   // other rank, 16 + 128 x 2 = 272 B, 100 of them: 27,200 B. The path leaves
   // through GPU 0's PCIe switch and NIC, crosses rail 0, a spine and rail 1,
-  // and enters GPU 1 the same way: PCIe 64 GB/s x 0.75 = 48 GB/s is its
-  // slowest link (the NICs carry 50). Latency 0.5 + 0.5 + 1 + 1 + 1 + 1 + 0.5
-  // + 0.5 = 6 us; with the 3 us floor: 9 us + 27,200 B / 48 GB/s = 9.56667 us.
+  // and enters GPU 1 the same way. Its slowest link is the rail switch's
+  // uplink: a rail's uplinks carry its down bandwidth (oversubscription 1),
+  // one node x 50 GB/s, over 2 spines = 25 GB/s each (PCIe: 64 x 0.75 = 48,
+  // NICs 50). Latency 0.5 + 0.5 + 1 + 1 + 1 + 1 + 0.5 + 0.5 = 6 us; with the
+  // 3 us floor: 9 us + 27,200 B / 25 GB/s = 10.088 us.
   const Topology topo = dgx();
   Workspace ws;
   const DispatchResult r = simulate_dispatch(topo, small(2, 2, 2), find_dispatcher("deepep-ll"), ws);
   CHECK(r.wire_rdma_bytes == 2 * 27200);
   CHECK(r.wire_nvl_bytes == 0);
-  CHECK(r.dispatch.to_us() == Approx(9.0 + 27200 / 48e3).epsilon(1e-6));
+  CHECK(r.dispatch.to_us() == Approx(9.0 + 27200 / 25e3).epsilon(1e-6));
   // The test's byte count: rank 0's 200 selections (its own expert included)
   // x hidden x 2 in bf16 = 51,200 B, put in the RDMA column.
   CHECK(*r.dispatch_rdma_bytes == 51200);
   CHECK(!r.dispatch_nvl_bytes);
+}
+
+TEST_CASE("dispatch deepep-ll-nvlink: NVLink within a node, RDMA across", "[dispatch]") {
+  // The same 2-rank case as above over NVLink: 27,200 B at 370.8 GB/s after
+  // 0.4 us, plus the 3 us floor.
+  const Topology topo = dgx(2);
+  Workspace ws;
+  const DispatchResult r = simulate_dispatch(topo, small(2, 2, 2), find_dispatcher("deepep-ll-nvlink"), ws);
+  CHECK(r.wire_nvl_bytes == 2 * 27200);
+  CHECK(r.wire_rdma_bytes == 0);
+  CHECK(r.dispatch.to_us() == Approx(3.4 + 27200 / 370.8e3).epsilon(1e-6));
+  // 16 ranks on 2 nodes, 16 experts, top-16: each rank sends one message per
+  // token to each of the 15 others, 7 of them within its node.
+  const DispatchResult x = simulate_dispatch(topo, small(16, 16, 16, 10), find_dispatcher("deepep-ll-nvlink"), ws);
+  CHECK(x.wire_nvl_bytes == 16ULL * 7 * 10 * 272);
+  CHECK(x.wire_rdma_bytes == 16ULL * 8 * 10 * 272);
 }
 
 TEST_CASE("dispatch: DeepEP's fp8 byte counts", "[dispatch]") {
@@ -202,7 +220,8 @@ TEST_CASE("dispatch refusals name the option", "[dispatch]") {
   refused(small(4, 6, 2), "--experts: 6 experts do not divide among --ranks 4");
   refused(small(16, 16, 2), "--ranks: 16 ranks on topology 'dgx-h100' of 8 GPUs");
   CHECK_THROWS_WITH(find_dispatcher("deepep"),
-                    "--kernel: unknown dispatcher 'deepep': expected deepep-normal, deepep-ll or nccl-alltoall");
+                    "--kernel: unknown dispatcher 'deepep': expected deepep-normal, deepep-ll, deepep-ll-nvlink or "
+                    "nccl-alltoall");
   const Topology a100 = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-a100.yaml");
   DispatchSpec s = small(2, 2, 2);
   s.dispatch_dtype = WireDtype::fp8;

@@ -62,9 +62,11 @@ struct Transfer {
 
 // The path an RDMA write takes between two GPUs: out through the sender's
 // NIC into the fabric and back in through the receiver's, never over NVLink,
-// through another GPU or a host bridge (GPUDirect RDMA). Breadth-first over
-// (device, whether a network link was crossed yet), the first shortest path
-// in link declaration order. Empty when there is none (no NIC, no fabric).
+// through another GPU or a host bridge (GPUDirect RDMA). A shortest path over
+// (device, whether a network link was crossed yet), chosen as the topology
+// chooses its routes (sim/topo/topology.hpp): among the next hops on a
+// shortest path the fastest links, then ECMP by (src + dst) mod their count.
+// Empty when there is none (no NIC, no fabric).
 Route rdma_route(const Topology& topo, int src, int dst) {
   const Topology::Graph& g = topo.graph();
   int sv = -1, dv = -1;
@@ -73,46 +75,55 @@ Route rdma_route(const Topology& topo, int src, int dst) {
     if (topo.device(v).gpu == src) sv = v;
     if (topo.device(v).gpu == dst) dv = v;
   }
-  const int n = topo.num_devices();
-  std::vector<int> prev_link(2 * n, -1), prev_state(2 * n, -1);
-  std::vector<char> seen(2 * n, 0);
+  // A link may be taken from state (v, phase) when it is no NVLink and leads to
+  // no GPU or host bridge other than the destination, reached past the fabric.
+  auto next = [&](int id, int w, int phase) {
+    if (topo.link_class(id) == LinkClass::nvlink) return -1;
+    const int np = phase | (topo.link_class(id) == LinkClass::network ? 1 : 0);
+    const DeviceKind k = topo.device(w).kind;
+    if (k == DeviceKind::host_bridge || (k == DeviceKind::gpu && !(w == dv && np == 1))) return -1;
+    return 2 * w + np;
+  };
+  // Hops to the goal state (dv, 1), by breadth-first search backwards.
+  std::vector<int> dist(2 * static_cast<std::size_t>(topo.num_devices()), -1);
   std::deque<int> q;
-  seen[2 * sv] = 1;
-  q.push_back(2 * sv);
-  int found = -1;
-  while (!q.empty() && found < 0) {
+  dist[2 * dv + 1] = 0;
+  q.push_back(2 * dv + 1);
+  while (!q.empty()) {
     const int st = q.front();
     q.pop_front();
-    const int v = st / 2, phase = st % 2;
-    for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) {
-      const int w = static_cast<int>(boost::target(*e, g));
-      const int id = g[*e].id;
-      const LinkClass c = topo.link_class(id);
-      if (c == LinkClass::nvlink) continue;
-      const DeviceKind k = topo.device(w).kind;
-      const int nphase = phase | (c == LinkClass::network ? 1 : 0);
-      if (k == DeviceKind::host_bridge) continue;
-      if (k == DeviceKind::gpu && !(w == dv && nphase == 1)) continue;
-      const int ns = 2 * w + nphase;
-      if (seen[ns]) continue;
-      seen[ns] = 1;
-      prev_link[ns] = id;
-      prev_state[ns] = st;
-      if (w == dv) {
-        found = ns;
-        break;
-      }
-      q.push_back(ns);
+    const int w = st / 2;
+    for (auto [e, end] = boost::in_edges(w, g); e != end; ++e) {
+      const int v = static_cast<int>(boost::source(*e, g));
+      if (v != sv && (topo.device(v).kind == DeviceKind::gpu || topo.device(v).kind == DeviceKind::host_bridge))
+        continue;
+      for (int phase = 0; phase < 2; ++phase)
+        if (dist[2 * v + phase] < 0 && next(g[*e].id, w, phase) == st) {
+          dist[2 * v + phase] = dist[st] + 1;
+          q.push_back(2 * v + phase);
+        }
     }
   }
   Route r;
-  if (found < 0) return r;
-  for (int st = found; prev_state[st] >= 0; st = prev_state[st]) r.links.push_back(prev_link[st]);
-  std::reverse(r.links.begin(), r.links.end());
+  if (dist[2 * sv] < 0) return r;
   r.bottleneck = std::numeric_limits<std::uint64_t>::max();
-  for (int l : r.links) {
-    r.latency = r.latency + topo.link(l).latency;
-    r.bottleneck = std::min(r.bottleneck, topo.link(l).bandwidth);
+  std::vector<std::pair<int, int>> cand;  // (link, next state)
+  for (int st = 2 * sv; dist[st] > 0;) {
+    cand.clear();
+    std::uint64_t best = 0;
+    for (auto [e, end] = boost::out_edges(st / 2, g); e != end; ++e) {
+      const int id = g[*e].id;
+      const int ns = next(id, static_cast<int>(boost::target(*e, g)), st % 2);
+      if (ns < 0 || dist[ns] != dist[st] - 1) continue;
+      const std::uint64_t bw = topo.link(id).bandwidth;
+      if (bw > best) cand.clear(), best = bw;
+      if (bw == best) cand.emplace_back(id, ns);
+    }
+    const auto [id, ns] = cand[static_cast<unsigned>(src + dst) % cand.size()];
+    r.links.push_back(id);
+    r.latency = r.latency + topo.link(id).latency;
+    r.bottleneck = std::min(r.bottleneck, topo.link(id).bandwidth);
+    st = ns;
   }
   return r;
 }
@@ -259,9 +270,10 @@ DispatchResult deepep_normal(const Topology& topo, const DispatchSpec& s, const 
 // expert) selection is one RDMA write of a message (line 71: 16 B of header,
 // then hidden bytes and the scales in fp8, or hidden x 2 in bf16) to the
 // expert's rank, through the NICs even within a node (the kernels as first
-// released; later ones take NVLink to peers of the same node). Combine sends
-// each selection's bf16 result back.
-DispatchResult deepep_ll(const Topology& topo, const DispatchSpec& s, const DispatchTraffic& t, Workspace& ws) {
+// released; deepep-ll-nvlink below: later ones take NVLink to peers of the
+// same node). Combine sends each selection's result back in the combine dtype.
+DispatchResult low_latency(const Topology& topo, const DispatchSpec& s, const DispatchTraffic& t, Workspace& ws,
+                           bool nvlink) {
   DispatchResult r;
   r.nodes = t.nodes;
   const int R = t.ranks;
@@ -273,7 +285,7 @@ DispatchResult deepep_ll(const Topology& topo, const DispatchSpec& s, const Disp
     for (int b = 0; b < R; ++b) {
       const std::uint64_t sel = t.selections[a * R + b];
       if (a == b || sel == 0) continue;
-      if (topo.same_node(a, b)) {
+      if (topo.same_node(a, b) && !nvlink) {
         Route route = rdma_route(topo, a, b);
         if (route.links.empty())
           throw UserError(fmt::format("--kernel deepep-ll: no RDMA path from GPU {} to GPU {} through their NICs "
@@ -285,9 +297,9 @@ DispatchResult deepep_ll(const Topology& topo, const DispatchSpec& s, const Disp
       }
       back.push_back(sel * msg_c);
     }
-  sum_wire(topo, ts, true, r);
+  sum_wire(topo, ts, !nvlink, r);
   r.dispatch = with_floor(topo, run_transfers(topo, ts, ws));
-  r.combine = with_floor(topo, run_transfers(topo, reversed(topo, ts, true, back, ws), ws));
+  r.combine = with_floor(topo, run_transfers(topo, reversed(topo, ts, !nvlink, back, ws), ws));
   // tests/test_low_latency.py@d8dd185 lines 131-137: valid selections of the
   // rank's tokens, local experts included, x (hidden + hidden/128 x 4 + 16) in
   // fp8, x hidden x 2 for combine (and for a bf16 dispatch).
@@ -297,6 +309,17 @@ DispatchResult deepep_ll(const Topology& topo, const DispatchSpec& s, const Disp
   r.dispatch_rdma_bytes = sel0 * per;
   r.combine_rdma_bytes = sel0 * (s.combine_dtype == WireDtype::fp8 ? s.hidden + s.hidden / 128.0 * 4 : s.hidden * 2.0);
   return r;
+}
+
+DispatchResult deepep_ll(const Topology& topo, const DispatchSpec& s, const DispatchTraffic& t, Workspace& ws) {
+  return low_latency(topo, s, t, ws, false);
+}
+// The same kernels since DeepEP PR #173 (2025-06-05): a peer the GPU reaches
+// by peer-to-peer memory (nvshmemi_get_p2p_ptr non-null: its own node) is
+// written with NVLink stores, the others by RDMA (internode_ll.cu@d8dd185
+// lines 152-158, 420-427).
+DispatchResult deepep_ll_nvlink(const Topology& topo, const DispatchSpec& s, const DispatchTraffic& t, Workspace& ws) {
+  return low_latency(topo, s, t, ws, true);
 }
 
 // Megatron-Core's alltoall token dispatcher: the tokens permuted by expert,
@@ -337,7 +360,7 @@ DispatchResult nccl_alltoall(const Topology& topo, const DispatchSpec& s, const 
   return r;
 }
 
-constexpr std::array<Dispatcher, 3> kDispatchers = {{
+constexpr std::array<Dispatcher, 4> kDispatchers = {{
     {"deepep-normal",
      "DeepEP's normal kernels: within one node each token is written once into every rank holding one of its "
      "experts over NVLink; across nodes it crosses RDMA once per destination node (to the GPU with the sender's "
@@ -347,6 +370,10 @@ constexpr std::array<Dispatcher, 3> kDispatchers = {{
      "DeepEP's low-latency kernels as first released: one RDMA write per (token, expert) selection, through the "
      "NICs even between GPUs of one node",
      deepep_ll},
+    {"deepep-ll-nvlink",
+     "DeepEP's low-latency kernels since June 2025: the same per-selection writes, over NVLink to GPUs of the "
+     "sender's node and by RDMA to the others",
+     deepep_ll_nvlink},
     {"nccl-alltoall",
      "Megatron-Core's alltoall dispatcher: one copy per (token, expert) selection, exchanged by NCCL's AlltoAllv",
      nccl_alltoall},

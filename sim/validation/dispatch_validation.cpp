@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -15,13 +16,17 @@ namespace parmsim {
 
 namespace {
 
-constexpr std::array<DispatchKernel, 14> kKernels = {{
+constexpr std::array<DispatchKernel, 15> kKernels = {{
     {"deepep-normal-intranode", "DeepEP V1 normal kernels within one node", true, "deepep-normal"},
     {"deepep-normal-internode", "DeepEP V1 normal kernels across nodes (NVLink forwarding plus RDMA)", true,
      "deepep-normal"},
     {"deepep-normal", "DeepEP V1 normal kernels as NVIDIA measured them on GB200 (path not stated)", true,
      "deepep-normal"},
-    {"deepep-ll", "DeepEP V1 low-latency kernels", true, "deepep-ll"},
+    {"deepep-ll",
+     "DeepEP V1 low-latency kernels, as the current table (source deepseek-deepep-v1, measured since 2025-06-05) "
+     "ran them: NVLink to peers of the same node",
+     true, "deepep-ll-nvlink", "deepseek-deepep-v1"},
+    {"deepep-ll", "DeepEP V1 low-latency kernels as first released: pure RDMA", true, "deepep-ll"},
     {"uccl-ep-normal-intranode",
      "UCCL-EP normal kernels (DeepEP's algorithm, RDMA through a CPU proxy): run as deepep-normal, reported apart",
      false, "deepep-normal"},
@@ -66,6 +71,17 @@ int script_experts(bool low_latency, int ranks) {
 
 std::span<const DispatchKernel> dispatch_kernels() { return kKernels; }
 
+std::string dispatch_kernel_label(const DispatchKernel& k) {
+  return k.source.empty() ? std::string(k.name) : fmt::format("{} ({})", k.name, k.source);
+}
+
+std::vector<std::string_view> kernel_names() {
+  std::vector<std::string_view> v;
+  for (const DispatchKernel& k : kKernels)
+    if (std::find(v.begin(), v.end(), k.name) == v.end()) v.push_back(k.name);
+  return v;
+}
+
 std::vector<DispatchMeasurement> load_dispatch_measurements(const std::string& path) {
   std::vector<DispatchMeasurement> rows;
   read_csv_table(
@@ -90,10 +106,14 @@ std::vector<DispatchMeasurement> load_dispatch_measurements(const std::string& p
         m.where = where;
         m.source_id = required("source_id");
         m.kernel_name = required("kernel");
-        m.kernel = find_named(dispatch_kernels(), m.kernel_name);
+        for (const DispatchKernel& k : dispatch_kernels())
+          if (k.name == m.kernel_name && (k.source.empty() || k.source == m.source_id)) {
+            m.kernel = &k;
+            break;
+          }
         if (!m.kernel)
           throw UserError(fmt::format("{}: column 'kernel': unknown kernel '{}': expected {}", where, m.kernel_name,
-                                      join_names(names_of(dispatch_kernels()), ", ", " or ")));
+                                      join_names(kernel_names(), ", ", " or ")));
         m.gpu = required("gpu");
         m.ranks = count("ranks", 65536);
         if (!row.get("ranks_per_node").empty()) m.ranks_per_node = count("ranks_per_node", 72);
@@ -104,15 +124,21 @@ std::vector<DispatchMeasurement> load_dispatch_measurements(const std::string& p
         s.hidden = count("hidden", 1 << 20);
         s.topk = count("topk", 1024);
         if (row.get("experts").empty()) {
-          s.experts = script_experts(m.kernel->dispatcher == "deepep-ll", m.ranks);
+          s.experts = script_experts(m.kernel->dispatcher.starts_with("deepep-ll"), m.ranks);
           m.experts_assumed = true;
         } else {
           s.experts = count("experts", 1 << 20);
         }
         if (!row.get("topk_groups").empty()) s.topk_groups = count("topk_groups", 65536);
-        s.dispatch_dtype = moe::parse_wire_dtype(required("dispatch_dtype"), where + ": column 'dispatch_dtype'");
-        if (!row.get("combine_dtype").empty())
-          s.combine_dtype = moe::parse_wire_dtype(row.get("combine_dtype"), where + ": column 'combine_dtype'");
+        // Other wire formats (mxfp8, nvfp4) load, and are not predicted.
+        m.dispatch_dtype = required("dispatch_dtype");
+        m.combine_dtype = row.get("combine_dtype").empty() ? "bf16" : row.get("combine_dtype");
+        for (const std::string* d : {&m.dispatch_dtype, &m.combine_dtype})
+          if (*d != "bf16" && *d != "fp8" && *d != "mxfp8" && *d != "nvfp4")
+            throw UserError(fmt::format("{}: column '{}': expected fp8, bf16, mxfp8 or nvfp4, got '{}'", where,
+                                        d == &m.dispatch_dtype ? "dispatch_dtype" : "combine_dtype", *d));
+        if (m.dispatch_dtype == "fp8") s.dispatch_dtype = moe::WireDtype::fp8;
+        if (m.combine_dtype == "fp8") s.combine_dtype = moe::WireDtype::fp8;
         m.dispatch_us = optional_number(row, "dispatch_us");
         m.combine_us = optional_number(row, "combine_us");
         m.dispatch_rdma_GBps = optional_number(row, "dispatch_rdma_GBps");
@@ -163,6 +189,9 @@ DispatchValidation validate_dispatch(const std::vector<DispatchMeasurement>& row
     if (m.kernel->dispatcher.empty()) {
       r.status = "not predicted";
       r.why = "kernel not modelled";
+    } else if (m.dispatch_dtype != "bf16" && m.dispatch_dtype != "fp8") {
+      r.status = "not predicted";
+      r.why = fmt::format("{} dispatch not modelled", m.dispatch_dtype);
     } else if (where.file.empty()) {
       r.status = "not predicted";
       r.why = fmt::format("no topology for {}{}", m.gpu,
@@ -179,7 +208,13 @@ DispatchValidation validate_dispatch(const std::vector<DispatchMeasurement>& row
     try {
       res = moe::simulate_dispatch(topo, m.spec, d, ws);
     } catch (const UserError& e) {
-      throw UserError(fmt::format("{}: {}", m.where, e.what()));
+      // A size the dispatcher refuses (DeepEP's nodes of 8 do not divide 36
+      // ranks): reported, not predicted.
+      r.status = "not predicted";
+      r.why = fmt::format("{} refuses it: {}", d.name, e.what());
+      ++v.not_predicted;
+      v.rows.push_back(std::move(r));
+      continue;
     }
     r.status = m.kernel->modelled ? "modelled" : "nearest";
     std::string sets;
@@ -195,8 +230,11 @@ DispatchValidation validate_dispatch(const std::vector<DispatchMeasurement>& row
         c.basis = "time", c.measured_us = *us;
       } else if (rdma && rdma_bytes) {
         c.basis = "rdma_GBps", c.measured_us = *rdma_bytes / (*rdma * 1e3);
-      } else if (nvl && nvl_bytes) {
-        c.basis = "nvl_GBps", c.measured_us = *nvl_bytes / (*nvl * 1e3);
+      } else if (nvl && (nvl_bytes || rdma_bytes)) {
+        // A low-latency kernel's one byte count (the selections) whatever
+        // fabric the source's column names: NCCL EP's one-node row is in its
+        // NVL column (validation/moe-dispatch-sources.md).
+        c.basis = "nvl_GBps", c.measured_us = (nvl_bytes ? *nvl_bytes : *rdma_bytes) / (*nvl * 1e3);
       } else {
         return c;
       }
@@ -221,7 +259,7 @@ DispatchValidation validate_dispatch(const std::vector<DispatchMeasurement>& row
         sum_nearest += e, ++v.counted_nearest;
       }
       by_source.add(m.source_id, e);
-      by_kernel.add(m.kernel_name, e);
+      by_kernel.add(dispatch_kernel_label(*m.kernel), e);
     }
     if (any && m.kernel->modelled) ++v.counted_rows;
     if (!any) r.why = "no published value the model has a byte count for";

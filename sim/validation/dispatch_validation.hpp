@@ -28,13 +28,23 @@ struct DispatchKernel {
   std::string_view help;
   bool modelled = false;       // its rows count in the headline MAPE
   std::string_view dispatcher;  // moe::dispatchers() entry it runs as; empty: not predicted
+  // The source_id whose rows this entry takes (empty: any); the first entry
+  // of a kernel that matches a row decides (a kernel whose data path changed
+  // between the tables of one source and another).
+  std::string_view source = {};
 };
 std::span<const DispatchKernel> dispatch_kernels();
+// "name", or "name (source)" for an entry that takes one source's rows: the
+// key of the MAPE by kernel.
+std::string dispatch_kernel_label(const DispatchKernel& k);
+// The kernel names, each once, in table order.
+std::vector<std::string_view> kernel_names();
 
 struct DispatchMeasurement {
   int line = 0;
   std::string where;  // "FILE:LINE"
   std::string source_id, kernel_name, gpu, source;
+  std::string dispatch_dtype, combine_dtype;  // as published: bf16, fp8, mxfp8, nvfp4
   const DispatchKernel* kernel = nullptr;
   int ranks = 0, ranks_per_node = 0;  // 0: not published
   double nic_gbps = 0;                // 0: not published

@@ -46,7 +46,7 @@ refused() {  # expected text, then the command's arguments
   fi
 }
 base=(moe-dispatch -t topologies/dgx-h100.yaml --ranks 8 --tokens 64 --hidden 1024 --experts 32)
-refused "--kernel: unknown dispatcher 'deepep': expected deepep-normal, deepep-ll or nccl-alltoall" "${base[@]}" \
+refused "--kernel: unknown dispatcher 'deepep': expected deepep-normal, deepep-ll, deepep-ll-nvlink or nccl-alltoall" "${base[@]}" \
   --topk 4 --kernel deepep
 refused "--topk: 40 experts per token but only --experts 32" "${base[@]}" --kernel deepep-ll --topk 40
 refused "--dispatch-dtype: fp8 needs FP8 tensor cores; GPU 'a100'" moe-dispatch -t topologies/dgx-a100.yaml --ranks 8 \
@@ -56,6 +56,29 @@ refused "--dispatch-dtype: expected fp8 or bf16, got 'fp16'" "${base[@]}" --topk
 refused "--topk: 20 experts per token but the 1 node(s) --topk-groups allows hold only 16" moe-dispatch \
   -t topologies/h800-cluster.yaml --ranks 16 --tokens 64 --hidden 1024 --experts 32 --topk 20 --topk-groups 1 \
   --kernel deepep-normal
+
+# validate moe-dispatch over a few rows (tests/data/moe-dispatch-small.csv:
+# DeepSeek's EP8 and EP16 normal and low-latency rows, a UCCL-EP row run as its
+# nearest, an MI300X row and a TensorRT-LLM row not predicted).
+"$bin" validate moe-dispatch tests/data/moe-dispatch-small.csv --json > "$tmp/v.json" && ok || bad "validate moe-dispatch"
+"$bin" validate moe-dispatch tests/data/moe-dispatch-small.csv > "$tmp/v.txt" && ok || bad "validate moe-dispatch table"
+grep -q "^MAPE over the 8 phases (4 rows) of modelled kernels: " "$tmp/v.txt" && ok || bad "validate table: MAPE line"
+/usr/bin/python3 - "$tmp/v.json" <<'PY' && ok || bad "validate moe-dispatch JSON"
+import json, sys
+v = json.load(open(sys.argv[1]))
+rows = v["rows"]
+assert len(rows) == 7 and v["counted"] == 8 and v["counted_rows"] == 4, (len(rows), v["counted"])
+assert [r["status"] for r in rows] == ["modelled"] * 4 + ["nearest"] + ["not predicted"] * 2, [r["status"] for r in rows]
+# The MAPE is the mean of the modelled rows' absolute errors, dispatch and combine.
+errs = [abs(r[p]["error_pct"]) for r in rows[:4] for p in ("dispatch", "combine")]
+assert abs(v["mape_pct"] - sum(errs) / len(errs)) < 1e-9, v["mape_pct"]
+assert set(v["mape_pct_by_source"]) == {"deepseek-deepep-v1"}
+# The current low-latency rows run with NVLink to same-node peers; the published
+# bandwidth of the normal kernels becomes a time through the simulated bytes.
+assert rows[2]["ran"].startswith("deepep-ll-nvlink on h800-cluster"), rows[2]["ran"]
+assert rows[1]["dispatch"]["published"] == "rdma_GBps" and rows[2]["dispatch"]["published"] == "time"
+assert rows[6]["why"] == "kernel not modelled"
+PY
 
 echo "moe_dispatch: $passes passed, $fails failed"
 [ "$fails" = 0 ]
