@@ -39,8 +39,10 @@ constexpr std::array<DispatchKernel, 15> kKernels = {{
      false, "deepep-normal"},
     {"hybrid-ep-kernelonly", "NVIDIA Hybrid-EP, kernel time only: run as deepep-normal, reported apart", false,
      "deepep-normal"},
-    {"nccl-ep-ll", "NCCL EP low-latency mode (per-selection sends as DeepEP's): run as deepep-ll, reported apart",
-     false, "deepep-ll"},
+    {"nccl-ep-ll",
+     "NCCL EP low-latency mode (per-selection sends as DeepEP's; NVLink to NVLink peers by LSA stores, RDMA to the "
+     "others: NVIDIA/nccl contrib/nccl_ep/README.md@5067397c line 38): run as deepep-ll-nvlink, reported apart",
+     false, "deepep-ll-nvlink"},
     {"deepep-v2", "DeepEP V2 (ElasticBuffer on NCCL's device API), GPUs named by architecture only: not predicted",
      false, ""},
     {"deepep-pcie-normal", "NVIDIA's DeepEP normal kernels with NVLink disabled, on H20: not predicted", false, ""},
