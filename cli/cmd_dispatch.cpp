@@ -28,7 +28,7 @@ void add_moe_dispatch(CLI::App& app) {
       "topology's flow network; prints the times and the RDMA and NVLink bandwidths as DeepEP's tests define them "
       "(docs/moe-dispatch.md)");
   struct Args {
-    std::string topo, set, kernel, dispatch_dtype = "bf16", combine_dtype = "bf16";
+    std::string topo, set, kernel, dispatch_dtype = "bf16", combine_dtype = "bf16", load = "uniform";
     int ranks = 0, tokens = 0, hidden = 0, experts = 0, topk = 0, topk_groups = 0;
     std::uint64_t seed = 0;
     bool json = false;
@@ -49,6 +49,10 @@ void add_moe_dispatch(CLI::App& app) {
   c->add_option("--dispatch-dtype", a->dispatch_dtype, "fp8 | bf16 (fp8: e4m3 with a float32 scale per 128 elements)")
       ->capture_default_str();
   c->add_option("--combine-dtype", a->combine_dtype, "bf16 (fp8 is accepted where the GPU has it)")->capture_default_str();
+  c->add_option("--load", a->load,
+                "dropless routing's load model: uniform (DeepEP's tests), zipf:EXPONENT (expert of popularity rank i "
+                "weighted 1/i^EXPONENT, ranks dealt to experts by the seed) or a histogram FILE (one count per expert)")
+      ->capture_default_str();
   c->add_option("--kernel", a->kernel, "the dispatcher:" + kernels)->required();
   c->add_option("--seed", a->seed, "routing seed (the same seed, the same tokens and times)")
       ->capture_default_str()
@@ -68,6 +72,7 @@ void add_moe_dispatch(CLI::App& app) {
     s.dispatch_dtype = moe::parse_wire_dtype(a->dispatch_dtype, "--dispatch-dtype");
     s.combine_dtype = moe::parse_wire_dtype(a->combine_dtype, "--combine-dtype");
     s.seed = a->seed;
+    s.load = moe::parse_load_model(a->load, "--load");
     const Topology topo = load_topology(a->topo, split_assignments(a->set, "--topo-set"));
     Workspace ws;
     const moe::DispatchResult r = moe::simulate_dispatch(topo, s, d, ws);
@@ -85,6 +90,7 @@ void add_moe_dispatch(CLI::App& app) {
                           {"dispatch_dtype", moe::to_string(s.dispatch_dtype)},
                           {"combine_dtype", moe::to_string(s.combine_dtype)},
                           {"seed", s.seed},
+                          {"load", s.load.text},
                           {"dispatch_us", r.dispatch.to_us()},
                           {"combine_us", r.combine.to_us()},
                           {"dispatch_rdma_GBps", gbps_json(r.dispatch_rdma_GBps)},
@@ -97,16 +103,22 @@ void add_moe_dispatch(CLI::App& app) {
                           {"combine_nvl_bytes", gbps_json(r.combine_nvl_bytes)},
                           {"wire_rdma_bytes", r.wire_rdma_bytes},
                           {"wire_nvl_bytes", r.wire_nvl_bytes},
-                          {"transfers", r.transfers}};
+                          {"transfers", r.transfers},
+                          {"max_expert_tokens", r.max_expert_tokens},
+                          {"mean_expert_tokens", r.mean_expert_tokens},
+                          {"expert_max_over_mean", r.expert_imbalance},
+                          {"max_rank_tokens", r.max_rank_tokens},
+                          {"mean_rank_tokens", r.mean_rank_tokens},
+                          {"rank_max_over_mean", r.rank_imbalance}};
       fmt::print("{}\n", j.dump(2));
       return;
     }
     fmt::print("moe-dispatch {} on {} ({} GPUs): {} ranks = {} node{} of {}, {} tokens/rank, hidden {}, {} experts, "
-               "top-{}{}, {} dispatch, {} combine, seed {}\n",
+               "top-{}{}, {} dispatch, {} combine, {} load, seed {}\n",
                r.kernel, topo.name(), topo.gpu_model(), s.ranks, r.nodes, r.nodes == 1 ? "" : "s", group, s.tokens,
                s.hidden, s.experts, s.topk,
                s.topk_groups > 0 && s.topk_groups < r.nodes ? fmt::format(" from {} nodes", s.topk_groups) : "",
-               moe::to_string(s.dispatch_dtype), moe::to_string(s.combine_dtype), s.seed);
+               moe::to_string(s.dispatch_dtype), moe::to_string(s.combine_dtype), s.load.text, s.seed);
     fmt::print("{:<9} {:>10} {:>11} {:>11}\n", "", "time_us", "RDMA_GBps", "NVL_GBps");
     fmt::print("{:<9} {:>10.1f} {:>11} {:>11}\n", "dispatch", r.dispatch.to_us(), gbps_text(r.dispatch_rdma_GBps),
                gbps_text(r.dispatch_nvl_GBps));
@@ -116,6 +128,9 @@ void add_moe_dispatch(CLI::App& app) {
                "through NICs and {:.1f} MB within nodes (all ranks, {} transfers)\n",
                static_cast<double>(r.wire_rdma_bytes) / 1e6, static_cast<double>(r.wire_nvl_bytes) / 1e6,
                r.transfers);
+    fmt::print("load: tokens per expert max {} / mean {:.1f} = {:.2f}; per rank max {} / mean {:.1f} = {:.2f}\n",
+               r.max_expert_tokens, r.mean_expert_tokens, r.expert_imbalance, r.max_rank_tokens, r.mean_rank_tokens,
+               r.rank_imbalance);
   });
 }
 

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <algorithm>
 #include <numeric>
 
 #include "sim/core/error.hpp"
@@ -237,4 +238,93 @@ TEST_CASE("dispatch validation: every row loads, and the published kernels are r
     REQUIRE(m.kernel);
     if (!m.kernel->dispatcher.empty()) CHECK_NOTHROW(find_dispatcher(m.kernel->dispatcher));
   }
+}
+
+TEST_CASE("dispatch load models: a histogram routes by its counts", "[dispatch]") {
+  // Every count on expert 0 (rank 0 of 2, 4 experts), top-1: each of the 2 x
+  // 100 tokens selects expert 0. Experts: max 200 over mean 200/4 = 4; ranks:
+  // rank 0 receives 200, mean 100: 2.
+  DispatchSpec s = small(2, 4, 1);
+  s.load.kind = LoadModel::Kind::histogram;
+  s.load.weights = {5, 0, 0, 0};
+  const DispatchTraffic t = route_tokens(s, 2);
+  CHECK(t.selections == std::vector<std::uint64_t>{100, 0, 100, 0});
+  CHECK(t.expert_tokens == std::vector<std::uint64_t>{200, 0, 0, 0});
+  CHECK(t.expert_imbalance() == 4.0);
+  CHECK(t.rank_imbalance() == 2.0);
+  // Uniform on the same: 2 x 100 draws over 4 experts; imbalance near 1.
+  CHECK(route_tokens(small(2, 4, 1, 4000), 2).expert_imbalance() < 1.1);
+}
+
+TEST_CASE("dispatch load models: zipf shares follow 1/i^s", "[dispatch]") {
+  // 8 experts, top-1, exponent 1: the hottest expert's share is
+  // 1 / (1 + 1/2 + ... + 1/8) = 1 / 2.717857 = 0.36794.
+  DispatchSpec s = small(8, 8, 1, 5000);
+  s.load = parse_load_model("zipf:1", "--load");
+  const DispatchTraffic t = route_tokens(s, 8);
+  const double top = static_cast<double>(*std::max_element(t.expert_tokens.begin(), t.expert_tokens.end())) / 40000;
+  CHECK(std::abs(top - 0.36794) < 0.01);  // 40,000 draws: sd 0.0024
+  CHECK(t.expert_imbalance() == Approx(top * 8));
+  // The same seed, the same draws; with top-2 every token still takes 2 distinct experts.
+  s.topk = 2;
+  const DispatchTraffic a = route_tokens(s, 8), b = route_tokens(s, 8);
+  CHECK(a.selections == b.selections);
+  for (int r = 0; r < 8; ++r) {
+    std::uint64_t sel = 0;
+    for (int d = 0; d < 8; ++d) sel += a.selections[r * 8 + d];
+    CHECK(sel == 5000 * 2);
+    CHECK(a.rank_tokens[r * 8 + r] <= 5000);
+  }
+}
+
+TEST_CASE("dispatch load models: a skewed load is slower, by its hot rank", "[dispatch]") {
+  // 8 ranks of one H100 node, 64 experts, top-4. Within a node deepep-normal is
+  // bound by the NVLink into the busiest rank, so the time grows with what the
+  // hottest rank receives: Zipf 1.2 makes it several times the mean.
+  const Topology topo = dgx();
+  Workspace ws;
+  DispatchSpec s = small(8, 64, 4, 2048, 1024);
+  const DispatchResult u = simulate_dispatch(topo, s, find_dispatcher("deepep-normal"), ws);
+  s.load = parse_load_model("zipf:1.2", "--load");
+  const DispatchResult z = simulate_dispatch(topo, s, find_dispatcher("deepep-normal"), ws);
+  CHECK(u.rank_imbalance < 1.05);
+  CHECK(z.rank_imbalance > 1.5);
+  // The independent bound: the NVLink into the busiest rank carries every
+  // token the other ranks send it, 1024 x 2 + 8 x 4 + 4 x 4 + 4 = 2100 B each
+  // (intranode.cu), at 370.8 GB/s, after 0.4 us and the 3 us floor. Zipf's
+  // hot rank is that bottleneck all along: the time is the bound (within 2%).
+  for (const DispatchSpec& x : {small(8, 64, 4, 2048, 1024), s}) {
+    const DispatchTraffic t = route_tokens(x, 8);
+    std::uint64_t most = 0;
+    for (int b = 0; b < 8; ++b) {
+      std::uint64_t in = 0;
+      for (int a = 0; a < 8; ++a)
+        if (a != b) in += t.rank_tokens[a * 8 + b];
+      most = std::max(most, in);
+    }
+    const double bound_us = 3.4 + static_cast<double>(most) * 2100 / 370.8e3;
+    const DispatchResult& r = x.load.kind == LoadModel::Kind::uniform ? u : z;
+    CHECK(r.dispatch.to_us() >= bound_us * (1 - 1e-9));
+    if (&r == &z) CHECK(r.dispatch.to_us() < bound_us * 1.02);
+  }
+  CHECK(z.dispatch > u.dispatch * 1.5);
+}
+
+TEST_CASE("dispatch load models: bad loads are refused naming --load", "[dispatch]") {
+  CHECK_THROWS_WITH(parse_load_model("zipf:0", "--load"),
+                    "--load zipf:0: the Zipf exponent must be a number above 0, got '0'");
+  CHECK_THROWS_WITH(parse_load_model("zipf:-1.5", "--load"), Catch::Contains("must be a number above 0"));
+  CHECK_THROWS_WITH(parse_load_model("zipf", "--load"), "--load zipf: expected zipf:EXPONENT, e.g. zipf:1.2");
+  CHECK_THROWS_WITH(parse_load_model("nosuchfile.txt", "--load"), Catch::Contains("no such file can be found"));
+  const Topology topo = dgx();
+  Workspace ws;
+  DispatchSpec s = small(2, 4, 2);
+  s.load.kind = LoadModel::Kind::histogram;
+  s.load.text = "h.txt";
+  s.load.weights = {1, 2, 3};
+  CHECK_THROWS_WITH(simulate_dispatch(topo, s, find_dispatcher("deepep-normal"), ws),
+                    "--load h.txt: 3 counts, expected one per expert (--experts 4)");
+  s.load.weights = {1, 0, 0, 0};
+  CHECK_THROWS_WITH(simulate_dispatch(topo, s, find_dispatcher("deepep-normal"), ws),
+                    "--load h.txt: 1 experts have tokens, fewer than --topk 2");
 }

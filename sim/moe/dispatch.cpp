@@ -7,13 +7,18 @@
 #include <deque>
 #include <limits>
 #include <memory>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
 #include <random>
+#include <sstream>
 
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/registry.hpp"
 #include "sim/engine/simulator.hpp"
 #include "sim/graph/task_graph.hpp"
+#include "sim/io/output.hpp"
 #include "sim/net/network_model.hpp"
 
 namespace parmsim::moe {
@@ -418,6 +423,18 @@ void check_dispatch_spec(const DispatchSpec& s, const Topology& topo) {
     if (d == WireDtype::fp8 && !(gpu_profile(topo.gpu_model()).peak_fp8 > 0))
       throw UserError(fmt::format("{}: fp8 needs FP8 tensor cores; GPU '{}' of topology '{}' has none", opt,
                                   topo.gpu_model(), topo.name()));
+  if (s.load.kind == LoadModel::Kind::histogram) {
+    if (static_cast<std::int64_t>(s.load.weights.size()) != s.experts)
+      throw UserError(fmt::format("--load {}: {} counts, expected one per expert (--experts {})", s.load.text,
+                                  s.load.weights.size(), s.experts));
+    const auto used = std::count_if(s.load.weights.begin(), s.load.weights.end(), [](double w) { return w > 0; });
+    if (used < s.topk)
+      throw UserError(fmt::format("--load {}: {} experts have tokens, fewer than --topk {}", s.load.text, used,
+                                  s.topk));
+  }
+  if (s.load.kind != LoadModel::Kind::uniform && s.topk_groups > 0)
+    throw UserError(fmt::format("--topk-groups: node-limited routing is drawn from uniform scores; not with --load {}",
+                                s.load.text));
   const int group = dispatch_group(s, topo);
   if (s.ranks % group != 0)
     throw UserError(fmt::format("--ranks: {} ranks are not whole nodes of {} GPUs", s.ranks, group));
@@ -449,11 +466,39 @@ DispatchTraffic route_tokens(const DispatchSpec& s, int group) {
   std::vector<int> order, pool;
   std::vector<std::uint64_t> best;
   std::vector<int> hit_rank(R, -1), hit_node(N, -1);
+  t.expert_tokens.assign(E, 0);
+  // Per-expert weights and their running sums (empty: uniform).
+  std::vector<double> weight, cdf;
+  if (s.load.kind == LoadModel::Kind::histogram) weight = s.load.weights;
+  if (s.load.kind == LoadModel::Kind::zipf) {
+    // Popularity ranks dealt by a shuffle of its own generator (Fisher-Yates).
+    std::vector<int> rank_of(E);
+    std::iota(rank_of.begin(), rank_of.end(), 0);
+    std::mt19937_64 deal(splitmix64(s.seed ^ 0x5a17f00dULL));
+    for (int i = E - 1; i > 0; --i) std::swap(rank_of[i], rank_of[below(deal, static_cast<std::uint64_t>(i) + 1)]);
+    weight.resize(E);
+    for (int e = 0; e < E; ++e) weight[e] = std::pow(static_cast<double>(rank_of[e] + 1), -s.load.exponent);
+  }
+  if (!weight.empty()) {
+    cdf.resize(E);
+    std::partial_sum(weight.begin(), weight.end(), cdf.begin());
+  }
   for (int src = 0; src < R; ++src) {
     std::mt19937_64 gen(splitmix64(s.seed ^ splitmix64(static_cast<std::uint64_t>(src) + 1)));
     for (int tok = 0; tok < s.tokens; ++tok) {
       chosen.clear();
-      if (!limited) {
+      if (!cdf.empty()) {
+        // k distinct experts, each drawn by weight among those not taken
+        // (a taken expert drawn again is drawn anew: the same law).
+        while (static_cast<int>(chosen.size()) < k) {
+          const double u = static_cast<double>(gen() >> 11) * 0x1.0p-53 * cdf.back();
+          const int e = static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+          if (e >= E || taken[e] || !(weight[e] > 0)) continue;
+          taken[e] = 1;
+          chosen.push_back(e);
+        }
+        for (int e : chosen) taken[e] = 0;
+      } else if (!limited) {
         // Floyd: for j = E-k .. E-1, draw x in [0, j]; take x, or j if x was taken.
         for (int j = E - k; j < E; ++j) {
           const int x = static_cast<int>(below(gen, static_cast<std::uint64_t>(j) + 1));
@@ -483,6 +528,7 @@ DispatchTraffic route_tokens(const DispatchSpec& s, int group) {
       for (int e : chosen) {
         const int dst = e / per_rank, n = dst / group;
         ++t.selections[static_cast<std::size_t>(src) * R + dst];
+        ++t.expert_tokens[e];
         if (hit_rank[dst] != tok) {
           hit_rank[dst] = tok;
           ++t.rank_tokens[static_cast<std::size_t>(src) * R + dst];
@@ -499,12 +545,77 @@ DispatchTraffic route_tokens(const DispatchSpec& s, int group) {
   return t;
 }
 
+double DispatchTraffic::expert_imbalance() const {
+  const std::uint64_t total = std::accumulate(expert_tokens.begin(), expert_tokens.end(), std::uint64_t{0});
+  if (total == 0) return 1;
+  const std::uint64_t mx = *std::max_element(expert_tokens.begin(), expert_tokens.end());
+  return static_cast<double>(mx) * static_cast<double>(expert_tokens.size()) / static_cast<double>(total);
+}
+
+double DispatchTraffic::rank_imbalance() const {
+  std::uint64_t total = 0, mx = 0;
+  for (int b = 0; b < ranks; ++b) {
+    std::uint64_t in = 0;
+    for (int a = 0; a < ranks; ++a) in += selections[static_cast<std::size_t>(a) * ranks + b];
+    total += in, mx = std::max(mx, in);
+  }
+  return total == 0 ? 1 : static_cast<double>(mx) * ranks / static_cast<double>(total);
+}
+
+LoadModel parse_load_model(const std::string& s, const std::string& option) {
+  LoadModel m;
+  m.text = s;
+  if (s == "uniform") return m;
+  if (s.rfind("zipf:", 0) == 0) {
+    m.kind = LoadModel::Kind::zipf;
+    const std::string v = s.substr(5);
+    char* end = nullptr;
+    m.exponent = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !std::isfinite(m.exponent) || !(m.exponent > 0))
+      throw UserError(fmt::format("{} {}: the Zipf exponent must be a number above 0, got '{}'", option, s, v));
+    return m;
+  }
+  if (s.rfind("zipf", 0) == 0)
+    throw UserError(fmt::format("{} {}: expected zipf:EXPONENT, e.g. zipf:1.2", option, s));
+  m.kind = LoadModel::Kind::histogram;
+  if (!std::filesystem::exists(s))
+    throw UserError(fmt::format("{} {}: expected uniform, zipf:EXPONENT or a histogram file, and no such file can "
+                                "be found",
+                                option, s));
+  std::istringstream in(read_file(s));
+  note_input_file(s);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    line = line.substr(0, line.find('#'));
+    for (char& c : line)
+      if (c == ',' || c == '\t' || c == ';') c = ' ';
+    std::istringstream words(line);
+    std::string w;
+    while (words >> w) {
+      char* end = nullptr;
+      const double x = std::strtod(w.c_str(), &end);
+      if (*end != '\0' || !std::isfinite(x) || x < 0)
+        throw UserError(fmt::format("{}:{}: --load: expected a count of tokens (a number >= 0), got '{}'", s, n, w));
+      m.weights.push_back(x);
+    }
+  }
+  return m;
+}
+
 DispatchResult simulate_dispatch(const Topology& topo, const DispatchSpec& s, const Dispatcher& d, Workspace& ws) {
   check_dispatch_spec(s, topo);
   const DispatchTraffic t = route_tokens(s, dispatch_group(s, topo));
   DispatchResult r = d.run(topo, s, t, ws);
   r.kernel = std::string(d.name);
   finish(r);
+  r.expert_imbalance = t.expert_imbalance();
+  r.rank_imbalance = t.rank_imbalance();
+  r.max_expert_tokens = *std::max_element(t.expert_tokens.begin(), t.expert_tokens.end());
+  r.mean_expert_tokens = static_cast<double>(s.tokens) * s.topk * s.ranks / s.experts;
+  r.mean_rank_tokens = static_cast<double>(s.tokens) * s.topk;
+  r.max_rank_tokens = static_cast<std::uint64_t>(std::llround(r.rank_imbalance * r.mean_rank_tokens));
   return r;
 }
 

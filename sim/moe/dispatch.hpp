@@ -32,6 +32,28 @@ const char* to_string(WireDtype d);
 // "bf16" or "fp8"; a UserError naming `option` otherwise.
 WireDtype parse_wire_dtype(const std::string& s, const std::string& option);
 
+// How tokens choose experts (dropless: every selection is dispatched).
+//   uniform    every expert equally likely, DeepEP's tests' router;
+//   zipf       expert of popularity rank i (1-based) weighted 1 / i^exponent,
+//              the popularity ranks dealt to the experts by a seeded shuffle
+//              (hot experts land on any rank);
+//   histogram  expert e weighted by the e-th count of a file (one count per
+//              expert, e.g. tokens per expert measured in a training run).
+// Each token takes k distinct experts, drawn one after another with
+// probabilities proportional to the weights of those not yet taken.
+struct LoadModel {
+  enum class Kind : std::uint8_t { uniform, zipf, histogram };
+  Kind kind = Kind::uniform;
+  double exponent = 0;          // zipf
+  std::vector<double> weights;  // histogram: one per expert
+  std::string text = "uniform";  // as given, for reports
+};
+// "uniform", "zipf:S" (S > 0) or a histogram file (counts separated by
+// commas, blanks or lines; '#' starts a comment); a UserError naming
+// `option` otherwise. The file's length is checked against the experts by
+// check_dispatch_spec.
+LoadModel parse_load_model(const std::string& s, const std::string& option);
+
 struct DispatchSpec {
   int ranks = 0;   // expert-parallel ranks: GPUs 0 .. ranks-1 of the topology
   int tokens = 0;  // tokens per rank entering dispatch
@@ -45,6 +67,7 @@ struct DispatchSpec {
   WireDtype dispatch_dtype = WireDtype::bf16;
   WireDtype combine_dtype = WireDtype::bf16;
   std::uint64_t seed = 0;
+  LoadModel load;
 };
 
 // Ranks per DeepEP node: the GPUs one NVLink domain forwards among, at most
@@ -66,6 +89,12 @@ struct DispatchTraffic {
   std::vector<std::uint64_t> rank_tokens, selections;
   // [s * nodes + n]: tokens of rank s with at least one expert on node n.
   std::vector<std::uint64_t> node_tokens;
+  // Selections per expert, all ranks' tokens (what each expert's GEMM takes).
+  std::vector<std::uint64_t> expert_tokens;
+  // Max over mean: of expert_tokens, and of the selections each rank
+  // receives (its local experts' tokens). 1 when perfectly balanced.
+  double expert_imbalance() const;
+  double rank_imbalance() const;
 };
 // Draws every rank's top-k: rank s uses its own generator (mt19937_64 seeded
 // with a splitmix64 mix of seed and s), so the draws do not depend on
@@ -89,6 +118,10 @@ struct DispatchResult {
   std::uint64_t wire_rdma_bytes = 0, wire_nvl_bytes = 0;
   std::uint64_t transfers = 0;  // point-to-point transfers of dispatch
   int nodes = 0;                // DeepEP nodes of the run (1: intranode kernels)
+  // The routing's imbalance (DispatchTraffic): max/mean tokens per expert and per rank.
+  double expert_imbalance = 1, rank_imbalance = 1;
+  std::uint64_t max_expert_tokens = 0, max_rank_tokens = 0;
+  double mean_expert_tokens = 0, mean_rank_tokens = 0;
 };
 
 // The registry of dispatchers: help texts, option checks and errors come from it.

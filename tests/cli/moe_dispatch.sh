@@ -79,6 +79,29 @@ assert rows[2]["ran"].startswith("deepep-ll-nvlink on h800-cluster"), rows[2]["r
 assert rows[1]["dispatch"]["published"] == "rdma_GBps" and rows[2]["dispatch"]["published"] == "time"
 assert rows[6]["why"] == "kernel not modelled"
 PY
+refused "--load zipf:0: the Zipf exponent must be a number above 0" "${base[@]}" --topk 4 --kernel deepep-normal \
+  --load zipf:0
+refused "--load tests/data/expert-histogram-8.txt: 8 counts, expected one per expert (--experts 32)" "${base[@]}" \
+  --topk 4 --kernel deepep-normal --load tests/data/expert-histogram-8.txt
+
+# Dropless routing with skew: a histogram of 8 experts routes by its counts;
+# Zipf 1.2 is slower than uniform, and says how uneven it was.
+skew() {
+  "$bin" moe-dispatch -t topologies/dgx-h100.yaml --ranks 8 --tokens 1024 --hidden 1024 --experts 8 --topk 2 \
+    --kernel deepep-normal --json "$@"
+}
+skew > "$tmp/u.json" && skew --load zipf:1.2 > "$tmp/z.json" && skew --load tests/data/expert-histogram-8.txt \
+  > "$tmp/h.json" && ok || bad "moe-dispatch --load"
+/usr/bin/python3 - "$tmp/u.json" "$tmp/z.json" "$tmp/h.json" <<'PY' && ok || bad "moe-dispatch --load JSON"
+import json, sys
+u, z, h = (json.load(open(p)) for p in sys.argv[1:])
+assert z["dispatch_us"] > u["dispatch_us"] and z["rank_max_over_mean"] > u["rank_max_over_mean"]
+# 8 x 1024 tokens x 2 selections over 8 experts: a mean of 2048 per expert and rank.
+assert u["mean_expert_tokens"] == 2048 and u["mean_rank_tokens"] == 2048
+# The histogram's hottest expert holds 400 of 1000 counts; top-2 draws without
+# replacement give it a share between 0.4 and 2 x 0.4 of the selections.
+assert 1.6 < h["expert_max_over_mean"] < 6.4, h["expert_max_over_mean"]
+PY
 
 echo "moe_dispatch: $passes passed, $fails failed"
 [ "$fails" = 0 ]
