@@ -258,6 +258,7 @@ void add_subcommands(CLI::App& app) {
   add_exec(app);
   add_calibrate(app);
   add_compare(app);
+  add_moe_dispatch(app);
 }
 
 }  // namespace parmsim::cli

@@ -1,4 +1,4 @@
-// parmsim validate gemm|nccl|moe [FILE]: the GEMM model, the collectives and whole MoE
+// parmsim validate gemm|nccl|moe|moe-dispatch [FILE]: the GEMM model, the collectives and whole MoE
 // layers against published measurements.
 #include <fmt/format.h>
 
@@ -9,6 +9,7 @@
 #include "sim/validation/nccl_validation.hpp"
 #include "sim/validation/gemm_validation.hpp"
 #include "sim/validation/moe_validation.hpp"
+#include "sim/validation/dispatch_validation.hpp"
 
 namespace parmsim::cli {
 
@@ -176,6 +177,94 @@ nlohmann::json moe_json(const MoeValidation& v, const std::string& file) {
           {"counted_nearest", v.counted_nearest}};
 }
 
+std::string phase_text(const DispatchComparison& c) {
+  return c.compared ? fmt::format("{:>9.1f} {:>9.1f} {:>+7.1f} {:<4}", c.measured_us, c.predicted_us, c.error_pct,
+                                  c.basis == "time" ? "us" : c.basis == "rdma_GBps" ? "rdma" : "nvl")
+                    : fmt::format("{:>9} {:>9} {:>7} {:<4}", "-", "-", "", "");
+}
+
+void print_dispatch_table(const DispatchValidation& v, const std::string& file) {
+  fmt::print("MoE dispatch/combine (parmsim moe-dispatch, flow network, uncalibrated) vs published measurements "
+             "({}, {} rows)\n",
+             file, v.rows.size());
+  fmt::print("{:>4} {:<26} {:<24} {:<6} {:>5} {:<4} {:>30} {:>30}  {}\n", "line", "source", "kernel", "gpu", "ranks",
+             "disp", "dispatch: meas_us pred_us err% of", "combine: meas_us pred_us err% of", "ran");
+  for (const DispatchValidationRow& r : v.rows) {
+    if (r.status == "not predicted") continue;
+    fmt::print("{:>4} {:<26} {:<24} {:<6} {:>5} {:<4} {:>30} {:>30}  {}{}{}\n", r.m.line, r.m.source_id,
+               r.m.kernel_name, r.m.gpu, r.m.ranks, moe::to_string(r.m.spec.dispatch_dtype), phase_text(r.dispatch),
+               phase_text(r.combine), r.ran, r.status == "nearest" ? "  (nearest)" : "",
+               r.m.experts_assumed ? fmt::format("  (experts {} assumed)", r.m.spec.experts) : "");
+  }
+  fmt::print("\n\"of\": what the source published (us: a time; rdma/nvl: a bandwidth, made a time with the byte "
+             "count of the simulated routing)\n");
+  fmt::print("MAPE over the {} phases ({} rows) of modelled kernels: {}\n", v.counted, v.counted_rows,
+             mape_text(v.mape, static_cast<std::size_t>(v.counted)));
+  fmt::print("by source (modelled kernels):\n");
+  for (const auto& [k, x] : v.mape_source_modelled)
+    fmt::print("  {:<28} {:6.1f}% ({} phases)\n", k, x, v.count_source_modelled.at(k));
+  fmt::print("by kernel (kernels run as their nearest marked *):\n");
+  for (const DispatchKernel& kern : dispatch_kernels()) {
+    const std::string k = dispatch_kernel_label(kern);
+    if (!v.mape_kernel.count(k)) continue;
+    fmt::print("  {:<44} {:6.1f}% ({} phases){}\n", k, v.mape_kernel.at(k), v.count_kernel.at(k),
+               kern.modelled ? "" : " *");
+  }
+  if (v.counted_nearest)
+    fmt::print("MAPE over the {} phases of kernels run as their nearest: {:.1f}%\n", v.counted_nearest, v.mape_nearest);
+  if (v.not_predicted) {
+    std::map<std::string, int> why;
+    for (const DispatchValidationRow& r : v.rows)
+      if (r.status == "not predicted") ++why[fmt::format("{} ({})", r.m.kernel_name, r.why)];
+    fmt::print("{} rows not predicted:\n", v.not_predicted);
+    for (const auto& [k, n] : why) fmt::print("  {:>3} {}\n", n, k);
+  }
+}
+
+nlohmann::json phase_json(const DispatchComparison& c) {
+  if (!c.compared) return nullptr;
+  return {{"measured_us", c.measured_us}, {"predicted_us", c.predicted_us}, {"error_pct", c.error_pct},
+          {"published", c.basis}};
+}
+
+nlohmann::json dispatch_json(const DispatchValidation& v, const std::string& file) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const DispatchValidationRow& r : v.rows) {
+    nlohmann::json j = {{"line", r.m.line},
+                        {"source_id", r.m.source_id},
+                        {"kernel", r.m.kernel_name},
+                        {"modelled", r.m.kernel->modelled},
+                        {"status", r.status},
+                        {"gpu", r.m.gpu},
+                        {"ranks", r.m.ranks},
+                        {"tokens", r.m.spec.tokens},
+                        {"hidden", r.m.spec.hidden},
+                        {"experts", r.m.spec.experts},
+                        {"experts_assumed", r.m.experts_assumed},
+                        {"topk", r.m.spec.topk},
+                        {"dispatch_dtype", moe::to_string(r.m.spec.dispatch_dtype)},
+                        {"source", r.m.source}};
+    if (r.status == "not predicted") {
+      j["why"] = r.why;
+    } else {
+      j["ran"] = r.ran;
+      j["dispatch"] = phase_json(r.dispatch);
+      j["combine"] = phase_json(r.combine);
+    }
+    rows.push_back(std::move(j));
+  }
+  return {{"file", file},
+          {"rows", rows},
+          {"mape_pct", mape_json(v.mape, static_cast<std::size_t>(v.counted))},
+          {"counted", v.counted},
+          {"counted_rows", v.counted_rows},
+          {"mape_pct_by_source", v.mape_source_modelled},
+          {"mape_pct_by_kernel", v.mape_kernel},
+          {"mape_pct_nearest", mape_json(v.mape_nearest, static_cast<std::size_t>(v.counted_nearest))},
+          {"counted_nearest", v.counted_nearest},
+          {"not_predicted", v.not_predicted}};
+}
+
 }  // namespace
 
 void add_validate(CLI::App& app) {
@@ -230,6 +319,36 @@ void add_validate(CLI::App& app) {
                  "(layer_fwd|layer_bwd|layer_fwd_bwd), measured_ms, source")
       ->capture_default_str();
   mo->add_flag("--json", m->json, "print JSON instead of a table");
+  auto dd = std::make_shared<Args>();
+  dd->file = "validation/moe-dispatch.csv";
+  auto topodir = std::make_shared<std::string>("topologies");
+  std::string kerns;
+  for (const DispatchKernel& k : dispatch_kernels())
+    kerns += fmt::format("\n  {:<24} {}{}{}", k.name, k.source.empty() ? "" : fmt::format("[rows of {}] ", k.source),
+                         k.modelled ? "" : "[not modelled] ", k.help);
+  auto* md = c->add_subcommand(
+      "moe-dispatch",
+      "MoE dispatch and combine kernels against published measurements: each row runs `parmsim moe-dispatch` "
+      "uncalibrated on its GPU's bundled topology, and the table gives per-row error (dispatch and combine) and the "
+      "MAPE by source and by kernel. Rows of kernels parmsim does not model are run as their nearest and reported "
+      "apart, or not predicted. The kernels (column kernel):" + kerns);
+  md->add_option("file", dd->file,
+                 "CSV of measurements (validation/moe-dispatch-sources.md gives its columns): source_id, kernel, gpu, "
+                 "ranks, ranks_per_node, nic_gbps, tokens, hidden, experts, topk, topk_groups, dispatch_dtype, "
+                 "combine_dtype, dispatch_us, combine_us, dispatch_rdma_GBps, dispatch_nvl_GBps, combine_rdma_GBps, "
+                 "combine_nvl_GBps, source")
+      ->capture_default_str();
+  md->add_option("--topologies", *topodir, "the folder of the bundled topologies the rows run on")
+      ->capture_default_str()
+      ->check(CLI::ExistingDirectory);
+  md->add_flag("--json", dd->json, "print JSON instead of a table");
+  md->callback([dd, topodir] {
+    const DispatchValidation v = validate_dispatch(load_dispatch_measurements(dd->file), *topodir);
+    if (dd->json)
+      fmt::print("{}\n", dispatch_json(v, dd->file).dump(2));
+    else
+      print_dispatch_table(v, dd->file);
+  });
   mo->callback([m] {
     const MoeValidation v = validate_moe(load_moe_measurements(m->file));
     if (m->json)

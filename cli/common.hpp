@@ -81,5 +81,6 @@ void add_exec(CLI::App& app);
 void add_calibrate(CLI::App& app);
 void add_compare(CLI::App& app);
 void add_validate(CLI::App& app);
+void add_moe_dispatch(CLI::App& app);
 
 }  // namespace parmsim::cli

@@ -16,6 +16,7 @@
 #include "sim/moe/model.hpp"
 #include "sim/sweep/sweep_spec.hpp"
 #include "sim/topo/topology_io.hpp"
+#include "sim/validation/dispatch_validation.hpp"
 #include "sim/validation/gemm_validation.hpp"
 #include "sim/validation/measured_csv.hpp"
 #include "sim/validation/moe_validation.hpp"
@@ -70,7 +71,10 @@ void validation_csv(const std::string& t) {
   }
   for (const auto& load : std::initializer_list<void (*)(const std::string&)>{
            [](const std::string& p) { load_nccl_measurements(p); }, [](const std::string& p) { load_gemm_measurements(p); },
-           [](const std::string& p) { load_moe_measurements(p); }}) {
+           [](const std::string& p) { load_moe_measurements(p); },
+           [](const std::string& p) { load_dispatch_measurements(p); },
+           // moe-dispatch --load FILE: a per-expert histogram (one count per expert).
+           [](const std::string& p) { moe::parse_load_model(p, "--load"); }}) {
     try {
       load(path);
     } catch (const UserError&) {

@@ -18,6 +18,7 @@
 #include "sim/io/output.hpp"
 #include "sim/io/yaml_reader.hpp"
 #include "sim/moe/layer_keys.hpp"
+#include "sim/moe/dispatch.hpp"
 #include "sim/moe/layer_sim.hpp"
 #include "sim/net/network_model.hpp"
 #include "sim/sweep/runner.hpp"
@@ -335,4 +336,34 @@ TEST_CASE("every GPU profile carries its per-GPU facts; topologies take them fro
   CHECK(gpu_profile("h100").nvlink_efficiency == 20.6 / 25.0);
   CHECK(gpu_profile("a100").nvlink_efficiency == 20.0 / 25.0);
   CHECK_THROWS_WITH(gpu_profile("tpu"), Catch::Contains("known profiles: h100, h200"));
+}
+
+TEST_CASE("every dispatcher runs; the registry is every list of them", "[registry][dispatch]") {
+  // 16 ranks on 2 DGX H100, 32 experts, top-4, fp8 (H100 has FP8 tensor cores: peak_fp8 > 0).
+  const Topology t = topo("dgx-h100", {"nodes=2"});
+  Workspace ws;
+  moe::DispatchSpec s;
+  s.ranks = 16, s.tokens = 64, s.hidden = 1024, s.experts = 32, s.topk = 4;
+  s.dispatch_dtype = moe::WireDtype::fp8;
+  std::set<std::string> names;
+  for (const moe::Dispatcher& d : moe::dispatchers()) {
+    CAPTURE(d.name);
+    CHECK(names.insert(std::string(d.name)).second);
+    CHECK(&moe::find_dispatcher(d.name) == &d);
+    CHECK(!d.help.empty());
+    const moe::DispatchResult r = moe::simulate_dispatch(t, s, d, ws);
+    CHECK(r.kernel == d.name);
+    CHECK(r.dispatch > Time::zero());
+    CHECK(r.combine > Time::zero());
+    CHECK(r.wire_rdma_bytes > 0);  // 2 nodes: something crosses a NIC
+  }
+  try {
+    moe::find_dispatcher("none");
+    FAIL("accepted");
+  } catch (const UserError& e) {
+    for (const std::string& n : names) CHECK_THAT(e.what(), Catch::Contains(n));
+  }
+  // fp8 where the profile says so: H100, H200, H800, B200 (sourced peaks), not A100 or older.
+  for (const GpuProfile& g : gpu_profiles())
+    CHECK((g.peak_fp8 > 0) == (g.name == "h100" || g.name == "h200" || g.name == "h800" || g.name == "b200"));
 }

@@ -72,6 +72,13 @@ GpuProfile with_memory(GpuProfile g, std::uint64_t gib) {
   g.memory_bytes = gib << 30;
   return g;
 }
+// Dense FP8 tensor-core peak: [MLE] compute/accelerator/README.md's fp8 column, H100 SXM 1979
+// (L265), H200 SXM 1979 (L264), B200 SXM 4500 TFLOP/s (L260); A100 and older have none ("X", L275).
+// H800 SXM5 is the H100 SXM5's GH100 silicon with NVLink and FP64 cut, so H100's figure.
+GpuProfile with_fp8(GpuProfile g, double peak) {
+  g.peak_fp8 = peak;
+  return g;
+}
 }  // namespace
 
 const std::vector<GpuProfile>& gpu_profiles() {
@@ -79,18 +86,18 @@ const std::vector<GpuProfile>& gpu_profiles() {
   // FP32, FP16, BF16 (FLOP/s); HBM bytes/s.
   static const std::vector<GpuProfile> p = {
       // Memory: 80 GB HBM3 [ml-engineering@744d01e1 compute/accelerator/README.md L484].
-      with_memory(with_nccl(make("h100",
+      with_fp8(with_memory(with_nccl(make("h100",
            "H100 SXM5: 132 SMs [NVIDIA GPU background guide]; peaks 67 FP32 / 494.5 TF32 / 989 FP16 / 989 BF16 "
            "TFLOP/s and 3.35 TB/s HBM3 [stas00/ml-engineering@744d01e1 compute/accelerator/README.md L265, L484]; "
            "cuBLAS sustains 51.88 FP32 / 760.04 FP16 / 797.51 BF16 TFLOP/s "
            "[zzc0721/torch-performance-test-data@9d828276 database.md L34, issue #79]",
-           132, 67e12, 494.5e12, 989e12, 989e12, 51.88e12, 760.04e12, 797.51e12, 3.35e12), 90, 20.6 / 25.0), 80),
+           132, 67e12, 494.5e12, 989e12, 989e12, 51.88e12, 760.04e12, 797.51e12, 3.35e12), 90, 20.6 / 25.0), 80), 1979e12),
       // Memory: 141 GB HBM3e [ml-engineering@744d01e1 compute/accelerator/README.md L476].
-      with_memory(with_nccl(make("h200",
+      with_fp8(with_memory(with_nccl(make("h200",
            "H200 SXM: H100 compute, 132 SMs; peaks 67 / 494.5 / 989 / 989 TFLOP/s, 4.8 TB/s HBM3e "
            "[ml-engineering@744d01e1 compute/accelerator/README.md L264, L476]; sustained 51.34 FP32 / 759.40 FP16 "
            "/ 790.29 BF16 TFLOP/s [zzc0721/torch-performance-test-data@9d828276 database.md L57]",
-           132, 67e12, 494.5e12, 989e12, 989e12, 51.34e12, 759.40e12, 790.29e12, 4.8e12), 90, 20.6 / 25.0), 141),
+           132, 67e12, 494.5e12, 989e12, 989e12, 51.34e12, 759.40e12, 790.29e12, 4.8e12), 90, 20.6 / 25.0), 141), 1979e12),
       // Memory: 80 GB HBM2e [ml-engineering@744d01e1 compute/accelerator/README.md L485].
       with_memory(with_nccl(make("a100",
            "A100 SXM4 80GB: 108 SMs, 2039 GB/s HBM2e [NVIDIA GPU Performance Background guide]; peaks 19.5 FP32 / "
@@ -117,11 +124,11 @@ const std::vector<GpuProfile>& gpu_profiles() {
            "BF16 TFLOP/s [zzc0721/torch-performance-test-data@9d828276 database.md L58]",
            84, 38.7e12, 77.4e12, 154.8e12, 154.8e12, 23.92e12, 120.49e12, 123.34e12, 768e9), 86, 1.0), 48),
       // Memory: 180 GB HBM3e usable of 192 physical [ml-engineering@744d01e1 compute/accelerator/README.md L474, L458].
-      with_memory(with_nccl(make("b200",
+      with_fp8(with_memory(with_nccl(make("b200",
            "B200 SXM: 148 SMs (one SKU); peaks 80 FP32 / 1125 TF32 / 2250 FP16 / 2250 BF16 TFLOP/s, 8 TB/s HBM3e "
            "[ml-engineering@744d01e1 compute/accelerator/README.md L260, L474]; sustained 66.24 FP32 / 1627.64 FP16 "
            "/ 1696.03 BF16 TFLOP/s [zzc0721/torch-performance-test-data@9d828276 database.md L3]",
-           148, 80e12, 1125e12, 2250e12, 2250e12, 66.24e12, 1627.64e12, 1696.03e12, 8e12), 100, 40.1 / 50.0), 180),
+           148, 80e12, 1125e12, 2250e12, 2250e12, 66.24e12, 1627.64e12, 1696.03e12, 8e12), 100, 40.1 / 50.0), 180), 4500e12),
       // Memory: 32 GB HBM2 (NVIDIA V100 datasheet, V100 SXM2 32GB). NCCL: sm_70 is NCCL's Volta tuner class
       // (NCCL_VOLTA_COMPCAP_IDX 0, NVIDIA/nccl@5067397c src/graph/tuning.cc L263-266) and its NVLink counts
       // SM70_NVLINK_BW 20.0 of NVLink2's 25 GB/s per link (src/graph/topo.h L20, L279).
@@ -147,7 +154,7 @@ const std::vector<GpuProfile>& gpu_profiles() {
            92, 59.35e12, 59.35e12, 118.7e12, 118.7e12, 37.27e12, 113.26e12, 114.14e12, 864e9), 89, 20.0 / 25.0), 48),
       // Memory: 80 GB HBM3, as H100 SXM5 [ml-engineering@744d01e1 compute/accelerator/README.md L484].
       // NCCL: sm_90, as H100 (SM90_NVLINK_BW 20.6 of 25 per link, topo.h L22, L276).
-      with_memory(with_nccl(make("h800",
+      with_fp8(with_memory(with_nccl(make("h800",
            "H800 SXM5: the H100 SXM5 (GH100, 132 SMs, HBM3 80 GB at 3.35 TB/s) with FP64 and NVLink cut "
            "(https://www.philisun.com/technical-analysis/nvidia-h800-vs-h100-a-technical-deep-dive-into-politically-"
            "defined-ai-chips/); peaks 67 / 494.5 / 989 / 989 TFLOP/s as H100 SXM [ml-engineering@744d01e1 "
@@ -155,7 +162,7 @@ const std::vector<GpuProfile>& gpu_profiles() {
            "the H800 PCIe, 114 SMs), so H100 SXM's 51.88 / 760.04 / 797.51 TFLOP/s [zzc0721/torch-performance-test-"
            "data@9d828276 database.md L34], the same silicon at the same clocks. NVLink is 400 GB/s per GPU, not "
            "H100's 900: that lives in the topology (its links), not in this profile",
-           132, 67e12, 494.5e12, 989e12, 989e12, 51.88e12, 760.04e12, 797.51e12, 3.35e12), 90, 20.6 / 25.0), 80),
+           132, 67e12, 494.5e12, 989e12, 989e12, 51.88e12, 760.04e12, 797.51e12, 3.35e12), 90, 20.6 / 25.0), 80), 1979e12),
       // No tile model (sm_count 0): launch + max(flops / peak, bytes / bandwidth).
       // Memory: not a card; an explicit round 16 GiB of host memory for the CPU executor, chosen, not measured.
       with_memory(with_nccl(make("cpu",

@@ -27,6 +27,9 @@ struct GpuProfile {
                          // costed on FP32 SIMT (PyTorch's default, TF32 off for matmul)
   double peak_fp16 = 0;  // FLOP/s dense FP16 tensor cores, FP32 accumulate
   double peak_bf16 = 0;  // FLOP/s dense BF16 tensor cores; 0 = not supported
+  // FLOP/s dense FP8 (e4m3/e5m2) tensor cores; 0 = no FP8 tensor cores (before
+  // Hopper). What fp8 needs: a dispatch in fp8 (parmsim moe-dispatch) is refused without it.
+  double peak_fp8 = 0;
   // The throughput cuBLAS sustains on large GEMMs (published maxima), FLOP/s; 0 = use the peak.
   double sustained_fp32 = 0;
   double sustained_fp16 = 0;

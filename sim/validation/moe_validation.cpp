@@ -13,6 +13,7 @@
 #include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
 #include "sim/topo/topology_io.hpp"
+#include "sim/validation/mape.hpp"
 
 namespace parmsim {
 
@@ -189,7 +190,7 @@ std::string moe_validation_topology(const MoeMeasurement& m) {
 MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
   MoeValidation v;
   Workspace ws;  // kept across rows: rows on one topology share plans and routes
-  std::map<std::string, double> sum_source, sum_system, sum_source_modelled;
+  MapeTally by_source, by_system, by_source_modelled;
   double sum = 0, sum_nearest = 0;
   for (const MoeMeasurement& m : rows) {
     MoeValidationRow r;
@@ -219,20 +220,20 @@ MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
       const double e = std::abs(r.error_pct);
       if (sys.modelled) {
         sum += e, ++v.counted;
-        sum_source_modelled[m.source_id] += e, ++v.count_source_modelled[m.source_id];
+        by_source_modelled.add(m.source_id, e);
       } else {
         sum_nearest += e, ++v.counted_nearest;
       }
-      sum_source[m.source_id] += e, ++v.count_source[m.source_id];
-      sum_system[std::string(sys.name)] += e, ++v.count_system[std::string(sys.name)];
+      by_source.add(m.source_id, e);
+      by_system.add(std::string(sys.name), e);
     }
     v.rows.push_back(std::move(r));
   }
   if (v.counted) v.mape = sum / v.counted;
   if (v.counted_nearest) v.mape_nearest = sum_nearest / v.counted_nearest;
-  for (auto& [k, s] : sum_source) v.mape_source[k] = s / v.count_source[k];
-  for (auto& [k, s] : sum_system) v.mape_system[k] = s / v.count_system[k];
-  for (auto& [k, s] : sum_source_modelled) v.mape_source_modelled[k] = s / v.count_source_modelled[k];
+  v.mape_source = by_source.means(), v.count_source = by_source.count;
+  v.mape_system = by_system.means(), v.count_system = by_system.count;
+  v.mape_source_modelled = by_source_modelled.means(), v.count_source_modelled = by_source_modelled.count;
   return v;
 }
 

@@ -33,7 +33,7 @@ BUILD = os.path.dirname(BIN)
 TMP = tempfile.mkdtemp(prefix="readme.")
 OUT = os.path.join(TMP, "out")  # made by the first command that writes to it
 # The docs whose commands run after the README's, in this order (each in the order it shows them).
-DOCS = ["docs/guide.md", "docs/models.md", "docs/results.md", "docs/refusals.md"]
+DOCS = ["docs/guide.md", "docs/models.md", "docs/results.md", "docs/refusals.md", "docs/moe-dispatch.md"]
 HAVE_GPU = subprocess.run("nvidia-smi -L", shell=True, capture_output=True).returncode == 0
 # (pattern of the commands that need it, whether this build has it)
 BUILT = [(r"\bmpirun\b", os.environ.get("PARMSIM_TEST_MPI", "1") == "1"),
@@ -78,6 +78,13 @@ def layer_json(stdout):
             assert k in s, k
         assert abs(sum(s["phases"].values()) - s["total_us"]) <= 1e-9 * s["total_us"], s["phases"]
     assert j["auto"] in ("s1", "s2") and j["search"]["tried"] == 30
+
+
+def moe_dispatch_json(stdout):
+    j = json.loads(stdout)
+    for k in ("dispatch_us", "combine_us", "dispatch_rdma_GBps", "combine_rdma_GBps"):
+        assert j[k] > 0, k
+    assert j["dispatch_nvl_GBps"] is None and j["combine_nvl_GBps"] is None  # low-latency: no NVL figure
 
 
 def files(*names, head=None):
@@ -157,6 +164,13 @@ CHECKS = [
     (r"collective ", has(COLL_HEADER)),
     (r"validate nccl", has(r"MAPE")),
     (r"validate gemm", has(r"MAPE")),
+    (r"validate moe-dispatch tests/data/moe-dispatch-small\.csv",
+     has(r"^MAPE over the 8 phases \(4 rows\) of modelled kernels: [0-9.]+%", r"^  deepseek-deepep-v1 ")),
+    (r"^build/parmsim validate moe-dispatch$", "all 226 rows (~10 min); tests/cli/moe_dispatch.sh runs it on a few"),
+    (r"^build/parmsim validate moe-dispatch --json", "all 226 rows (~10 min), as above"),
+    (r"moe-dispatch .*--kernel deepep-ll --json", moe_dispatch_json),
+    (r"moe-dispatch .*--kernel deepep-normal", has(r"^moe-dispatch deepep-normal on h800-cluster", r"^dispatch\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+$",
+                                                r"^combine\s+[0-9.]+")),
     (r"validate moe", has(r"^MAPE over the \d+ rows of modelled systems", r"^  tutel-ut ")),
     (r"layer .*--estimate", has(r"^baseline\s+[0-9.e+]+ tasks", r"^all\s+[0-9.]+ GiB and about")),
     (r"layer .*--sensitivity", has(LAYER_HEADER, r"^sensitivity: auto's speedup", r"^nccl\.launch\s+0us\s+50us")),
