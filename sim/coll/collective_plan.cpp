@@ -226,7 +226,7 @@ CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& 
     step[m] = m;
   }
   plan.barrier = true;
-  plan.latencies.push_back(us_time(e.lat_us));
+  plan.latencies.push_back(us_time(e.run_lat_us()));
   const double S = static_cast<double>(c.bytes);
   plan.min_duration = duration_for_rate(S, e.bw_GBps * 1e9);
   plan.choice = e.label();

@@ -322,6 +322,62 @@ NcclGraph nccl_nvls_graph(const NcclSystem& s) {
 
 namespace {
 
+// The loop of an NVLS or NVLS-Tree AllReduce (NcclPipeline), as
+// ncclNvlsTuning sets up the communicator (src/transport/nvls.cc@5067397c).
+NcclPipeline nvls_pipeline(const NcclSystem& s, const NcclGraph& g, NcclAlgo algo) {
+  NcclPipeline p;
+  // The AllReduce kernels (src/device/all_reduce.h@5067397c lines 390-525,
+  // NVLS; 527-635, NVLS-Tree) split each CTA's warps into scatter, reduce,
+  // broadcast and gather groups. The scatter warps copy a whole loop (every
+  // head's chunk) into the NVLS buffers and post it to every head at once,
+  // after the last copy (ScatterGatherOp, src/device/prims_simple.h lines
+  // 406-480: one postPeer after the loop over the peers); the heads then
+  // reduce their chunks (multimem.ld_reduce, and across nodes the network
+  // tree) and broadcast them (multimem.st), each head at once; the gather
+  // warps wait for every head's chunk of the loop before copying it out. So a
+  // loop passes three loop-sized stages one after another: scatter, the
+  // heads' work, gather. (The heads' work is itself pipelined per chunk
+  // through the network tree's levels; that finer fill is not added.)
+  p.stages = 3;
+  p.heads = g.channels;  // the NVLS graph's channels: one head per GPU on one node, per NIC across nodes
+  p.tree = algo == NcclAlgo::nvls_tree;
+  // NVLS_NCHANNELS_SM90 16; SM100 24 on one node (NVL), 32 across nodes (lines 155-157, 209-214).
+  p.channels = s.arch >= 3 ? (s.nodes > 1 ? 32 : 24) : 16;
+  double chunk = 128 * 1024;  // NCCL_NVLS_CHUNKSIZE (line 160)
+  double tree_max = 0;
+  if (s.arch >= 3 && s.nodes > 1) {
+    // ncclNvlsTreeSm100Tuning (lines 163-198), with the GPU's NIC behind its
+    // PCIe switch (PATH_PXB), as on every bundled topology with NICs.
+    const double nic = s.nic_bw;
+    if (s.nodes == 2 && nic >= 48.0) {
+      p.channels = 32;
+      tree_max = 128 * 1024;
+      if (s.ppn <= 4)
+        chunk = tree_max = 256 * 1024;
+      else if (s.ppn >= 16 || (s.ppn <= 8 && nic < 96.0))
+        tree_max = 64 * 1024;
+    } else if (nic >= 96.0) {
+      if (s.ppn <= 8) {
+        p.channels = 24;
+        chunk = tree_max = 256 * 1024;
+      } else {
+        p.channels = 32;
+        tree_max = s.ppn < 32 ? 128 * 1024 : 64 * 1024;
+      }
+    } else if (nic >= 48.0) {
+      p.channels = 24;
+      tree_max = 64 * 1024;
+    }
+  }
+  // NVLSTREE_MAX_CHUNKSIZE unset and no tuning: 64 KiB from 4 nodes, else the chunk (lines 226-231).
+  if (tree_max == 0) tree_max = s.nodes >= 4 ? 64 * 1024 : chunk;
+  // The chunk is at most a Simple step (buffSizes[SIMPLE] / NCCL_STEPS = 4 MiB / 8,
+  // enqueue.cc lines 2222-2225); NVLS-Tree's at most nvlsTreeMaxChunkSize (line 2281).
+  chunk = std::min(chunk, 512.0 * 1024);
+  p.chunk = p.tree ? std::min(chunk, tree_max) : chunk;
+  return p;
+}
+
 std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAlgo algo, NcclProto proto,
                                           int channels, std::string* why) {
   // The reason is formatted only when asked for (nccl_choose asks only when
@@ -436,6 +492,7 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
   t.plateau_den = runtime_channels * n;
   t.plateau_factor = s.arch >= 1 ? 1.4 : 1.9;  // "plateau effect of ring"
   t.launch_us = s.launch_us;
+  if (ar && (algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree)) t.pipe = nvls_pipeline(s, g, algo);
   return t;
 }
 
@@ -455,10 +512,34 @@ NcclEstimate nccl_finish(const NcclTuner::Pair& t, double bytes) {
   e.channels = t.channels;
   e.lat_us = lat;
   e.bw_GBps = bus;
+  e.fill_us = nccl_pipeline_fill_us(t.pipe, bytes, bus);
   return e;
 }
 
 }  // namespace
+
+double NcclPipeline::chunk_at(double bytes) const {
+  // calcCollChunking (src/enqueue.cc@5067397c lines 2258-2286); each test
+  // sees the chunk the previous one left. concurrentOps = channels x heads.
+  const double ops = channels * static_cast<double>(heads);
+  double c = chunk;
+  if (tree) {
+    if (bytes < 32 * ops * c && c > 262144) c = 262144;
+    if (bytes < 16 * ops * c && c > 131072) c = 131072;
+    if (bytes < 4 * ops * c && c > 65536) c = 65536;
+    if (bytes < 1 * ops * c && c > 32768) c = 32768;
+  } else {
+    if (bytes < 64 * ops * c && c > 65536) c = 65536;
+    if (bytes < 8 * ops * c && c > 32768) c = 32768;
+    if (bytes < 2 * ops * c && c > 16384) c = 16384;
+  }
+  return c;
+}
+
+double nccl_pipeline_fill_us(const NcclPipeline& p, double bytes, double bw_GBps) {
+  if (p.stages <= 1 || !(bytes > 0) || !(bw_GBps > 0)) return 0.0;
+  return (p.stages - 1) * std::min(p.loop_bytes(bytes), bytes) / (1000.0 * bw_GBps);
+}
 
 std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAlgo algo, NcclProto proto,
                                           int channels, double bytes, std::string* why) {
