@@ -453,6 +453,7 @@ std::uint64_t topology_fingerprint(const Topology& t) {
   mix(h, static_cast<std::uint64_t>(t.nics_per_node()));
   mix(h, static_cast<std::uint64_t>(std::llround(t.hints().launch_us * 1e6)));
   mix(h, static_cast<std::uint64_t>(std::llround(t.hints().net_latency_us * 1e6)));
+  if (t.hints().plugin_latency_us > 0) mix(h, static_cast<std::uint64_t>(std::llround(t.hints().plugin_latency_us * 1e6)));
   // p2p and gdr change routes, not links (mixed only when off: the default keys stay as they were).
   if (!t.hints().p2p || !t.hints().gdr)
     mix(h, 0x5032500000ULL | static_cast<std::uint64_t>(t.hints().p2p) << 1 | static_cast<std::uint64_t>(t.hints().gdr));

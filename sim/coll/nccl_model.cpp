@@ -163,6 +163,7 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Work
   s.amd_cpu = topo.hints().amd_cpu;
   s.launch_us = topo.hints().launch_us;
   s.net_latency_us = topo.hints().net_latency_us;
+  s.plugin_latency_us = topo.hints().plugin_latency_us;
   // Inside a node: NCCL's ring search charges each ring edge's speed to every
   // link of its path (src/graph/search.cc@5067397c followPath, lines 81-125),
   // so a link that k edges share gives each 1/k; the ring's speed is the
@@ -452,12 +453,14 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
   // its link type, algorithm and protocol, or the machine's own hop latency
   // where that is longer (NcclSystem::intra_hop_us, inter_hop_us).
   const int intra_hw = s.nvlink ? kNvlinkHw : kPciHw;
+  // The latency with `reported` us of latencyInter per network hop: the NIC's
+  // reported latency is added once per hop, twice for Simple (its flush).
+  auto latency = [&](double reported) {
   double lat = kBaseLat[a][p];
   double intra_lat = std::max(kHwLat[intra_hw][a][p], s.intra_hop_us);
-  // The NIC's reported latency (latencyInter) is added once, twice for Simple (its flush).
   const double inter_lat =
       std::max(ppn == 1 ? kHwLat[kNetHw][kTree][p] : kHwLat[kNetHw][a][p], s.inter_hop_us) +
-      s.net_latency_us * (p == kSimple ? 2 : 1);
+      reported * (p == kSimple ? 2 : 1);
   if (algo == NcclAlgo::ring) {
     double net_overhead = 0;
     if (N > 1) {
@@ -476,6 +479,12 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
   } else {
     lat += intra_lat + 2 * log2i(N) * inter_lat;
   }
+  return lat;
+  };
+  // What runs pays the machine's latencyInter (nccl.net_latency); NCCL's
+  // tuner also sees the net plugin's reported latency (nccl.plugin_latency).
+  const double lat = latency(s.net_latency_us);
+  const double tune_extra = s.plugin_latency_us > 0 ? latency(s.net_latency_us + s.plugin_latency_us) - lat : 0.0;
 
   // What ncclTopoGetAlgoTime refines at the actual size (nccl_finish).
   NcclTuner::Pair t;
@@ -484,6 +493,7 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
   t.p = p;
   t.channels = g.channels;
   t.lat_us = lat;
+  t.tune_extra_us = tune_extra;
   t.bus = bus;
   t.tree_ar = algo == NcclAlgo::tree && ar;
   // The runtime runs the graph's channels twice over (src/graph/connect.cc).
@@ -499,12 +509,12 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
 // The estimate of a pair at `bytes`: its size-independent terms and the
 // size-dependent refinements (ncclTopoGetAlgoTime).
 NcclEstimate nccl_finish(const NcclTuner::Pair& t, double bytes) {
-  double bus = t.bus, lat = t.lat_us;
+  double bus = t.bus, lat = t.lat_us, extra = t.tune_extra_us;
   if (t.tree_ar) {
     const int log_size = bytes >= 64 ? log2i(bytes / 64) : -1;
     if (log_size >= 0 && log_size < 23) bus *= kTreeCorrection[t.p][log_size];
   }
-  if (t.plateau && bytes / t.plateau_den >= 64) lat *= t.plateau_factor;
+  if (t.plateau && bytes / t.plateau_den >= 64) lat *= t.plateau_factor, extra *= t.plateau_factor;
   lat += t.launch_us;
   NcclEstimate e;
   e.algo = t.algo;
@@ -513,6 +523,7 @@ NcclEstimate nccl_finish(const NcclTuner::Pair& t, double bytes) {
   e.lat_us = lat;
   e.bw_GBps = bus;
   e.fill_us = nccl_pipeline_fill_us(t.pipe, bytes, bus);
+  e.tune_extra_us = extra;
   return e;
 }
 

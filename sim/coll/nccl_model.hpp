@@ -47,7 +47,8 @@ struct NcclSystem {
   bool nvls = false;       // NVSwitch with NVLink SHARP and Hopper or newer
   bool amd_cpu = false;
   double launch_us = 0;       // topology nccl.launch
-  double net_latency_us = 0;  // topology nccl.net_latency (NCCL's latencyInter)
+  double net_latency_us = 0;  // topology nccl.net_latency (NCCL's latencyInter, paid by what runs)
+  double plugin_latency_us = 0;  // topology nccl.plugin_latency (latencyInter as the tuner sees it, not paid)
   // The modelled machine's own latency of one hop, us (the sum of its links'
   // latencies along the route): intra_hop_us the slowest route between ring
   // neighbours of a node (rank i to i + 1 of the node, the last to the
@@ -120,7 +121,10 @@ struct NcclEstimate {
   // see it (time_us leaves it out, so the choice is NCCL's); what runs pays
   // it (run_lat_us: the simulator's and the closed form's latency).
   double fill_us = 0;
-  double time_us(double bytes) const { return lat_us + bytes / (1000.0 * bw_GBps); }
+  // The net plugin's reported latency over the pair's network hops
+  // (nccl.plugin_latency): NCCL's tuner sees it (time_us), what runs does not.
+  double tune_extra_us = 0;
+  double time_us(double bytes) const { return lat_us + tune_extra_us + bytes / (1000.0 * bw_GBps); }
   double run_lat_us() const { return lat_us + fill_us; }
   std::string label() const;  // "ring/simple/8"
 };
@@ -157,6 +161,7 @@ class NcclTuner {
     NcclProto proto = NcclProto::simple;
     int p = 0, channels = 0;
     double lat_us = 0;  // before the ring's plateau factor and the launch
+    double tune_extra_us = 0;  // the plugin's reported latency over the pair's hops, before the plateau factor
     double bus = 0;     // GB/s, before the tree correction
     bool tree_ar = false, plateau = false;
     double plateau_den = 0, plateau_factor = 1, launch_us = 0;
