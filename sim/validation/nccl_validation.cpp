@@ -169,7 +169,7 @@ std::string size_band(std::uint64_t bytes) {
 NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool textbook) {
   NcclValidation v;
   Workspace ws;  // kept across rows: rows on one topology share plans and routes
-  std::map<std::string, double> sum_band, sum_system, sum_op, sum_fabric;
+  std::map<std::string, double> sum_band, sum_system, sum_op, sum_fabric, sum_band_class;
   double sum = 0;
   for (const NcclMeasurement& m : rows) {
     const Topology topo = nccl_validation_cluster(m, textbook);
@@ -212,6 +212,14 @@ NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool text
       sum_op[op] += e, ++v.count_op[op];
       const std::string fabric = m.nodes == 1 ? "one node (nvswitch)" : m.fabric.empty() ? "unknown" : m.fabric;
       sum_fabric[fabric] += e, ++v.count_fabric[fabric];
+      const std::string cls = m.nodes == 1 || m.fabric == "ib" ? "InfiniBand and NVSwitch"
+                              : (m.fabric == "efa" || m.fabric == "tcpx" || m.fabric == "tcpxo" || m.fabric == "roce")
+                                  ? "EFA and GCP"
+                                  : "";
+      if (!cls.empty()) {
+        const std::string k = band + " / " + cls;
+        sum_band_class[k] += e, ++v.count_band_class[k];
+      }
     }
     v.rows.push_back(std::move(row));
   }
@@ -220,6 +228,7 @@ NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool text
   for (auto& [k, s] : sum_system) v.mape_system[k] = s / v.count_system[k];
   for (auto& [k, s] : sum_op) v.mape_op[k] = s / v.count_op[k];
   for (auto& [k, s] : sum_fabric) v.mape_fabric[k] = s / v.count_fabric[k];
+  for (auto& [k, s] : sum_band_class) v.mape_band_class[k] = s / v.count_band_class[k];
   return v;
 }
 

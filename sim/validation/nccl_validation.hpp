@@ -61,6 +61,10 @@ struct NcclValidation {
   std::vector<NcclValidationRow> rows;  // every row; statistics over quality=ok rows only
   std::map<std::string, double> mape_band, mape_system, mape_op, mape_fabric;
   std::map<std::string, int> count_band, count_system, count_op, count_fabric;
+  // By size band and fabric class ("large (>= 16 MiB) / InfiniBand and NVSwitch"): the classes of the
+  // targets, InfiniBand and NVSwitch (one node, or fabric ib), EFA and GCP (efa, tcpx, tcpxo, roce).
+  std::map<std::string, double> mape_band_class;
+  std::map<std::string, int> count_band_class;
   double mape = 0;
   int counted = 0;
 };
