@@ -33,11 +33,14 @@ const Section kTop{"topology",
                     {"gdr", "bool", "true",
                      "GPUDirect RDMA. false: NIC traffic is staged in host memory, GPU -> its host_bridge -> NIC and "
                      "back"},
-                    {"nccl", "map", "{}", "latencies NCCL's model leaves to the machine (topology.nccl)"}}};
+                    {"nccl", "map", "{}",
+                     "latencies NCCL's model leaves to the machine, and the one its net plugin reports "
+                     "(topology.nccl)"}}};
 const Section kNccl{
     "topology.nccl",
     "Latencies NCCL's cost model (docs/collectives.md) takes from the machine rather than its tables. "
-    "Both default to 0, NCCL's own defaults.",
+    "launch and net_latency default to 0, NCCL's own defaults; plugin_latency is absent unless the fabric's "
+    "net plugin reports one.",
     {{"launch", "time", "0us",
       "added once to every collective and every send/recv batch (e.g. host launch cost NCCL's base latencies "
       "leave out)"},
