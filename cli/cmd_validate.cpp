@@ -76,6 +76,9 @@ void print_nccl_table(const NcclValidation& v, const std::string& file, bool all
   fmt::print("\nMAPE over the {} rows marked ok: {}\n", v.counted, mape_text(v.mape, static_cast<std::size_t>(v.counted)));
   fmt::print("by size band:\n");
   for (const auto& [k, x] : v.mape_band) fmt::print("  {:<26} {:6.1f}% ({} rows)\n", k, x, v.count_band.at(k));
+  fmt::print("by size band and fabric class:\n");
+  for (const auto& [k, x] : v.mape_band_class)
+    fmt::print("  {:<48} {:6.1f}% ({} rows)\n", k, x, v.count_band_class.at(k));
   fmt::print("by op:\n");
   for (const auto& [k, x] : v.mape_op) fmt::print("  {:<26} {:6.1f}% ({} rows)\n", k, x, v.count_op.at(k));
   fmt::print("by fabric (across nodes):\n");
@@ -104,7 +107,7 @@ nlohmann::json nccl_json(const NcclValidation& v, const std::string& file) {
   return {{"file", file},           {"rows", rows},
           {"mape_pct", mape_json(v.mape, static_cast<std::size_t>(v.counted))},     {"mape_pct_by_band", v.mape_band},
           {"mape_pct_by_op", v.mape_op}, {"mape_pct_by_system", v.mape_system},
-          {"mape_pct_by_fabric", v.mape_fabric}};
+          {"mape_pct_by_fabric", v.mape_fabric}, {"mape_pct_by_band_and_fabric_class", v.mape_band_class}};
 }
 
 

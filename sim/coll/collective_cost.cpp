@@ -234,7 +234,7 @@ void set_choice(Collective& f, const NcclEstimate& e) {
 // Seconds for NCCL's choice e at n bytes: the model's latency plus the slower
 // of the links' time (`links`, from a form built without latency) and the model's bandwidth.
 double nccl_seconds(const NcclEstimate& e, double links, double n) {
-  return e.lat_us * 1e-6 + std::max(links, n / (e.bw_GBps * 1e9));
+  return e.run_lat_us() * 1e-6 + std::max(links, n / (e.bw_GBps * 1e9));
 }
 
 // NCCL's pick for c at n bytes, when c runs one of NCCL's tuned algorithms.
@@ -453,6 +453,7 @@ std::uint64_t topology_fingerprint(const Topology& t) {
   mix(h, static_cast<std::uint64_t>(t.nics_per_node()));
   mix(h, static_cast<std::uint64_t>(std::llround(t.hints().launch_us * 1e6)));
   mix(h, static_cast<std::uint64_t>(std::llround(t.hints().net_latency_us * 1e6)));
+  if (t.hints().plugin_latency_us > 0) mix(h, static_cast<std::uint64_t>(std::llround(t.hints().plugin_latency_us * 1e6)));
   // p2p and gdr change routes, not links (mixed only when off: the default keys stay as they were).
   if (!t.hints().p2p || !t.hints().gdr)
     mix(h, 0x5032500000ULL | static_cast<std::uint64_t>(t.hints().p2p) << 1 | static_cast<std::uint64_t>(t.hints().gdr));

@@ -171,6 +171,15 @@ std::uint64_t wire(double payload, double eff) {
   return static_cast<std::uint64_t>(std::ceil(payload / eff));
 }
 
+// The member of a node (of m) that carries rail r of k: evenly spaced, so
+// that with fewer NICs than GPUs each rail leaves through the NIC next to its
+// member (NIC r sits by GPUs r m / k .. (r + 1) m / k - 1 on the bundled and
+// generated servers, e.g. AWS p4de: GPUs 2r and 2r + 1 by EFA device r), as
+// NCCL's search gives channel r the NIC closest to its GPU.
+int rail_member(int r, int k, int m) {
+  return static_cast<int>(static_cast<long long>(r) * m / k);
+}
+
 // The inter-node flows of NCCL's double binary tree over `nodes`: tree 0 is a
 // binary tree in heap order rooted at node 0, tree 1 its mirror (node i plays
 // node N-1-i), so a node interior in one tree is mostly a leaf in the other
@@ -187,9 +196,11 @@ void tree_flows(const std::vector<std::vector<int>>& nodes, int rails, double by
       if (t == 1) child = N - 1 - i, parent = N - 1 - parent;
       const auto& cv = nodes[child];
       const auto& pv = nodes[parent];
-      const int k = std::max(1, std::min({rails, static_cast<int>(cv.size()), static_cast<int>(pv.size())}));
+      const int m = static_cast<int>(std::min(cv.size(), pv.size()));
+      const int k = std::max(1, std::min(rails, m));
       const std::uint64_t b = wire(bytes / 2 / k, eff);
-      for (int j = 0; j < k; ++j) {
+      for (int r = 0; r < k; ++r) {
+        const int j = rail_member(r, k, m);
         plan.xfers.push_back({cv[j], pv[j], b, step[cv[j]], step[pv[j]]});
         plan.xfers.push_back({pv[j], cv[j], b, step[pv[j]], step[cv[j]]});
       }
@@ -226,7 +237,7 @@ CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& 
     step[m] = m;
   }
   plan.barrier = true;
-  plan.latencies.push_back(us_time(e.lat_us));
+  plan.latencies.push_back(us_time(e.run_lat_us()));
   const double S = static_cast<double>(c.bytes);
   plan.min_duration = duration_for_rate(S, e.bw_GBps * 1e9);
   plan.choice = e.label();
@@ -244,8 +255,10 @@ CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& 
         const auto& next = nodes[(i + 1) % N];
         const int mv = static_cast<int>(v.size());
         const int k = N > 1 ? std::min(rails, mv) : 0;
+        std::vector<char> owns(mv, 0);
+        for (int r = 0; r < k; ++r) owns[rail_member(r, k, mv)] = 1;
         for (int j = 0; j < mv; ++j) {
-          const double inter = j < k ? B / k : 0.0;
+          const double inter = owns[j] ? B / k : 0.0;
           const double intra = B - inter;
           if (mv > 1 && intra > 0)
             plan.xfers.push_back({v[j], v[(j + 1) % mv], wire(intra, eff), step[v[j]], step[v[(j + 1) % mv]]});

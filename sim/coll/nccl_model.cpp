@@ -163,6 +163,7 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Work
   s.amd_cpu = topo.hints().amd_cpu;
   s.launch_us = topo.hints().launch_us;
   s.net_latency_us = topo.hints().net_latency_us;
+  s.plugin_latency_us = topo.hints().plugin_latency_us;
   // Inside a node: NCCL's ring search charges each ring edge's speed to every
   // link of its path (src/graph/search.cc@5067397c followPath, lines 81-125),
   // so a link that k edges share gives each 1/k; the ring's speed is the
@@ -322,6 +323,62 @@ NcclGraph nccl_nvls_graph(const NcclSystem& s) {
 
 namespace {
 
+// The loop of an NVLS or NVLS-Tree AllReduce (NcclPipeline), as
+// ncclNvlsTuning sets up the communicator (src/transport/nvls.cc@5067397c).
+NcclPipeline nvls_pipeline(const NcclSystem& s, const NcclGraph& g, NcclAlgo algo) {
+  NcclPipeline p;
+  // The AllReduce kernels (src/device/all_reduce.h@5067397c lines 390-525,
+  // NVLS; 527-635, NVLS-Tree) split each CTA's warps into scatter, reduce,
+  // broadcast and gather groups. The scatter warps copy a whole loop (every
+  // head's chunk) into the NVLS buffers and post it to every head at once,
+  // after the last copy (ScatterGatherOp, src/device/prims_simple.h lines
+  // 406-480: one postPeer after the loop over the peers); the heads then
+  // reduce their chunks (multimem.ld_reduce, and across nodes the network
+  // tree) and broadcast them (multimem.st), each head at once; the gather
+  // warps wait for every head's chunk of the loop before copying it out. So a
+  // loop passes three loop-sized stages one after another: scatter, the
+  // heads' work, gather. (The heads' work is itself pipelined per chunk
+  // through the network tree's levels; that finer fill is not added.)
+  p.stages = 3;
+  p.heads = g.channels;  // the NVLS graph's channels: one head per GPU on one node, per NIC across nodes
+  p.tree = algo == NcclAlgo::nvls_tree;
+  // NVLS_NCHANNELS_SM90 16; SM100 24 on one node (NVL), 32 across nodes (lines 155-157, 209-214).
+  p.channels = s.arch >= 3 ? (s.nodes > 1 ? 32 : 24) : 16;
+  double chunk = 128 * 1024;  // NCCL_NVLS_CHUNKSIZE (line 160)
+  double tree_max = 0;
+  if (s.arch >= 3 && s.nodes > 1) {
+    // ncclNvlsTreeSm100Tuning (lines 163-198), with the GPU's NIC behind its
+    // PCIe switch (PATH_PXB), as on every bundled topology with NICs.
+    const double nic = s.nic_bw;
+    if (s.nodes == 2 && nic >= 48.0) {
+      p.channels = 32;
+      tree_max = 128 * 1024;
+      if (s.ppn <= 4)
+        chunk = tree_max = 256 * 1024;
+      else if (s.ppn >= 16 || (s.ppn <= 8 && nic < 96.0))
+        tree_max = 64 * 1024;
+    } else if (nic >= 96.0) {
+      if (s.ppn <= 8) {
+        p.channels = 24;
+        chunk = tree_max = 256 * 1024;
+      } else {
+        p.channels = 32;
+        tree_max = s.ppn < 32 ? 128 * 1024 : 64 * 1024;
+      }
+    } else if (nic >= 48.0) {
+      p.channels = 24;
+      tree_max = 64 * 1024;
+    }
+  }
+  // NVLSTREE_MAX_CHUNKSIZE unset and no tuning: 64 KiB from 4 nodes, else the chunk (lines 226-231).
+  if (tree_max == 0) tree_max = s.nodes >= 4 ? 64 * 1024 : chunk;
+  // The chunk is at most a Simple step (buffSizes[SIMPLE] / NCCL_STEPS = 4 MiB / 8,
+  // enqueue.cc lines 2222-2225); NVLS-Tree's at most nvlsTreeMaxChunkSize (line 2281).
+  chunk = std::min(chunk, 512.0 * 1024);
+  p.chunk = p.tree ? std::min(chunk, tree_max) : chunk;
+  return p;
+}
+
 std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAlgo algo, NcclProto proto,
                                           int channels, std::string* why) {
   // The reason is formatted only when asked for (nccl_choose asks only when
@@ -396,12 +453,14 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
   // its link type, algorithm and protocol, or the machine's own hop latency
   // where that is longer (NcclSystem::intra_hop_us, inter_hop_us).
   const int intra_hw = s.nvlink ? kNvlinkHw : kPciHw;
+  // The latency with `reported` us of latencyInter per network hop: the NIC's
+  // reported latency is added once per hop, twice for Simple (its flush).
+  auto latency = [&](double reported) {
   double lat = kBaseLat[a][p];
   double intra_lat = std::max(kHwLat[intra_hw][a][p], s.intra_hop_us);
-  // The NIC's reported latency (latencyInter) is added once, twice for Simple (its flush).
   const double inter_lat =
       std::max(ppn == 1 ? kHwLat[kNetHw][kTree][p] : kHwLat[kNetHw][a][p], s.inter_hop_us) +
-      s.net_latency_us * (p == kSimple ? 2 : 1);
+      reported * (p == kSimple ? 2 : 1);
   if (algo == NcclAlgo::ring) {
     double net_overhead = 0;
     if (N > 1) {
@@ -420,6 +479,12 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
   } else {
     lat += intra_lat + 2 * log2i(N) * inter_lat;
   }
+  return lat;
+  };
+  // What runs pays the machine's latencyInter (nccl.net_latency); NCCL's
+  // tuner also sees the net plugin's reported latency (nccl.plugin_latency).
+  const double lat = latency(s.net_latency_us);
+  const double tune_extra = s.plugin_latency_us > 0 ? latency(s.net_latency_us + s.plugin_latency_us) - lat : 0.0;
 
   // What ncclTopoGetAlgoTime refines at the actual size (nccl_finish).
   NcclTuner::Pair t;
@@ -428,6 +493,7 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
   t.p = p;
   t.channels = g.channels;
   t.lat_us = lat;
+  t.tune_extra_us = tune_extra;
   t.bus = bus;
   t.tree_ar = algo == NcclAlgo::tree && ar;
   // The runtime runs the graph's channels twice over (src/graph/connect.cc).
@@ -436,18 +502,19 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
   t.plateau_den = runtime_channels * n;
   t.plateau_factor = s.arch >= 1 ? 1.4 : 1.9;  // "plateau effect of ring"
   t.launch_us = s.launch_us;
+  if (ar && (algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree)) t.pipe = nvls_pipeline(s, g, algo);
   return t;
 }
 
 // The estimate of a pair at `bytes`: its size-independent terms and the
 // size-dependent refinements (ncclTopoGetAlgoTime).
 NcclEstimate nccl_finish(const NcclTuner::Pair& t, double bytes) {
-  double bus = t.bus, lat = t.lat_us;
+  double bus = t.bus, lat = t.lat_us, extra = t.tune_extra_us;
   if (t.tree_ar) {
     const int log_size = bytes >= 64 ? log2i(bytes / 64) : -1;
     if (log_size >= 0 && log_size < 23) bus *= kTreeCorrection[t.p][log_size];
   }
-  if (t.plateau && bytes / t.plateau_den >= 64) lat *= t.plateau_factor;
+  if (t.plateau && bytes / t.plateau_den >= 64) lat *= t.plateau_factor, extra *= t.plateau_factor;
   lat += t.launch_us;
   NcclEstimate e;
   e.algo = t.algo;
@@ -455,10 +522,35 @@ NcclEstimate nccl_finish(const NcclTuner::Pair& t, double bytes) {
   e.channels = t.channels;
   e.lat_us = lat;
   e.bw_GBps = bus;
+  e.fill_us = nccl_pipeline_fill_us(t.pipe, bytes, bus);
+  e.tune_extra_us = extra;
   return e;
 }
 
 }  // namespace
+
+double NcclPipeline::chunk_at(double bytes) const {
+  // calcCollChunking (src/enqueue.cc@5067397c lines 2258-2286); each test
+  // sees the chunk the previous one left. concurrentOps = channels x heads.
+  const double ops = channels * static_cast<double>(heads);
+  double c = chunk;
+  if (tree) {
+    if (bytes < 32 * ops * c && c > 262144) c = 262144;
+    if (bytes < 16 * ops * c && c > 131072) c = 131072;
+    if (bytes < 4 * ops * c && c > 65536) c = 65536;
+    if (bytes < 1 * ops * c && c > 32768) c = 32768;
+  } else {
+    if (bytes < 64 * ops * c && c > 65536) c = 65536;
+    if (bytes < 8 * ops * c && c > 32768) c = 32768;
+    if (bytes < 2 * ops * c && c > 16384) c = 16384;
+  }
+  return c;
+}
+
+double nccl_pipeline_fill_us(const NcclPipeline& p, double bytes, double bw_GBps) {
+  if (p.stages <= 1 || !(bytes > 0) || !(bw_GBps > 0)) return 0.0;
+  return (p.stages - 1) * std::min(p.loop_bytes(bytes), bytes) / (1000.0 * bw_GBps);
+}
 
 std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAlgo algo, NcclProto proto,
                                           int channels, double bytes, std::string* why) {

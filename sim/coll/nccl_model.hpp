@@ -47,7 +47,8 @@ struct NcclSystem {
   bool nvls = false;       // NVSwitch with NVLink SHARP and Hopper or newer
   bool amd_cpu = false;
   double launch_us = 0;       // topology nccl.launch
-  double net_latency_us = 0;  // topology nccl.net_latency (NCCL's latencyInter)
+  double net_latency_us = 0;  // topology nccl.net_latency (NCCL's latencyInter, paid by what runs)
+  double plugin_latency_us = 0;  // topology nccl.plugin_latency (latencyInter as the tuner sees it, not paid)
   // The modelled machine's own latency of one hop, us (the sum of its links'
   // latencies along the route): intra_hop_us the slowest route between ring
   // neighbours of a node (rank i to i + 1 of the node, the last to the
@@ -80,6 +81,34 @@ using NcclGraph = NcclSystem::Graph;
 NcclGraph nccl_ring_graph(const NcclSystem& s);  // also the tree graph (NCCL forces the same channels)
 NcclGraph nccl_nvls_graph(const NcclSystem& s);
 
+// The loop an NVLS or NVLS-Tree AllReduce kernel runs, as NCCL's runtime
+// sets it up (NVIDIA/nccl@5067397c): `channels` CTAs (comm->nvlsChannels,
+// src/transport/nvls.cc lines 155-157 and 204-236: 16 on Hopper, 24 on one
+// Blackwell node, 32 across nodes, and the Blackwell NVLS-Tree tuning of
+// lines 163-198), `heads` NVLS heads (one per GPU on one node, one per NIC
+// across nodes), and a chunk per head that NCCL halves for smaller
+// collectives (calcCollChunking, src/enqueue.cc lines 2258-2286: from
+// nvlsChunkSize 128 KiB, or min(nvlsChunkSize, nvlsTreeMaxChunkSize) for
+// NVLS-Tree, down to 16 or 32 KiB). One loop moves channels x heads x chunk
+// bytes (loopSize, enqueue.cc line 2358).
+struct NcclPipeline {
+  int stages = 0;  // loop-sized stages a loop passes through one after another; 0: no pipeline fill modelled
+  int channels = 0, heads = 0;
+  double chunk = 0;       // bytes: the chunk before NCCL's size ladder
+  bool tree = false;      // NVLS-Tree's ladder (else NVLS's)
+  // The chunk NCCL runs at `bytes` (its ladder), and the loop's bytes.
+  double chunk_at(double bytes) const;
+  double loop_bytes(double bytes) const { return channels * static_cast<double>(heads) * chunk_at(bytes); }
+};
+
+// The pipeline fill of a loop-granular pipeline: with `stages` stages, each
+// taking a whole loop before the next stage may take it, the last loop leaves
+// the last stage (stages - 1) loop times after a pipeline without stages
+// would have finished: (stages - 1) x min(loop, bytes) / bandwidth, us
+// (bytes / (1000 x GB/s)). The stage time is the loop at the algorithm's
+// steady rate `bw_GBps`.
+double nccl_pipeline_fill_us(const NcclPipeline& p, double bytes, double bw_GBps);
+
 // One (algorithm, protocol) as NCCL's model costs it.
 struct NcclEstimate {
   NcclAlgo algo = NcclAlgo::ring;
@@ -87,7 +116,16 @@ struct NcclEstimate {
   int channels = 0;      // the graph's channels (NCCL_DEBUG prints them as "nChannels")
   double lat_us = 0;     // latency, with the ring's plateau factor where it applies
   double bw_GBps = 0;    // algorithm bandwidth, with the tree correction factor at this size
-  double time_us(double bytes) const { return lat_us + bytes / (1000.0 * bw_GBps); }
+  // The runtime's pipeline fill at this size, us: what the kernel's pipeline
+  // adds before its steady rate (nccl_pipeline_fill_us). NCCL's tuner does not
+  // see it (time_us leaves it out, so the choice is NCCL's); what runs pays
+  // it (run_lat_us: the simulator's and the closed form's latency).
+  double fill_us = 0;
+  // The net plugin's reported latency over the pair's network hops
+  // (nccl.plugin_latency): NCCL's tuner sees it (time_us), what runs does not.
+  double tune_extra_us = 0;
+  double time_us(double bytes) const { return lat_us + tune_extra_us + bytes / (1000.0 * bw_GBps); }
+  double run_lat_us() const { return lat_us + fill_us; }
   std::string label() const;  // "ring/simple/8"
 };
 
@@ -123,9 +161,11 @@ class NcclTuner {
     NcclProto proto = NcclProto::simple;
     int p = 0, channels = 0;
     double lat_us = 0;  // before the ring's plateau factor and the launch
+    double tune_extra_us = 0;  // the plugin's reported latency over the pair's hops, before the plateau factor
     double bus = 0;     // GB/s, before the tree correction
     bool tree_ar = false, plateau = false;
     double plateau_den = 0, plateau_factor = 1, launch_us = 0;
+    NcclPipeline pipe;  // the runtime's loop (NVLS, NVLS-Tree AllReduce); pipe.stages 0: no fill
   };
   static constexpr int kMaxPairs = 12;  // 4 algorithms x 3 protocols
 

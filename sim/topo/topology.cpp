@@ -424,6 +424,25 @@ void Topology::walk(int v, int to, const std::vector<int>& dist, unsigned pick, 
   }
 }
 
+const std::vector<FabricTransport>& fabric_transports() {
+  // Each plugin's behaviour as its source shows it; docs/collectives.md
+  // ("Rented fabrics") and the topologies/ files that use them cite each figure.
+  static const std::vector<FabricTransport> k = {
+      {"ib", "", false, "InfiniBand through NCCL's own IB verbs transport, which reports no latency (0)"},
+      {"roce", "", false,
+       "RoCE through NCCL's IB verbs transport (or a fork of it, such as GCP's gIB), which reports no latency"},
+      {"efa", "aws-ofi-nccl", true,
+       "AWS Elastic Fabric Adapter (SRD) through the aws-ofi-nccl plugin, which reports its platform's latency "
+       "(src/platform-aws.cpp: 75 us on p4d, p4de, p5 and p5e, 35 us on p5en), a figure chosen to steer NCCL's tuner: "
+       "nccl.plugin_latency must give it"},
+      {"tcpx", "GPUDirect-TCPX", false,
+       "GCP A3 High's GPUDirect-TCPX plugin (TCP with device-memory receive); its reported latency is not "
+       "published"},
+      {"tcpxo", "GPUDirect-TCPXO", false,
+       "GCP A3 Mega's GPUDirect-TCPXO plugin (NIC offload); its reported latency is not published"}};
+  return k;
+}
+
 }  // namespace parmsim
 
 namespace parmsim {

@@ -63,6 +63,10 @@ struct CollectiveHints {
   bool amd_cpu = false;   // host CPU vendor: NCCL's per-step network overhead is 2 us on AMD, 1 us otherwise
   double launch_us = 0;       // added to every NCCL collective and send/recv batch (topology key nccl.launch)
   double net_latency_us = 0;  // NIC-reported latency, added per network hop as NCCL adds latencyInter (nccl.net_latency)
+  // The latency the fabric's net plugin reports to NCCL (nccl.plugin_latency):
+  // NCCL's tuner adds it per network hop when it chooses; what runs does not
+  // pay it (0: none reported, as NCCL's own IB transport).
+  double plugin_latency_us = 0;
   // GPU peer-to-peer over PCIe (topology key p2p). Off (GeForce cards: the
   // driver refuses peer access), NCCL diverts GPU-GPU traffic of a server
   // through the CPU local to the receiving GPU (NVIDIA/nccl
@@ -74,7 +78,24 @@ struct CollectiveHints {
   // memory local to the GPU: GPU -> CPU -> NIC and NIC -> CPU -> GPU
   // (src/graph/paths.cc@5067397c lines 844-855).
   bool gdr = true;
+  // The fabric's transport (topology key fabric.transport, one of
+  // fabric_transports()): ib (NCCL's own IB verbs transport), roce, efa
+  // (AWS, through the aws-ofi-nccl plugin), tcpx, tcpxo (Google's GPUDirect-TCPX(O) plugins).
+  std::string transport = "ib";
 };
+
+// The fabric transports a topology may name: NCCL's own and the net plugins
+// of the rented clouds. `plugin` names the net plugin that serves it (empty:
+// NCCL's internal IB transport); `reports_latency`: the plugin reports the
+// fabric's latency to NCCL (ncclNetProperties::latency, NCCL's latencyInter),
+// so a topology of this transport must give it as nccl.plugin_latency > 0.
+struct FabricTransport {
+  const char* name;
+  const char* plugin;
+  bool reports_latency;
+  const char* help;
+};
+const std::vector<FabricTransport>& fabric_transports();
 
 struct Route {
   std::vector<int> links;        // link ids from source to destination

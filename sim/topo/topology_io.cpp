@@ -33,17 +33,26 @@ const Section kTop{"topology",
                     {"gdr", "bool", "true",
                      "GPUDirect RDMA. false: NIC traffic is staged in host memory, GPU -> its host_bridge -> NIC and "
                      "back"},
-                    {"nccl", "map", "{}", "latencies NCCL's model leaves to the machine (topology.nccl)"}}};
+                    {"nccl", "map", "{}",
+                     "latencies NCCL's model leaves to the machine, and the one its net plugin reports "
+                     "(topology.nccl)"}}};
 const Section kNccl{
     "topology.nccl",
     "Latencies NCCL's cost model (docs/collectives.md) takes from the machine rather than its tables. "
-    "Both default to 0, NCCL's own defaults.",
+    "launch and net_latency default to 0, NCCL's own defaults; plugin_latency is absent unless the fabric's "
+    "net plugin reports one.",
     {{"launch", "time", "0us",
       "added once to every collective and every send/recv batch (e.g. host launch cost NCCL's base latencies "
       "leave out)"},
      {"net_latency", "time", "0us",
-      "the NIC's reported latency (NCCL's latencyInter, from the network plugin): added per network hop, "
-      "twice for the Simple protocol, as NCCL does"}}};
+      "a latency the machine adds per network hop, in NCCL's model's place of latencyInter: added per network "
+      "hop, twice for the Simple protocol, to what NCCL's tuner sees and to what runs (calibrate --fit-machine "
+      "fits it)"},
+     {"plugin_latency", "time", "none",
+      "the latency the fabric's net plugin reports to NCCL (ncclNetProperties::latency, NCCL's latencyInter): "
+      "NCCL's tuner adds it per network hop, twice for Simple, when it chooses an algorithm; the time of what "
+      "runs does not include it (the plugin's figure steers the choice; aws-ofi-nccl chose 75 us for that). "
+      "Above 0 when given; fabric.transport efa requires it"}}};
 const Section kEff{
     "topology.link_efficiency",
     "Every link's bandwidth is its line rate times its class's fraction; collectives, transfers and the "
@@ -74,6 +83,17 @@ const Section kLink{"topology.node.links[]",
                      {"bandwidth", "bandwidth", "required", "per direction (a->b, and b->a unless bandwidth_ba)"},
                      {"bandwidth_ba", "bandwidth", "bandwidth", "b->a direction if different"},
                      {"latency", "time", "required", "one-way latency"}}};
+std::string transport_names() {
+  std::string out;
+  for (const FabricTransport& t : fabric_transports()) out += fmt::format("{}{}", out.empty() ? "" : " | ", t.name);
+  return out;
+}
+std::string transport_help() {
+  std::string out = "the transport NCCL reaches the fabric through: " + transport_names() + ".";
+  for (const FabricTransport& t : fabric_transports()) out += fmt::format(" {}: {}.", t.name, t.help);
+  return out;
+}
+
 const Section kFabric{
     "topology.fabric",
     "How the servers' NICs connect. none: a single server. switch: every NIC to one switch. "
@@ -89,7 +109,8 @@ const Section kFabric{
      {"spines", "int", "0", "spine switches (fat_tree: at least 1; rail: 0 is rail-only)"},
      {"oversubscription", "number", "1",
       "fat_tree: leaf down bandwidth / up bandwidth; rail (with spines): a rail's down bandwidth (nodes x "
-      "bandwidth) / its uplinks' total"}}};
+      "bandwidth) / its uplinks' total"},
+     {"transport", "string", "ib", transport_help()}}};
 SectionRegistrar r1(kTop), r2(kNode), r3(kDevice), r4(kLink), r5(kFabric), r6(kEff), r7(kNccl);
 
 // Bounds on a topology's size (memory grows with links, about 150 bytes each).
@@ -216,9 +237,9 @@ Topology build(const YamlReader& top) {
     // A key the kind does not read would be ignored: refused.
     const std::map<std::string, std::vector<std::string>> takes = {
         {"none", {"kind"}},
-        {"switch", {"kind", "bandwidth", "latency"}},
-        {"rail", {"kind", "bandwidth", "latency", "spines", "oversubscription"}},
-        {"fat_tree", {"kind", "bandwidth", "latency", "nodes_per_leaf", "spines", "oversubscription"}}};
+        {"switch", {"kind", "bandwidth", "latency", "transport"}},
+        {"rail", {"kind", "bandwidth", "latency", "spines", "oversubscription", "transport"}},
+        {"fat_tree", {"kind", "bandwidth", "latency", "nodes_per_leaf", "spines", "oversubscription", "transport"}}};
     if (auto it = takes.find(kind); it != takes.end())
       for (const std::string& k : fab->keys())
         if (std::find(it->second.begin(), it->second.end(), k) == it->second.end()) {
@@ -321,10 +342,31 @@ Topology build(const YamlReader& top) {
     eff.network = fraction(*e, "network", eff.network);
   }
   t.apply_efficiency(eff);
+  std::optional<YamlReader> plugin_latency;
   if (auto nc = top.opt("nccl")) {
     nc->check_keys(kNccl);
     if (auto v = nc->opt("launch")) t.hints().launch_us = v->as_time().to_us();
     if (auto v = nc->opt("net_latency")) t.hints().net_latency_us = v->as_time().to_us();
+    if ((plugin_latency = nc->opt("plugin_latency"))) {
+      t.hints().plugin_latency_us = plugin_latency->as_time().to_us();
+      if (!(t.hints().plugin_latency_us > 0))
+        plugin_latency->fail("a latency above 0 (the figure the net plugin reports to NCCL; leave the key out "
+                             "when the plugin reports none)");
+    }
+  }
+  if (fab && fab->has("transport")) {
+    const YamlReader tr = fab->at("transport");
+    const std::string name = tr.as_string();
+    const FabricTransport* found = nullptr;
+    for (const FabricTransport& x : fabric_transports())
+      if (name == x.name) found = &x;
+    if (!found) tr.fail(transport_names());
+    t.hints().transport = name;
+    // A plugin that reports the fabric's latency to NCCL: the topology gives it.
+    if (found->reports_latency && !plugin_latency)
+      tr.fail(fmt::format("a transport whose plugin reports no latency, or nccl.plugin_latency: the {} plugin reports "
+                          "one to NCCL for {} (75us on AWS p4d, p4de and p5, 35us on p5en)",
+                          found->plugin, name));
   }
   if (auto m = top.opt("gpu_memory")) {
     const std::uint64_t v = m->as_size();

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "sim/coll/collective_plan.hpp"
 #include "sim/core/error.hpp"
@@ -47,6 +48,14 @@ std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path) {
       m.nics_assumed = true;
     }
     m.fabric = get("fabric");
+    if (const std::string t = get("topology"); !t.empty()) {
+      const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+      m.topology = (dir / t).lexically_normal().string();
+      if (!std::filesystem::is_regular_file(m.topology))
+        throw UserError(fmt::format("{}: column 'topology': expected a topology file (relative to the CSV's folder), "
+                                    "got '{}' ({} does not exist)",
+                                    where, t, m.topology));
+    }
     if (!parse_coll_op(get("op"), &m.op) ||
         (m.op != CollOp::allreduce && m.op != CollOp::allgather && m.op != CollOp::reducescatter &&
          m.op != CollOp::alltoall))
@@ -134,6 +143,23 @@ std::string nccl_validation_topology(const NcclMeasurement& m, bool line_rate) {
   return y;
 }
 
+Topology nccl_validation_cluster(const NcclMeasurement& m, bool line_rate) {
+  if (m.topology.empty())
+    return parse_topology_text(nccl_validation_topology(m, line_rate), fmt::format("{} (generated)", m.system));
+  std::vector<std::string> set = {fmt::format("nodes={}", m.nodes)};
+  if (line_rate)
+    for (const char* k : {"nvlink", "pcie", "network"}) set.push_back(fmt::format("link_efficiency.{}=1", k));
+  Topology t = load_topology(m.topology, set);
+  const std::string where = fmt::format("line {} ({})", m.line, m.topology);
+  if (t.gpu_model() != m.gpu || t.gpus_per_node() != m.gpus_per_node)
+    throw UserError(fmt::format("{}: the row's {} x {} per node, the topology's {} x {}", where, m.gpus_per_node, m.gpu,
+                                t.gpus_per_node(), t.gpu_model()));
+  if (m.nodes > 1 && !m.fabric.empty() && t.hints().transport != m.fabric)
+    throw UserError(fmt::format("{}: the row's fabric '{}', the topology's transport '{}'", where, m.fabric,
+                                t.hints().transport));
+  return t;
+}
+
 std::string size_band(std::uint64_t bytes) {
   if (bytes <= 4096) return "floor (<= 4 KiB)";
   if (bytes < (16ULL << 20)) return "middle (4 KiB - 16 MiB)";
@@ -143,11 +169,10 @@ std::string size_band(std::uint64_t bytes) {
 NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool textbook) {
   NcclValidation v;
   Workspace ws;  // kept across rows: rows on one topology share plans and routes
-  std::map<std::string, double> sum_band, sum_system, sum_op, sum_fabric;
+  std::map<std::string, double> sum_band, sum_system, sum_op, sum_fabric, sum_band_class;
   double sum = 0;
   for (const NcclMeasurement& m : rows) {
-    const Topology topo =
-        parse_topology_text(nccl_validation_topology(m, textbook), fmt::format("{} (generated)", m.system));
+    const Topology topo = nccl_validation_cluster(m, textbook);
     Collective c;
     c.name = to_string(m.op);
     c.op = m.op;
@@ -187,6 +212,14 @@ NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool text
       sum_op[op] += e, ++v.count_op[op];
       const std::string fabric = m.nodes == 1 ? "one node (nvswitch)" : m.fabric.empty() ? "unknown" : m.fabric;
       sum_fabric[fabric] += e, ++v.count_fabric[fabric];
+      const std::string cls = m.nodes == 1 || m.fabric == "ib" ? "InfiniBand and NVSwitch"
+                              : (m.fabric == "efa" || m.fabric == "tcpx" || m.fabric == "tcpxo" || m.fabric == "roce")
+                                  ? "EFA and GCP"
+                                  : "";
+      if (!cls.empty()) {
+        const std::string k = band + " / " + cls;
+        sum_band_class[k] += e, ++v.count_band_class[k];
+      }
     }
     v.rows.push_back(std::move(row));
   }
@@ -195,6 +228,7 @@ NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool text
   for (auto& [k, s] : sum_system) v.mape_system[k] = s / v.count_system[k];
   for (auto& [k, s] : sum_op) v.mape_op[k] = s / v.count_op[k];
   for (auto& [k, s] : sum_fabric) v.mape_fabric[k] = s / v.count_fabric[k];
+  for (auto& [k, s] : sum_band_class) v.mape_band_class[k] = s / v.count_band_class[k];
   return v;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sim/graph/task_graph.hpp"
+#include "sim/topo/topology.hpp"
 
 namespace parmsim {
 
@@ -26,6 +27,10 @@ struct NcclMeasurement {
   double nic_gbps = 0;
   bool nics_assumed = false;
   bool p2p = true, gdr = true;  // optional columns p2p, gdr (empty: true)
+  // Optional column `topology`: a bundled topology file the row runs on
+  // (resolved against the CSV's folder, e.g. ../topologies/aws-p5.yaml) with
+  // nodes set to the row's; empty: the cluster generated from the columns.
+  std::string topology;
   CollOp op = CollOp::allreduce;
   std::uint64_t bytes = 0;
   double measured_us = 0;  // printed, or derived from busbw
@@ -34,7 +39,11 @@ struct NcclMeasurement {
 // Throws UserError "FILE:LINE: ..." for a missing column or a bad value.
 std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path);
 
-// The YAML of the cluster a row runs on; `line_rate`: every link at its line
+// The cluster a row runs on: its `topology` file with nodes=N (checked
+// against the row's gpu, gpus_per_node and fabric), else the generated one.
+Topology nccl_validation_cluster(const NcclMeasurement& m, bool line_rate = false);
+
+// The YAML of the generated cluster; `line_rate`: every link at its line
 // rate (link_efficiency 1), as parmsim modelled links before NCCL's model.
 std::string nccl_validation_topology(const NcclMeasurement& m, bool line_rate = false);
 
@@ -52,6 +61,10 @@ struct NcclValidation {
   std::vector<NcclValidationRow> rows;  // every row; statistics over quality=ok rows only
   std::map<std::string, double> mape_band, mape_system, mape_op, mape_fabric;
   std::map<std::string, int> count_band, count_system, count_op, count_fabric;
+  // By size band and fabric class ("large (>= 16 MiB) / InfiniBand and NVSwitch"): the classes of the
+  // targets, InfiniBand and NVSwitch (one node, or fabric ib), EFA and GCP (efa, tcpx, tcpxo, roce).
+  std::map<std::string, double> mape_band_class;
+  std::map<std::string, int> count_band_class;
   double mape = 0;
   int counted = 0;
 };
