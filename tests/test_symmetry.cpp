@@ -41,6 +41,20 @@ int same_both_ways(const TaskGraph& g, const Topology& t) {
   return a.symmetry;
 }
 
+// A direct AlltoAll of `bytes` per rank over ranks 0..p-1.
+TaskGraph direct_alltoall(int p, std::uint64_t bytes) {
+  Collective c;
+  c.op = CollOp::alltoall;
+  c.bytes = bytes;
+  c.algo = "direct";
+  c.name = "a2a";
+  for (int r = 0; r < p; ++r) c.group.push_back(r);
+  TaskGraphBuilder b(p);
+  b.add_stream_all("comm");
+  b.add_collective_tasks(c, "comm", "a2a");
+  return std::move(b).build();
+}
+
 // One schedule's forward and backward graphs of a layer (as run_schedule builds them).
 std::vector<TaskGraph> layer_graphs(const Topology& t, const std::string& set, const std::string& schedule) {
   moe::LayerSpec spec;
@@ -118,16 +132,7 @@ TEST_CASE("a slower link on one server breaks the symmetry", "[symmetry]") {
   CHECK(even.node_shift(1).has_value());
   CHECK_FALSE(uneven.node_shift(1).has_value());
   CHECK_FALSE(uneven.node_shift(2).has_value());
-  Collective c;
-  c.op = CollOp::alltoall;
-  c.bytes = 8 << 20;
-  c.algo = "direct";
-  TaskGraphBuilder b(8);
-  b.add_stream_all("comm");
-  for (int r = 0; r < 8; ++r) c.group.push_back(r);
-  c.name = "a2a";
-  b.add_collective_tasks(c, "comm", "a2a");
-  const TaskGraph g = std::move(b).build();
+  const TaskGraph g = direct_alltoall(8, 8 << 20);
   CHECK(same_both_ways(g, even) == 4);
   CHECK(same_both_ways(g, uneven) == 1);
 }
@@ -214,16 +219,7 @@ TEST_CASE("routes that do not follow the shift are caught as flows start", "[sym
   const Topology ft = topo("fat-tree-1024", {"nodes=48", "fabric.nodes_per_leaf=4", "fabric.spines=3"});
   REQUIRE(ft.num_gpus() == 384);
   REQUIRE(ft.node_shift(4).has_value());
-  Collective c;
-  c.op = CollOp::alltoall;
-  c.bytes = 384 << 10;
-  c.algo = "direct";
-  TaskGraphBuilder b(384);
-  b.add_stream_all("comm");
-  for (int r = 0; r < 384; ++r) c.group.push_back(r);
-  c.name = "a2a";
-  b.add_collective_tasks(c, "comm", "a2a");
-  const TaskGraph g = std::move(b).build();
+  const TaskGraph g = direct_alltoall(384, 384 << 10);
   CHECK(same_both_ways(g, ft) == 1);
   // With 4 spines the picks move by 64 = 0 (mod 4): the shift holds (order 12).
   const Topology ok = topo("fat-tree-1024", {"nodes=48", "fabric.nodes_per_leaf=4", "fabric.spines=4"});
