@@ -1,5 +1,7 @@
 #include "sim/validation/nccl_validation.hpp"
 
+#include "sim/validation/mape.hpp"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -169,7 +171,7 @@ std::string size_band(std::uint64_t bytes) {
 NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool textbook) {
   NcclValidation v;
   Workspace ws;  // kept across rows: rows on one topology share plans and routes
-  std::map<std::string, double> sum_band, sum_system, sum_op, sum_fabric, sum_band_class;
+  MapeTally band_t, system_t, op_t, fabric_t, band_class_t;
   double sum = 0;
   for (const NcclMeasurement& m : rows) {
     const Topology topo = nccl_validation_cluster(m, textbook);
@@ -207,28 +209,26 @@ NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool text
       const std::string band = size_band(m.bytes), op = to_string(m.op);
       sum += e;
       ++v.counted;
-      sum_band[band] += e, ++v.count_band[band];
-      sum_system[m.system] += e, ++v.count_system[m.system];
-      sum_op[op] += e, ++v.count_op[op];
+      band_t.add(band, e);
+      system_t.add(m.system, e);
+      op_t.add(op, e);
       const std::string fabric = m.nodes == 1 ? "one node (nvswitch)" : m.fabric.empty() ? "unknown" : m.fabric;
-      sum_fabric[fabric] += e, ++v.count_fabric[fabric];
-      const std::string cls = m.nodes == 1 || m.fabric == "ib" ? "InfiniBand and NVSwitch"
-                              : (m.fabric == "efa" || m.fabric == "tcpx" || m.fabric == "tcpxo" || m.fabric == "roce")
-                                  ? "EFA and GCP"
-                                  : "";
-      if (!cls.empty()) {
-        const std::string k = band + " / " + cls;
-        sum_band_class[k] += e, ++v.count_band_class[k];
-      }
+      fabric_t.add(fabric, e);
+      // Two classes of fabric: NCCL's own IB transport (and one node's
+      // NVSwitch), and the rented clouds' other transports (the registry's).
+      bool cloud = false;
+      for (const FabricTransport& t : fabric_transports()) cloud = cloud || (m.fabric == t.name && m.fabric != "ib");
+      const std::string cls = m.nodes == 1 || m.fabric == "ib" ? "InfiniBand and NVSwitch" : cloud ? "EFA and GCP" : "";
+      if (!cls.empty()) band_class_t.add(band + " / " + cls, e);
     }
     v.rows.push_back(std::move(row));
   }
   if (v.counted) v.mape = sum / v.counted;
-  for (auto& [k, s] : sum_band) v.mape_band[k] = s / v.count_band[k];
-  for (auto& [k, s] : sum_system) v.mape_system[k] = s / v.count_system[k];
-  for (auto& [k, s] : sum_op) v.mape_op[k] = s / v.count_op[k];
-  for (auto& [k, s] : sum_fabric) v.mape_fabric[k] = s / v.count_fabric[k];
-  for (auto& [k, s] : sum_band_class) v.mape_band_class[k] = s / v.count_band_class[k];
+  v.mape_band = band_t.means(), v.count_band = band_t.count;
+  v.mape_system = system_t.means(), v.count_system = system_t.count;
+  v.mape_op = op_t.means(), v.count_op = op_t.count;
+  v.mape_fabric = fabric_t.means(), v.count_fabric = fabric_t.count;
+  v.mape_band_class = band_class_t.means(), v.count_band_class = band_class_t.count;
   return v;
 }
 
