@@ -182,7 +182,7 @@ static void BM_ModelLayerEval(benchmark::State& state) {
   moe::LayerSpec s;
   const moe::Dims d = moe::make_dims(s, t.num_gpus(), t.gpus_per_node());
   const moe::AlphaBeta ab = moe::alpha_beta_from_topology(t);
-  const GpuProfile& gpu = gpu_profile(t.gpu_model());
+  const GpuProfile& gpu = t.gpu();
   const moe::ScheduleOptions o = moe::preset(state.range(0) == 0 ? "s1" : "s2");
   for (auto _ : state) benchmark::DoNotOptimize(moe::model_layer(s, d, o, ab, gpu));
   state.SetItemsProcessed(state.iterations());
@@ -208,7 +208,7 @@ static void BM_ModelLayerEvalDistinct(benchmark::State& state) {
                 specs.emplace_back(s, moe::make_dims(s, t.num_gpus(), t.gpus_per_node()));
               }
   const moe::AlphaBeta ab = moe::alpha_beta_from_topology(t);
-  const GpuProfile& gpu = gpu_profile(t.gpu_model());
+  const GpuProfile& gpu = t.gpu();
   const moe::ScheduleOptions o = moe::preset(state.range(0) == 0 ? "s1" : "s2");
   std::size_t i = 0;
   for (auto _ : state) {
@@ -229,7 +229,7 @@ static void BM_ModelLayerEvalFreshAlphaBeta(benchmark::State& state) {
   const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
   moe::LayerSpec s;
   const moe::Dims d = moe::make_dims(s, t.num_gpus(), t.gpus_per_node());
-  const GpuProfile& gpu = gpu_profile(t.gpu_model());
+  const GpuProfile& gpu = t.gpu();
   const moe::ScheduleOptions o = moe::preset(state.range(0) == 0 ? "s1" : "s2");
   Workspace ws;
   for (auto _ : state) {

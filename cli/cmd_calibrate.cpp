@@ -67,7 +67,7 @@ void plan_cmd(const Args& a) {
     throw UserError(fmt::format("--schedule: unknown schedule '{}': expected all or {}", a.schedule,
                                 moe::schedule_choices({}, ", ", " or ")));
   const moe::Dims d = moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
-  gpu_profile(topo.gpu_model()).peak(spec.dtype);  // an unsupported dtype is refused up front
+  topo.gpu().peak(spec.dtype);  // an unsupported dtype is refused up front
   {
     moe::SimCost e;
     for (const std::string& n : names) e += moe::estimate_schedule(spec, d, moe::schedule_options(n, keys));

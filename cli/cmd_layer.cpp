@@ -107,7 +107,7 @@ Output, per schedule (forward + backward of one layer):
       throw UserError(fmt::format("--set: {} shape the Parm schedules; --schedule baseline would ignore them",
                                   moe::parm_shaping_key_names()));
     const moe::Dims dims = moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
-    const GpuProfile& gpu = gpu_profile(topo.gpu_model());
+    const GpuProfile& gpu = topo.gpu();
     gpu.peak(spec.dtype);  // rejects an unsupported dtype up front
     // The schedules to simulate, as far as known before the closed form runs
     // (auto: baseline and both of S1, S2, whichever it picks).

@@ -110,7 +110,7 @@ void compare_measured_csv(const CompareArgs& a) {
         moe::Dims d;
         try {
           d = moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
-          gpu_profile(topo.gpu_model()).peak(spec.dtype);
+          topo.gpu().peak(spec.dtype);
         } catch (const UserError& e) {
           throw UserError(fmt::format("{}: the layer cannot be placed on topology {} ({} GPUs, {} per node): {}", col,
                                       topo.name(), topo.num_gpus(), topo.gpus_per_node(), e.what()));

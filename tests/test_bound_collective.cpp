@@ -237,7 +237,7 @@ TEST_CASE("BoundCollective: threads resolving and timing at once agree", "[coll]
 
 TEST_CASE("closed form: OpList and kernel_list match the vector builders", "[moe][bound]") {
   const Topology t = topo_named("parm-32gpu");
-  const GpuProfile& gpu = gpu_profile(t.gpu_model());
+  const GpuProfile& gpu = t.gpu();
   moe::LayerSpec s;
   for (int mp : {1, 2, 4})
     for (const std::string& name : moe::preset_names()) {

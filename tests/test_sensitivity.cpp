@@ -1,6 +1,7 @@
 // layer --sensitivity: each input's ends run as the layer would run with that
 // value given by hand, the flips follow from the picks, and bad ranges are refused.
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <string>
 
 #include "sim/core/error.hpp"
@@ -24,7 +25,7 @@ double speedup_by_hand(const Topology& t, const std::vector<std::string>& kv, st
   ScheduleKeys keys;
   apply_keys(&spec, &keys, kv, "test");
   const AlphaBeta ab = alpha_beta_from_topology(t);
-  *pick = auto_choice(spec, make_dims(spec, t.num_gpus(), t.gpus_per_node()), ab, gpu_profile(t.gpu_model()));
+  *pick = auto_choice(spec, make_dims(spec, t.num_gpus(), t.gpus_per_node()), ab, t.gpu());
   const LayerRun run{t, spec, "flow", nullptr, &ab};
   return run_schedule(run, schedule_options("baseline", keys)).total().to_seconds() /
          run_schedule(run, schedule_options(*pick, keys)).total().to_seconds();
@@ -68,6 +69,48 @@ TEST_CASE("sensitivity: each end is the layer run with that value given by hand"
   CHECK(row(s, "link_efficiency.network").input.low == "0.847");
   for (const SensitivityInput& in : default_sensitivity_inputs(load_topology(kTopo, {"nodes=1"})))
     CHECK(in.parameter != "link_efficiency.network");
+  // The GPU's compute: validate gemm's 13.6% below the profile; above it at most 1 on the
+  // RTX 2080 Ti, whose fp16 maximum (58.58 TFLOP/s) is already above its derived peak (53.8).
+  const SensitivityRow& gemm = row(s, "compute.gemm_efficiency");
+  CHECK(gemm.input.low == "0.864");
+  CHECK(gemm.input.high == "1");
+  CHECK(gemm.low.speedup ==
+        Approx(speedup_by_hand(load({"compute.gemm_efficiency=0.864"}), {}, &pick)).epsilon(1e-12));
+  const SensitivityRow& floor = row(s, "compute.launch");
+  CHECK(floor.high.speedup == Approx(speedup_by_hand(load({"compute.launch=4.2us"}), {}, &pick)).epsilon(1e-12));
+  // On H100 the bound is bf16's 989 / 797.51 = 1.24 > 1.136: the range is 13.6% either side.
+  const std::string dgx = std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml";
+  for (const SensitivityInput& in : default_sensitivity_inputs(load_topology(dgx)))
+    if (in.parameter == "compute.gemm_efficiency") CHECK(in.high == "1.136");
+}
+
+TEST_CASE("a topology's compute keys scale the GEMM throughput and replace the kernel floor", "[moe][sensitivity]") {
+  const std::string dgx = std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml";
+  const Topology plain = load_topology(dgx), half = load_topology(dgx, {"compute.gemm_efficiency=0.5"}),
+                 slow = load_topology(dgx, {"compute.launch=10us"});
+  // An 8192^3 bf16 GEMM is compute-bound on H100 (2 * 8192^3 = 1.1e12 FLOP against 3 * 8192^2
+  // * 2 B = 403 MB of HBM traffic: ~1.4 ms of math, ~0.14 ms of memory), so halving the per-SM
+  // rate doubles the part above the 3 us floor (to a picosecond of rounding each way).
+  const std::int64_t shape[3] = {8192, 8192, 8192};
+  const std::uint64_t flops = 2ull * 8192 * 8192 * 8192;
+  const Time full = compute_time(plain.gpu(), OpKind::gemm, flops, 0, DType::bf16, nullptr, {}, shape);
+  const Time halved = compute_time(half.gpu(), OpKind::gemm, flops, 0, DType::bf16, nullptr, {}, shape);
+  const std::int64_t above_full = (full - Time::us(3)).count_ps(), above_half = (halved - Time::us(3)).count_ps();
+  CHECK(std::abs(above_half - 2 * above_full) <= 2);
+  CHECK(half.gpu().sustained(DType::bf16) == 0.5 * plain.gpu().sustained(DType::bf16));
+  // A memory kernel of no bytes costs the floor alone: 3 us, then the 10 us given.
+  CHECK(compute_time(plain.gpu(), OpKind::elementwise, 0, 0, DType::bf16) == Time::us(3));
+  CHECK(compute_time(slow.gpu(), OpKind::elementwise, 0, 0, DType::bf16) == Time::us(10));
+  CHECK(slow.gpu().sustained(DType::bf16) == plain.gpu().sustained(DType::bf16));
+  // Out of range, one line naming the key: 0, above the peak (989 / 797.51 = 1.24), 2 ms.
+  CHECK_THROWS_WITH(load_topology(dgx, {"compute.gemm_efficiency=0"}),
+                    Catch::Contains("compute.gemm_efficiency") && Catch::Contains("at most 1.24"));
+  CHECK_THROWS_WITH(load_topology(dgx, {"compute.gemm_efficiency=1.25"}), Catch::Contains("at most 1.24"));
+  CHECK_NOTHROW(load_topology(dgx, {"compute.gemm_efficiency=1.24"}));
+  CHECK_THROWS_WITH(load_topology(dgx, {"compute.launch=2ms"}),
+                    Catch::Contains("compute.launch") && Catch::Contains("[0, 1ms]"));
+  // Any other key under compute is a typo, not a what-if.
+  CHECK_THROWS(load_topology(dgx, {"compute.lanuch=5us"}));
 }
 
 TEST_CASE("sensitivity: --vary ranges are numbers or times, LOW < HIGH", "[moe][sensitivity]") {

@@ -115,7 +115,7 @@ TEST_CASE("closed form: an AlphaBeta's bound handles, past the fixed entries, gi
   // BoundHandles::kFixed (16): the later ones are kept in its map. Each
   // evaluation, twice over, equals one with a fresh AlphaBeta.
   const Topology t = topo("parm-32gpu");
-  const GpuProfile& gpu = gpu_profile(t.gpu_model());
+  const GpuProfile& gpu = t.gpu();
   const moe::AlphaBeta shared = moe::alpha_beta_from_topology(t);
   int keys = 0;
   for (int round = 0; round < 2; ++round)

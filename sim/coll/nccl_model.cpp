@@ -158,7 +158,7 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Work
   s.nodes = static_cast<int>(by_node.size());
   for (const auto& [n, v] : by_node) s.ppn = std::max(s.ppn, static_cast<int>(v.size()));
   for (const auto& [n, v] : by_node) s.uniform = s.uniform && static_cast<int>(v.size()) == s.ppn;
-  s.arch = nccl_arch(gpu_profile(topo.gpu_model()).compute_capability);
+  s.arch = nccl_arch(topo.gpu().compute_capability);
   s.nics = topo.nics_per_node();
   s.amd_cpu = topo.hints().amd_cpu;
   s.launch_us = topo.hints().launch_us;

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "sim/calib/calibration.hpp"
 #include "sim/compute/gemm_model.hpp"
@@ -201,6 +203,16 @@ Time compute_time(const ComputeRates& r, OpKind op, std::uint64_t flops, std::ui
 Time compute_time(const GpuProfile& gpu, OpKind op, std::uint64_t flops, std::uint64_t bytes, DType dtype,
                   const Calibration* cal, std::string_view kind, std::span<const std::int64_t> shape) {
   return compute_time(ComputeRates(gpu), op, flops, bytes, dtype, cal, kind, shape);
+}
+
+double max_gemm_efficiency(const GpuProfile& g) {
+  double most = INFINITY;
+  for (auto [peak, sustained] : {std::pair{g.peak_fp32, g.sustained_fp32}, std::pair{g.peak_fp16, g.sustained_fp16},
+                                 std::pair{g.peak_bf16, g.sustained_bf16}})
+    // A profile whose measured maximum is above its derived peak (the RTX 2080 Ti's fp16)
+    // keeps its own figure as the bound: 1 is always allowed.
+    if (peak > 0) most = std::min(most, std::max(peak, sustained) / (sustained > 0 ? sustained : peak));
+  return most;
 }
 
 }  // namespace parmsim

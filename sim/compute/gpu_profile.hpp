@@ -69,6 +69,10 @@ struct GpuProfile {
 // memory, NCCL's architecture class, NVLink efficiency) lives in a profile, and
 // every list of GPUs (help, errors) comes from here. Adding a GPU is one entry.
 const GpuProfile& gpu_profile(const std::string& name);  // throws a UserError listing the known ones
+// The largest factor on a profile's sustained GEMM throughput that keeps every dtype at or
+// below its peak, or at its sustained figure where that is above the peak (the bound of a
+// topology's compute.gemm_efficiency; at least 1).
+double max_gemm_efficiency(const GpuProfile& g);
 const std::vector<GpuProfile>& gpu_profiles();
 // "h100, h200, ..." (the profiles' names, in registry order).
 std::string gpu_profile_names();

@@ -111,7 +111,7 @@ class Engine {
   Engine(const TaskGraph& g, const Topology& topo, const SimOptions& opt, Workspace& ws)
       : g_(g),
         topo_(topo),
-        gpu_(gpu_profile(topo.gpu_model())),
+        gpu_(topo.gpu()),
         rates_(gpu_),
         ws_(ws),
         net_(make_network(opt.network, topo, &ws)),

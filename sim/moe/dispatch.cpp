@@ -180,7 +180,7 @@ void sum_wire(const Topology& topo, const std::vector<Transfer>& ts, bool rdma_o
   }
 }
 
-Time with_floor(const Topology& topo, Time t) { return gpu_profile(topo.gpu_model()).launch + t; }
+Time with_floor(const Topology& topo, Time t) { return topo.gpu().launch + t; }
 
 std::optional<double> per_second(std::optional<double> bytes, Time t) {
   if (!bytes || t.count_ps() <= 0) return std::nullopt;
@@ -420,7 +420,7 @@ void check_dispatch_spec(const DispatchSpec& s, const Topology& topo) {
     throw UserError(fmt::format("--hidden: fp8 dispatch scales blocks of 128 elements; {} is not a multiple of 128",
                                 s.hidden));
   for (auto [d, opt] : {std::pair{s.dispatch_dtype, "--dispatch-dtype"}, std::pair{s.combine_dtype, "--combine-dtype"}})
-    if (d == WireDtype::fp8 && !(gpu_profile(topo.gpu_model()).peak_fp8 > 0))
+    if (d == WireDtype::fp8 && !(topo.gpu().peak_fp8 > 0))
       throw UserError(fmt::format("{}: fp8 needs FP8 tensor cores; GPU '{}' of topology '{}' has none", opt,
                                   topo.gpu_model(), topo.name()));
   if (s.load.kind == LoadModel::Kind::histogram) {

@@ -21,7 +21,7 @@ Time rank0_compute(const TaskGraph& g, const SimResult& r, bool host = false) {
 ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimResult* fwd_trace, TaskGraph* fwd_graph,
                             SimResult* bwd_trace, TaskGraph* bwd_graph) {
   const Dims d = make_dims(run.spec, run.topo.num_gpus(), run.topo.gpus_per_node());
-  const GpuProfile& gpu = gpu_profile(run.topo.gpu_model());
+  const GpuProfile& gpu = run.topo.gpu();
   const auto fops = forward_ops(run.spec, d, o);
   const auto bops = backward_ops(fops, run.spec, d, o);
   // The simulator reads no data bindings: graphs without them cost less to build.

@@ -27,7 +27,7 @@ bool has_class(const Topology& t, LinkClass c) {
 SensitivityEnd evaluate(const Topology& topo, const LayerSpec& spec, const ScheduleKeys& keys,
                         const std::string& network, Workspace& ws) {
   const Dims dims = make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
-  const GpuProfile& gpu = gpu_profile(topo.gpu_model());
+  const GpuProfile& gpu = topo.gpu();
   const AlphaBeta ab = alpha_beta_from_topology(topo, &ws);
   SensitivityEnd e;
   e.choice = auto_choice(spec, dims, ab, gpu);
@@ -78,6 +78,14 @@ std::vector<SensitivityInput> default_sensitivity_inputs(const Topology& topo) {
   // 217, azure-ndm-a100-v4-2node): 6.4 us unexplained.
   v.push_back({"nccl.launch", true, num(topo.hints().launch_us) + "us", num(topo.hints().launch_us + 6.4) + "us",
                "0 to the 6.4 us a published 16-rank AlltoAll of 1 KiB took beyond the model (validation/nccl-tests.csv:217)"});
+  // The GPU's compute: the GEMM model's validated error (parmsim validate gemm: MAPE 13.6% over
+  // 53 published cuBLAS runs) either side of the profile's sustained throughput, at most its
+  // peak; the kernel floor from the smallest cuBLAS GEMMs' device time, 2.1 us (FP16 128^3)
+  // to 4.2 us (FP32 128^3) (JuliaGPU/GemmKernels.jl#169), around the profiles' 3 us.
+  v.push_back({"compute.gemm_efficiency", true, num(1 - 0.136), num(std::min(1.136, max_gemm_efficiency(gpu_profile(topo.gpu_model())))),
+               "the GEMM model's MAPE, 13.6% either side (parmsim validate gemm; at most the peak)"});
+  v.push_back({"compute.launch", true, "2.1us", "4.2us",
+               "the smallest cuBLAS GEMMs' device time: 2.1 us (FP16 128^3) to 4.2 us (FP32 128^3), GemmKernels.jl#169"});
   // The host's time per kernel launch or collective call, eager PyTorch's: 0 (the host
   // keeps ahead) to 45 us (a whole eager model, facebookresearch/sam2#768: 53.7 ms per
   // frame for 1185 launches; docs/moe-costs.md, "The host").

@@ -93,7 +93,7 @@ std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::Alp
     own.calibration = spec.calibration.get();
     model = &own;
   }
-  const GpuProfile& gpu = gpu_profile(topo.gpu_model());
+  const GpuProfile& gpu = topo.gpu();
   const std::string chosen = moe::auto_choice(c.layer, d, *model, gpu);
   moe::LayerRun run{topo, c.layer, spec.network, spec.calibration.get(), model, ws};
   run.symmetry = spec.symmetry;

@@ -392,7 +392,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
         if (per_gpu > 0) spec.E = per_gpu * topo.num_gpus();
         try {
           moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
-          gpu_profile(topo.gpu_model()).peak(spec.dtype);
+          topo.gpu().peak(spec.dtype);
         } catch (const UserError& e) {
           if (skip) {
             s.skipped += factor;

@@ -44,10 +44,23 @@ const char* to_string(LinkClass c) {
 }
 
 Topology::Topology(std::string name, std::string gpu_model, int gpus_per_node)
-    : name_(std::move(name)), gpu_model_(std::move(gpu_model)), gpus_per_node_(gpus_per_node) {}
+    : name_(std::move(name)),
+      gpu_model_(std::move(gpu_model)),
+      gpus_per_node_(gpus_per_node),
+      gpu_(gpu_profile(gpu_model_)) {}
+
+void Topology::set_compute(double gemm_efficiency, std::optional<Time> launch) {
+  // Each dtype's sustained GEMM throughput (the profile's, or its peak where it has none)
+  // scaled; sustained() reads the field, so a dtype without a peak stays refused.
+  for (auto [peak, sustained] : {std::pair{gpu_.peak_fp32, &gpu_.sustained_fp32},
+                                 std::pair{gpu_.peak_fp16, &gpu_.sustained_fp16},
+                                 std::pair{gpu_.peak_bf16, &gpu_.sustained_bf16}})
+    if (peak > 0) *sustained = (*sustained > 0 ? *sustained : peak) * gemm_efficiency;
+  if (launch) gpu_.launch = *launch;
+}
 
 std::uint64_t Topology::gpu_memory() const {
-  return gpu_memory_ > 0 ? gpu_memory_ : gpu_profile(gpu_model_).memory_bytes;
+  return gpu_memory_ > 0 ? gpu_memory_ : gpu_.memory_bytes;
 }
 
 int Topology::add_device(Device d) {

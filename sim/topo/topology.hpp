@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/compute/gpu_profile.hpp"
 #include "sim/core/time.hpp"
 #include "sim/core/workspace.hpp"
 
@@ -163,6 +164,12 @@ class Topology {
 
   const std::string& name() const { return name_; }
   const std::string& gpu_model() const { return gpu_model_; }
+  // The GPU profile the simulation uses: the registry's profile of gpu_model(), with the
+  // topology's compute keys applied (set_compute). Everything that times a kernel reads it.
+  const GpuProfile& gpu() const { return gpu_; }
+  // The topology's `compute` keys: every GEMM dtype's sustained throughput times
+  // gemm_efficiency, and the per-kernel floor replaced by `launch` when given.
+  void set_compute(double gemm_efficiency, std::optional<Time> launch);
   // Device memory per GPU, bytes: the topology's gpu_memory key, or its GPU profile's capacity.
   std::uint64_t gpu_memory() const;
   void set_gpu_memory(std::uint64_t bytes) { gpu_memory_ = bytes; }
@@ -215,6 +222,7 @@ class Topology {
   std::string name_, gpu_model_;
   int gpus_per_node_;
   std::uint64_t gpu_memory_ = 0;  // 0: the profile's
+  GpuProfile gpu_;                // gpu_profile(gpu_model_) with set_compute applied
   Graph graph_;
   std::vector<int> gpu_vertex_;  // rank -> vertex
   std::vector<Link> links_;      // by id

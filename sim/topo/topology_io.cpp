@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <utility>
 
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
@@ -35,7 +37,18 @@ const Section kTop{"topology",
                      "back"},
                     {"nccl", "map", "{}",
                      "latencies NCCL's model leaves to the machine, and the one its net plugin reports "
-                     "(topology.nccl)"}}};
+                     "(topology.nccl)"},
+                    {"compute", "map", "{}",
+                     "the GPU profile's GEMM throughput and kernel floor, scaled or replaced (topology.compute)"}}};
+const Section kCompute{
+    "topology.compute",
+    "What-ifs and ranges on the GPU profile's compute figures (layer --sensitivity varies both; "
+    "docs/results.md). Every kernel the simulator and the closed form time sees them.",
+    {{"gemm_efficiency", "number", "1",
+      "factor on the profile's sustained GEMM throughput, every dtype (the most cuBLAS reached, "
+      "sim/compute/gpu_profile.cpp); above 0, and at most what keeps every dtype at or below its peak"},
+     {"launch", "time", "the profile's",
+      "the fixed floor of every kernel (3us in every profile: a null kernel's launch), in [0, 1ms]"}}};
 const Section kNccl{
     "topology.nccl",
     "Latencies NCCL's cost model (docs/collectives.md) takes from the machine rather than its tables. "
@@ -111,7 +124,7 @@ const Section kFabric{
       "fat_tree: leaf down bandwidth / up bandwidth; rail (with spines): a rail's down bandwidth (nodes x "
       "bandwidth) / its uplinks' total"},
      {"transport", "string", "ib", transport_help()}}};
-SectionRegistrar r1(kTop), r2(kNode), r3(kDevice), r4(kLink), r5(kFabric), r6(kEff), r7(kNccl);
+SectionRegistrar r1(kTop), r2(kNode), r3(kDevice), r4(kLink), r5(kFabric), r6(kEff), r7(kNccl), r8(kCompute);
 
 // Bounds on a topology's size (memory grows with links, about 150 bytes each).
 constexpr std::int64_t kMaxGpus = std::int64_t{1} << 20;
@@ -333,7 +346,7 @@ Topology build(const YamlReader& top) {
     }
   }
   LinkEfficiency eff;
-  eff.nvlink = gpu_profile(t.gpu_model()).nvlink_efficiency;
+  eff.nvlink = t.gpu().nvlink_efficiency;
   eff.pcie = 0.75;
   if (auto e = top.opt("link_efficiency")) {
     e->check_keys(kEff);
@@ -368,6 +381,25 @@ Topology build(const YamlReader& top) {
                           "one to NCCL for {} (75us on AWS p4d, p4de and p5, 35us on p5en)",
                           found->plugin, name));
   }
+  if (auto c = top.opt("compute")) {
+    c->check_keys(kCompute);
+    double factor = 1;
+    if (auto v = c->opt("gemm_efficiency")) {
+      factor = v->as_double();
+      const GpuProfile& g = t.gpu();
+      const double most = max_gemm_efficiency(g);
+      if (!(factor > 0) || !(factor <= most))
+        v->fail(fmt::format("a factor above 0 and at most {:.4g} (the {} profile's peak over its sustained GEMM "
+                            "throughput, for the dtype nearest its peak)",
+                            most, g.name));
+    }
+    std::optional<Time> launch;
+    if (auto v = c->opt("launch")) {
+      launch = v->as_time();
+      if (*launch < Time{} || *launch > Time::us(1000)) v->fail("a time in [0, 1ms], e.g. 3us");
+    }
+    t.set_compute(factor, launch);
+  }
   if (auto m = top.opt("gpu_memory")) {
     const std::uint64_t v = m->as_size();
     if (v == 0) m->fail("a memory size above 0, e.g. 11GiB");
@@ -397,9 +429,14 @@ Topology build(const YamlReader& top) {
   return t;
 }
 
-// An override may add gpu_memory to a file without it (a what-if card on any topology:
-// --topo-set gpu_memory=48GiB, a sweep's set or grid); every other key must exist already.
-bool adds_allowed(const std::string& o) { return o.rfind("gpu_memory=", 0) == 0; }
+// An override may add gpu_memory and the compute keys to a file without them (a what-if card
+// on any topology: --topo-set gpu_memory=48GiB or compute.gemm_efficiency=0.9, a sweep's set or
+// grid); every other key must exist already (a typo is reported, never added).
+bool adds_allowed(const std::string& o) {
+  for (const char* k : {"gpu_memory=", "compute.gemm_efficiency=", "compute.launch="})
+    if (o.rfind(k, 0) == 0) return true;
+  return false;
+}
 
 }  // namespace
 
@@ -407,7 +444,7 @@ Topology parse_topology_text(const std::string& text, const std::string& name,
                              const std::vector<std::string>& overrides, const std::vector<std::string>& overlay) {
   YamlReader r = YamlReader::load_string(text, name);
   for (const auto& o : overlay) apply_override(r.node(), o, name + ": overlay", true, true);
-  for (const auto& o : overrides) apply_override(r.node(), o, name + ": override", adds_allowed(o));
+  for (const auto& o : overrides) apply_override(r.node(), o, name + ": override", adds_allowed(o), adds_allowed(o));
   return build(r);
 }
 
@@ -415,7 +452,7 @@ Topology load_topology(const std::string& file, const std::vector<std::string>& 
                        const std::vector<std::string>& overlay) {
   YamlReader r = YamlReader::load_file(file);
   for (const auto& o : overlay) apply_override(r.node(), o, file + ": overlay", true, true);
-  for (const auto& o : overrides) apply_override(r.node(), o, file + ": override", adds_allowed(o));
+  for (const auto& o : overrides) apply_override(r.node(), o, file + ": override", adds_allowed(o), adds_allowed(o));
   return build(r);
 }
 

@@ -209,7 +209,7 @@ MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
       moe::apply_keys(&spec, &keys, split_csv(m.layer, m.where), m.where);
       if (!sys.keys.empty()) moe::apply_keys(&spec, &keys, split_csv(std::string(sys.keys), m.where), m.where);
       const Topology topo = parse_topology_text(moe_validation_topology(m), m.where + " (generated topology)");
-      gpu_profile(topo.gpu_model()).peak(spec.dtype);  // an unsupported dtype is the row's error
+      topo.gpu().peak(spec.dtype);  // an unsupported dtype is the row's error
       moe::make_dims(spec, topo.num_gpus(), topo.gpus_per_node());
       const moe::LayerRun run{topo, spec, "flow", nullptr, nullptr, &ws};
       const moe::ScheduleResult s = moe::run_schedule(run, moe::schedule_options(std::string(sys.schedule), keys));
