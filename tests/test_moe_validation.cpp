@@ -148,3 +148,29 @@ TEST_CASE("validation/moe.csv: at least 30 rows from 4 sources, every system kno
   CHECK(rows.size() >= 30);
   CHECK(sources.size() >= 4);
 }
+
+TEST_CASE("validate moe names a source whose time does not follow the work, and keeps it in the headline",
+          "[moe][validation]") {
+  // Source "h" (a host-bound harness): B=1 then B=4, 4x the tokens, 10.0 and 12.0 ms (1.2x < 1.25x).
+  // Source "w": B=1 then B=4 at 10.0 and 30.0 ms (3x: the time follows the work). Source "n":
+  // B=1 and B=2 at 10 and 10.5 ms (2x the tokens is under the 4x the check needs).
+  const std::string h = "h,Megatron,megatron-alltoall,v,h100,8,8,nvswitch,";
+  const std::string w = "w,Megatron,megatron-alltoall,v,h100,8,8,nvswitch,";
+  const std::string n = "n,Megatron,megatron-alltoall,v,h100,8,8,nvswitch,";
+  const std::string keys = ",4096,4096,14336,8,2,,1,8,bf16,layer_fwd,";
+  const Csv c(h + "1" + keys + "10.0,src\n" + h + "4" + keys + "12.0,src\n" + w + "1" + keys + "10.0,src\n" + w +
+              "4" + keys + "30.0,src\n" + n + "1" + keys + "10.0,src\n" + n + "2" + keys + "10.5,src\n");
+  const MoeValidation v = validate_moe(load_moe_measurements(c.path));
+  REQUIRE(v.flat_sources.size() == 1);
+  const FlatSource& f = v.flat_sources.at("h");
+  CHECK(f.line_small == 2);
+  CHECK(f.line_large == 3);
+  CHECK(f.tokens_ratio == 4.0);
+  CHECK(f.time_ratio == Approx(1.2));
+  // The headline keeps every modelled row; the second MAPE leaves out h's two.
+  CHECK(v.counted == 6);
+  CHECK(v.counted_work_bound == 4);
+  double sum = 0;
+  for (int i = 2; i < 6; ++i) sum += std::abs(v.rows[i].error_pct);
+  CHECK(v.mape_work_bound == Approx(sum / 4));
+}

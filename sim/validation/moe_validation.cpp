@@ -151,6 +151,10 @@ std::vector<MoeMeasurement> load_moe_measurements(const std::string& path) {
         moe::ScheduleKeys keys;
         moe::apply_keys(&spec, &keys, split_csv(m.layer, where), where);
         m.measured_ms = positive_number(get("measured_ms"), "measured_ms", where);
+        m.B = spec.B;
+        m.work_group = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|L={},M={},H={},E={},k={},f={},mp={},ep={}", m.source_id,
+                                   m.system, m.parmsim_system->name, m.gpu, m.gpus, m.node, m.dtype, m.what, get("L"),
+                                   get("M"), get("H"), get("E"), get("k"), get("f"), mp, ep);
         m.source = required("source");
         rows.push_back(std::move(m));
       });
@@ -230,6 +234,21 @@ MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
     v.rows.push_back(std::move(r));
   }
   if (v.counted) v.mape = sum / v.counted;
+  // Sources whose time does not follow the work: the first pair of rows (in file order) that
+  // differ only in B, with kWorkRatio times the tokens or more and under kFlatRatio times the time.
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      const MoeMeasurement &a = rows[i], &b = rows[j];
+      if (a.work_group != b.work_group || v.flat_sources.count(a.source_id)) continue;
+      const double tokens = static_cast<double>(b.B) / static_cast<double>(a.B), time = b.measured_ms / a.measured_ms;
+      if (tokens >= FlatSource::kWorkRatio && time < FlatSource::kFlatRatio)
+        v.flat_sources[a.source_id] = {a.line, b.line, tokens, time};
+    }
+  double sum_work = 0;
+  for (const MoeValidationRow& r : v.rows)
+    if (r.status == "modelled" && !v.flat_sources.count(r.m.source_id))
+      sum_work += std::abs(r.error_pct), ++v.counted_work_bound;
+  if (v.counted_work_bound) v.mape_work_bound = sum_work / v.counted_work_bound;
   if (v.counted_nearest) v.mape_nearest = sum_nearest / v.counted_nearest;
   v.mape_source = by_source.means(), v.count_source = by_source.count;
   v.mape_system = by_system.means(), v.count_system = by_system.count;

@@ -15,6 +15,7 @@
 // AlltoAll dispatcher: how far the model is from the faster kernels), or not
 // predicted at all (Flux's fused kernels). A row whose dtype parmsim has no
 // model of (fp8) is not predicted either.
+#include <cstdint>
 #include <map>
 #include <span>
 #include <string>
@@ -49,6 +50,8 @@ struct MoeMeasurement {
   std::string layer;
   bool dropless = false;
   double measured_ms = 0;
+  std::int64_t B = 0;       // samples per GPU, the key a source's batch variants vary
+  std::string work_group;   // the row's columns but B and measured_ms: rows that differ only in B
 };
 
 // Throws UserError "FILE:LINE: column 'X': ..." for a missing column or a bad value.
@@ -68,10 +71,26 @@ struct MoeValidationRow {
   double predicted_ms = 0, error_pct = 0;  // 100 * (predicted - measured) / measured
 };
 
+// A source whose time does not follow the layer's work: among its rows, two that differ only in
+// B, the larger with at least kWorkRatio times the tokens (and so at least that much of every
+// GEMM's FLOPs and every AlltoAll's bytes), measured less than kFlatRatio times apart. What
+// such a source times is bound by something no layer key drives (a host-bound harness), and
+// parmsim's layer keys cannot predict it; the check reads the measurements alone.
+struct FlatSource {
+  static constexpr double kWorkRatio = 4, kFlatRatio = 1.25;
+  int line_small = 0, line_large = 0;  // the two rows
+  double tokens_ratio = 0, time_ratio = 0;
+};
+
 struct MoeValidation {
   std::vector<MoeValidationRow> rows;
   double mape = 0;  // over the modelled rows
   int counted = 0;
+  // Sources whose time does not follow the work (FlatSource), and the MAPE of the modelled
+  // rows of the other sources.
+  std::map<std::string, FlatSource> flat_sources;
+  double mape_work_bound = 0;
+  int counted_work_bound = 0;
   double mape_nearest = 0;  // over the rows run as their nearest system
   int counted_nearest = 0;
   // Over the predicted rows (modelled and nearest), keyed by source_id and by
