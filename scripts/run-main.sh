@@ -43,6 +43,8 @@ $bin layer -t topologies/dgx-h100.yaml --topo-set nodes=4 --set B=4,L=512,M=1024
 mv "$out/sensitivity-dgx-h100-4nodes.json.tmp" "$out/sensitivity-dgx-h100-4nodes.json"
 /usr/bin/python3 scripts/sensitivity_table.py --out "$out/sensitivity.md" "$out"/sensitivity-parm-32gpu.json \
   "$out"/sensitivity-pcie-8gpu.json "$out"/sensitivity-dgx-h100-4nodes.json
+/usr/bin/python3 scripts/sensitivity_table.py --out "$out/sensitivity-testbeds.md" "$out"/sensitivity-parm-32gpu.json \
+  "$out"/sensitivity-pcie-8gpu.json
 $bin simulate -t topologies/dgx-h100.yaml -g experiments/graphs/overlap-demo.yaml \
   --trace "$out/overlap-demo.trace.json" --csv "$out/overlap-demo.trace.csv" > /dev/null
 echo "== calibration loop on the CPU executor: calibrate, execute a held-out layer, compare"
