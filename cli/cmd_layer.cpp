@@ -53,6 +53,7 @@ Output, per schedule (forward + backward of one layer):
 --json gives the same per schedule (schedules.NAME.phases: phase -> us of the critical path).)");
   struct Args {
     std::string topo, topo_set, overlay, set, layer_file, schedule = "all", network = "flow", trace, calibration;
+    std::string trace_ranks = "auto";
     bool search = false, json = false, sensitivity = false, estimate = false, no_symmetry = false;
     std::vector<std::string> vary;
     std::string max_memory;
@@ -73,6 +74,12 @@ Output, per schedule (forward + backward of one layer):
   c->add_option("--trace", a->trace,
                 "write one trace of every schedule run, forward and backward (each pass a process of its own, the "
                 "backward pass after the forward), to FILE: Chrome/Perfetto JSON, or CSV when FILE ends in .csv");
+  c->add_option("--trace-ranks", a->trace_ranks,
+                "with --trace: all (every rank), classes (one rank per class of symmetric ranks, the ranks the "
+                "simulation ran; each stands for its class, and the trace says so) or auto (all up to 256 GPUs, "
+                "classes above)")
+      ->check(CLI::IsMember({"all", "classes", "auto"}))
+      ->capture_default_str();
   c->add_flag("--search", a->search, "try every combination of the builder's options and report the best");
   c->add_flag("--json", a->json, "print JSON instead of tables");
   c->add_flag("--sensitivity", a->sensitivity,
@@ -180,6 +187,7 @@ Output, per schedule (forward + backward of one layer):
     run.symmetry = !a->no_symmetry;
     run.phases = true;
     std::vector<moe::ScheduleResult> results;
+    std::string trace_classes;  // what the trace holds when not every rank
     // Each schedule's graphs and simulations, kept for the trace.
     std::vector<TaskGraph> graphs;
     std::vector<SimResult> sims;
@@ -201,10 +209,20 @@ Output, per schedule (forward + backward of one layer):
     }
     if (!a->trace.empty()) {
       std::vector<TracePart> parts;
-      for (std::size_t i = 0; i < names.size(); ++i) {
-        parts.push_back({names[i], "forward", &graphs[2 * i], &sims[2 * i], Time::zero()});
-        parts.push_back({names[i], "backward", &graphs[2 * i + 1], &sims[2 * i + 1], sims[2 * i].makespan});
-      }
+      // Above the route table's 256 GPUs a trace of every rank grows with P (45 MB for 1024 GPUs):
+      // auto writes the ranks the simulation ran, one per class, there.
+      const bool classes =
+          a->trace_ranks == "classes" || (a->trace_ranks == "auto" && topo.num_gpus() > Topology::kRouteTableGpus);
+      for (std::size_t i = 0; i < names.size(); ++i)
+        for (std::size_t pass = 0; pass < 2; ++pass) {
+          const TaskGraph& g = graphs[2 * i + pass];
+          const SimResult& r = sims[2 * i + pass];
+          parts.push_back({names[i], pass ? "backward" : "forward", &g, &r,
+                           pass ? sims[2 * i].makespan : Time::zero(), classes ? representative_ranks(g, r) : 0});
+          if (classes && r.symmetry > 1) trace_classes = fmt::format(
+              "ranks 0-{} of {}, one per class of symmetric ranks (--trace-ranks all for every rank)",
+              representative_ranks(g, r) - 1, g.num_ranks());
+        }
       // .csv: the per-task trace CSV; anything else: Chrome/Perfetto JSON.
       const bool csv = a->trace.size() > 4 && a->trace.substr(a->trace.size() - 4) == ".csv";
       write_atomically(a->trace, [&](std::ostream& os) {
@@ -276,6 +294,7 @@ Output, per schedule (forward + backward of one layer):
       j["G"] = dims.G;
       j["N_EP"] = dims.n_ep;
       if (!a->trace.empty()) j["trace"] = a->trace;
+      if (!trace_classes.empty()) j["trace_ranks"] = trace_classes;
       nlohmann::json sch = nlohmann::json::object();
       for (std::size_t i = 0; i < names.size(); ++i) {
         const auto& r = results[i];
@@ -403,7 +422,8 @@ Output, per schedule (forward + backward of one layer):
       fmt::print("\n");
     }
     if (!a->trace.empty())
-      fmt::print("trace: {} ({}; forward and backward)\n", a->trace, fmt::join(names, ", "));
+      fmt::print("trace: {} ({}; forward and backward{})\n", a->trace, fmt::join(names, ", "),
+                 trace_classes.empty() ? "" : "; " + trace_classes);
     if (sens) {
       fmt::print("\nsensitivity: auto's speedup over the baseline, each input at the ends of its range, the rest as "
                  "given (nominal {:.2f}x; auto picks {}, the simulator finds {} faster)\n",

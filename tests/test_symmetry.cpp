@@ -5,7 +5,10 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <sstream>
+
 #include "sim/engine/simulator.hpp"
+#include "sim/engine/trace_writer.hpp"
 #include "sim/graph/graph_io.hpp"
 #include "sim/moe/layer.hpp"
 #include "sim/moe/layer_keys.hpp"
@@ -224,4 +227,49 @@ TEST_CASE("routes that do not follow the shift are caught as flows start", "[sym
   // With 4 spines the picks move by 64 = 0 (mod 4): the shift holds (order 12).
   const Topology ok = topo("fat-tree-1024", {"nodes=48", "fabric.nodes_per_leaf=4", "fabric.spines=4"});
   CHECK(same_both_ways(g, ok) == 12);
+}
+
+TEST_CASE("a trace of representatives writes the ranks the simulation ran, and says what each stands for",
+          "[symmetry][trace]") {
+  // A direct AlltoAll over parm-32gpu's 32 GPUs (8 servers of 4): a shift by one server maps it
+  // onto itself, so symmetry runs ranks 0-3 (32 / 8) and each stands for 8.
+  const Topology t = topo("parm-32gpu");
+  const TaskGraph g = direct_alltoall(32, 1 << 20);
+  const SimResult r = simulate(g, t);
+  REQUIRE(r.symmetry == 8);
+  CHECK(representative_ranks(g, r) == 4);
+  auto csv = [&](int ranks) {
+    std::ostringstream os;
+    const TracePart part{"s1", "forward", &g, &r, Time::zero(), ranks};
+    write_trace_csv(os, std::span<const TracePart>(&part, 1));
+    return os.str();
+  };
+  auto lines = [](const std::string& s) {
+    std::vector<std::string> v;
+    std::istringstream is(s);
+    for (std::string l; std::getline(is, l);) v.push_back(l);
+    return v;
+  };
+  int rep_tasks = 0;
+  for (const Task& task : g.tasks()) rep_tasks += task.rank < 4;
+  const std::vector<std::string> some = lines(csv(representative_ranks(g, r)));
+  REQUIRE(some.size() == static_cast<std::size_t>(1 + rep_tasks));
+  CHECK(some[0].substr(some[0].rfind(',') + 1) == "stands_for");
+  for (std::size_t i = 1; i < some.size(); ++i) {
+    // rank is the 5th column; stands_for, the last, is 8 on every row.
+    std::vector<std::string> f;
+    std::istringstream is(some[i]);
+    for (std::string x; std::getline(is, x, ',');) f.push_back(x);
+    CHECK(std::stoi(f.at(4)) < 4);
+    CHECK(f.back() == "8");
+  }
+  // Every rank: a row per task and no stands_for column.
+  const std::vector<std::string> all = lines(csv(0));
+  CHECK(all.size() == 1 + g.tasks().size());
+  CHECK(all[0].find("stands_for") == std::string::npos);
+  // The Chrome trace names the ranks in its process name.
+  std::ostringstream js;
+  const TracePart part{"s1", "forward", &g, &r, Time::zero(), 4};
+  write_chrome_trace(js, std::span<const TracePart>(&part, 1));
+  CHECK(js.str().find("ranks 0-3 of 32, one per class of symmetric ranks: each stands for 8") != std::string::npos);
 }

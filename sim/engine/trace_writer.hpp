@@ -25,8 +25,16 @@ struct TracePart {
   const TaskGraph* graph = nullptr;
   const SimResult* result = nullptr;
   Time offset;
+  // Write only ranks below this (0: every rank). A run simulated by symmetry classes
+  // (SimResult::symmetry > 1) ran ranks 0 .. representative_ranks(r) - 1; each stands for
+  // its class, and the file says so.
+  int ranks = 0;
 };
-// CSV: run,pass, then the columns above; times on the file's clock.
+// The ranks a run simulated, each standing for SimResult::symmetry ranks: the first
+// P / symmetry (docs/performance.md, "Symmetry").
+inline int representative_ranks(const TaskGraph& g, const SimResult& r) { return g.num_ranks() / r.symmetry; }
+// CSV: run,pass, then the columns above; times on the file's clock. With a part that writes
+// representatives only, a last column `stands_for`: the ranks each row stands for.
 void write_trace_csv(std::ostream& os, std::span<const TracePart> parts);
 // Chrome / Perfetto JSON: a process per part ("s1 forward"), a thread per rank
 // and stream ("rank 0 compute"); ts/dur in us on the file's clock.
