@@ -4,9 +4,12 @@
 #include <bit>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "backend/cpu/cpu_executor.hpp"
 #include "backend/cpu/moe_kernels.hpp"
 #include "backend/reference/moe_reference.hpp"
+#include "sim/core/error.hpp"
 
 namespace parmsim::exec {
 namespace {
@@ -74,10 +77,21 @@ void load(Memory& mem, const moe::LayerSpec& s, const moe::Dims& d, const Data& 
 }
 
 moe::Dims dims_for(const moe::LayerSpec& s, const Cluster& c) {
+  check_executable(s);
   return moe::make_dims(s, c.gpus, c.gpus_per_node);
 }
 
 }  // namespace
+
+void check_executable(const moe::LayerSpec& s) {
+  // The executors' kernels (backend/cpu, backend/device) run ungated experts
+  // and no shared experts; those are timed by the simulator alone.
+  if (s.glu || s.shared_H > 0)
+    throw UserError(fmt::format("--set {}: the executors (verify, execute) run ungated routed experts only "
+                                "(fc1 -> activation -> fc2); gated and shared experts are timed by the simulator: "
+                                "parmsim layer",
+                                s.glu && s.shared_H > 0 ? "glu, shared_H" : s.glu ? "glu" : "shared_H"));
+}
 
 float round_to(DType d, float v) {
   if (d == DType::bf16) {

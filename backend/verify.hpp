@@ -27,6 +27,8 @@ struct VerifyResult {
 // The small layer `verify`, `execute` and `compare` start from before --set:
 // B=2, L=8, M=16, H=32, E=8, k=2, f=2, mp=2.
 moe::LayerSpec small_layer();
+// A UserError when the layer has what the executors do not run (glu, shared_H).
+void check_executable(const moe::LayerSpec& s);
 
 struct Cluster {
   int gpus = 8, gpus_per_node = 8;

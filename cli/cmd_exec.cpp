@@ -71,6 +71,7 @@ struct LayerArgs {
     if (s.ds_moe == moe::DsMoe::v0_14_5)
       throw UserError("--set ds_moe=0.14.5: the executors run the 0.14.4 and lean baselines only (0.14.5 is timed by "
                       "the simulator: parmsim layer)");
+    exec::check_executable(s);
     if (keys->shaped && (schedule == "baseline" || schedule == "search"))
       throw UserError(fmt::format("--set: {} shape the Parm schedules; --schedule {} would ignore them",
                                   moe::parm_shaping_key_names(), schedule));

@@ -188,6 +188,7 @@ struct Clock {
       case MoeStep::iorder:
       case MoeStep::experts:
       case MoeStep::kernel:
+      case MoeStep::shared:
       case MoeStep::slot_slice: {
         double one = kernels_seconds(op, backward, s, d, rates, ab.calibration);
         if (op.kind == MoeStep::experts) {
@@ -303,6 +304,7 @@ struct Clock {
       case MoeStep::order:
       case MoeStep::iorder:
       case MoeStep::kernel:
+      case MoeStep::shared:
       case MoeStep::slot_slice:
       case MoeStep::experts: {
         MoeOp copy = o;

@@ -62,6 +62,8 @@ class GraphBuilder {
         return op.backward ? iorder_bwd(op) : iorder(op);
       case MoeStep::kernel:
         return kernel_task(op);
+      case MoeStep::shared:  // timing only: the executors refuse shared_H (backend/verify.cpp)
+        return timing_only(kernels(op, s_, d_), op.backward);
       case MoeStep::split:
       case MoeStep::mp_gather_free:
         return;  // views: no work, no task

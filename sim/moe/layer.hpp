@@ -65,6 +65,14 @@ struct LayerSpec {
   // PyTorch issues them one at a time (docs/moe-costs.md, "The host"). Zero:
   // the host keeps ahead of the GPU, as parmsim modelled it before.
   Time host_op;
+  // Gated experts (SwiGLU, docs/moe-costs.md "Gated experts"): fc1 is M -> 2H
+  // (the gate and up projections side by side), the activation silu(a) * b
+  // takes both halves to H, fc2 is H -> M. false: fc1 M -> H, one activation.
+  bool glu = false;
+  // Shared experts' total intermediate size (0: none): a dense FFN every token
+  // of the rank's S goes through beside the routed experts, sharded over mp as
+  // they are, gated when glu is (docs/moe-costs.md, "Shared experts").
+  std::int64_t shared_H = 0;
 };
 
 enum class Split { before_gate, after_order };
@@ -157,7 +165,8 @@ enum class MoeStep {
   saa,
   rs_then,
   kernel,
-  slot_slice
+  slot_slice,
+  shared  // the shared experts' dense FFN on the rank's S tokens (LayerSpec::shared_H)
 };
 enum class GroupKind { ep, esp, mp, world };
 // What a collective step moves, where the graph builder's data bindings need

@@ -55,6 +55,14 @@ Kernel mem(const char* name, OpKind op, u64 bytes, int launches = 1) {
   return k;
 }
 
+// Elements the FFN activation moves per row, in units of the (sharded)
+// intermediate width h. Ungated: reads h, writes h; backward reads the
+// gradient and the saved input, writes h. Gated (SwiGLU, silu(a) * b over fc1's
+// two halves: megatron/core/fusions/fused_bias_swiglu.py@d98e8a64 L16-26):
+// reads 2h, writes h; backward (swiglu_back, L80-95) reads the gradient (h)
+// and both saved halves (2h), writes both halves' gradients (2h).
+u64 act_units(bool glu, bool backward) { return glu ? (backward ? 5 : 3) : (backward ? 3 : 2); }
+
 // The capacity a gate over t tokens works with.
 u64 gate_capacity(u64 t, const Dims& d) {
   return t == static_cast<u64>(d.S) ? static_cast<u64>(d.T_base) : static_cast<u64>(d.T_parm);
@@ -156,14 +164,27 @@ inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool back
       const u64 reps = static_cast<u64>(expert_repeats(s, d));
       const u64 batch = lean ? static_cast<u64>(d.E_local) : 1;
       const u64 rows = static_cast<u64>(o.elems) / M / reps / batch;
-      Kernel act = mem("expert_act", OpKind::activation, (backward ? 3 : 2) * rows * h * b * batch);
+      // Gated (glu): fc1's output is 2h wide (the gate and up projections side by side), see act_units.
+      const u64 h1 = s.glu ? 2 * h : h;
+      Kernel act = mem("expert_act", OpKind::activation, act_units(s.glu, backward) * rows * h * b * batch);
       if (!backward)
-        return emit(out, gemm("expert_fc1", rows, h, M, batch, b), act, gemm("expert_fc2", rows, M, h, batch, b));
+        return emit(out, gemm("expert_fc1", rows, h1, M, batch, b), act, gemm("expert_fc2", rows, M, h, batch, b));
       if (lean) {  // parmsim's earlier backward: data and weight gradients as one batched kernel of twice the work
-        return emit(out, gemm("expert_fc2", rows, M, h, 2 * batch, b), act, gemm("expert_fc1", rows, h, M, 2 * batch, b));
+        return emit(out, gemm("expert_fc2", rows, M, h, 2 * batch, b), act, gemm("expert_fc1", rows, h1, M, 2 * batch, b));
       }
       return emit(out, gemm("expert_fc2_dgrad", rows, h, M, 1, b), gemm("expert_fc2_wgrad", h, M, rows, 1, b), act,
-              gemm("expert_fc1_dgrad", rows, M, h, 1, b), gemm("expert_fc1_wgrad", M, h, rows, 1, b));
+              gemm("expert_fc1_dgrad", rows, M, h1, 1, b), gemm("expert_fc1_wgrad", M, h1, rows, 1, b));
+    }
+    case MoeStep::shared: {
+      // The shared experts on the rank's t = S tokens, a dense FFN sharded
+      // over mp (hs = shared_H/G), gated with glu: the experts' kernels above
+      // on one weight set, with the data and weight gradients in backward.
+      const u64 hs = static_cast<u64>(s.shared_H) / d.G, hs1 = s.glu ? 2 * hs : hs;
+      Kernel act = mem("shared_act", OpKind::activation, act_units(s.glu, backward) * t * hs * b);
+      if (!backward)
+        return emit(out, gemm("shared_fc1", t, hs1, M, 1, b), act, gemm("shared_fc2", t, M, hs, 1, b));
+      return emit(out, gemm("shared_fc2_dgrad", t, hs, M, 1, b), gemm("shared_fc2_wgrad", hs, M, t, 1, b), act,
+                  gemm("shared_fc1_dgrad", t, M, hs1, 1, b), gemm("shared_fc1_wgrad", M, hs1, t, 1, b));
     }
     case MoeStep::kernel: {
       Kernel x;

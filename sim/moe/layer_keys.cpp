@@ -142,6 +142,14 @@ std::string get_count(const LayerSpec& s, const ScheduleOptions&) {
   return num(s.*Field);
 }
 std::string get_mp(const LayerSpec& s, const ScheduleOptions&) { return num(s.mp); }
+void set_glu(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.glu = parse_bool(k, v, w);
+}
+void set_shared_H(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.shared_H = parse_int(k, v, w, 0);
+}
+std::string get_glu(const LayerSpec& s, const ScheduleOptions&) { return s.glu ? "true" : "false"; }
+std::string get_shared_H(const LayerSpec& s, const ScheduleOptions&) { return num(s.shared_H); }
 std::string get_f(const LayerSpec& s, const ScheduleOptions&) { return fmt::format("{}", s.f); }
 std::string get_dtype(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.dtype); }
 std::string get_ds_moe(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.ds_moe); }
@@ -161,7 +169,7 @@ constexpr KeyScope L = KeyScope::layer, S = KeyScope::schedule;
 
 // The defaults shown are LayerSpec's and s1's (layer.hpp); tests/test_registries.cpp checks them.
 // The layer keys' order is the order of spec_string() and of the sweep CSV's columns.
-constexpr std::array<LayerKey, 19> kKeys = {{
+constexpr std::array<LayerKey, 21> kKeys = {{
     {"B", "int", "4", "samples per GPU (B*L tokens enter the layer on each GPU)", L, {}, set_count<&LayerSpec::B>, get_count<&LayerSpec::B>, true},
     {"L", "int", "512", "tokens per sample", L, {}, set_count<&LayerSpec::L>, get_count<&LayerSpec::L>, true},
     {"M", "int", "1024", "model (embedding) size", L, {}, set_count<&LayerSpec::M>, get_count<&LayerSpec::M>, true},
@@ -183,6 +191,13 @@ constexpr std::array<LayerKey, 19> kKeys = {{
     {"host_op", "time", "0us",
      "host time per kernel launch and per collective call, eager PyTorch's (0: the host keeps ahead of the GPU; "
      "docs/moe-costs.md)", L, {}, set_host_op, get_host_op},
+    {"glu", "bool", "false",
+     "gated experts (SwiGLU): fc1 M -> 2H, silu(a)*b, fc2 H -> M; 1.5x the expert GEMMs and weights "
+     "(docs/moe-costs.md, \"Gated experts\")", L, {}, set_glu, get_glu, false, false, false},
+    {"shared_H", "int", "0",
+     "shared experts' total intermediate size (0: none): a dense FFN on every token beside the routed experts, "
+     "sharded over mp (docs/moe-costs.md, \"Shared experts\")", L, {}, set_shared_H, get_shared_H, false, false,
+     false},
     {"split", "string", "before_gate", "Parm MP-Split: before_gate | after_order", S, kSplit, set_split, get_split,
      false, true},
     {"gather", "string", "schedule", "MP-AllGather: after_iorder (O) | before_iorder (D)", S, kGather, set_gather,
@@ -212,7 +227,7 @@ const LayerKey* find_layer_key(std::string_view name) { return find_named(layer_
 std::string layer_key_columns(std::string_view sep) {
   std::vector<std::string_view> v;
   for (const LayerKey& k : kKeys)
-    if (k.scope == KeyScope::layer) v.push_back(k.name);
+    if (k.scope == KeyScope::layer && k.column) v.push_back(k.name);
   return join_names(v, sep, sep);
 }
 
@@ -220,7 +235,7 @@ std::string layer_key_values(const LayerSpec& spec, std::string_view sep) {
   const ScheduleOptions unused;
   std::string out;
   for (const LayerKey& k : kKeys)
-    if (k.scope == KeyScope::layer) out += (out.empty() ? "" : std::string(sep)) + k.get(spec, unused);
+    if (k.scope == KeyScope::layer && k.column) out += (out.empty() ? "" : std::string(sep)) + k.get(spec, unused);
   return out;
 }
 

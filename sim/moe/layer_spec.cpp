@@ -219,6 +219,10 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
     check_count(s, 2 * S * E * C * M, {"M", "f", "k", "B", "L", "E"}, "the dispatch einsum's FLOPs 2*B*L*E*C*M");
     check_count(s, 2 * E * (C + G) * M * H, {"M", "H", "f", "k", "B", "L", "E"},
                 "the experts' FLOPs 2*E*C*M*H");
+    // Gated experts: fc1 twice as wide, 3*E*C*M*H FLOPs in all.
+    if (s.glu)
+      check_count(s, 3 * E * (C + G) * M * H, {"M", "H", "f", "k", "B", "L", "E"},
+                  "the gated experts' FLOPs 3*E*C*M*H");
   }
   if (d.S % s.mp != 0)
     throw UserError(
@@ -230,6 +234,14 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
     throw UserError(fmt::format("capacity of zero tokens per expert: k*f*B*L/(mp*E) = {}*{}*{}/({}*{}) < 1", s.k, s.f,
                                 d.S, s.mp, s.E));
   if (s.H % s.mp != 0) throw UserError(fmt::format("H={} must be divisible by mp={} (expert sharding)", s.H, s.mp));
+  if (s.shared_H < 0 || s.shared_H % s.mp != 0)
+    throw UserError(fmt::format("key 'shared_H': {} must be a multiple of mp={} (the shared experts are sharded as the "
+                                "routed ones), or 0 for none", s.shared_H, s.mp));
+  // The shared experts' FLOPs, 3*S*M*shared_H gated (2* without), against the same bound.
+  if (s.shared_H > 0 && __int128{3} * d.S * s.M * s.shared_H > kMaxCount)
+    throw UserError(fmt::format("layer too large: keys 'shared_H', 'M', 'B', 'L' (shared_H={}, M={}, B={}, L={}): the "
+                                "shared experts' FLOPs 3*B*L*M*shared_H overflow the simulator's 64-bit counts (at "
+                                "most 2^60)", s.shared_H, s.M, s.B, s.L));
   d.dtype_bytes = dtype_bytes(s.dtype);
   return d;
 }

@@ -121,13 +121,31 @@ OpMem describe(const MoeOp& o, const LayerSpec& s, const Dims& d, u128 in) {
       // gradient) and the activation's output (for fc2's weight gradient), [rows, H/G] each.
       const u128 R = n / M;
       const u128 reps = lean ? 1 : static_cast<u128>(d.E_local);
+      // Gated (glu): fc1's output is [rows, 2H/G], saved whole by the SwiGLU for its backward
+      // (SwiGLUFunction: ctx.save_for_backward(input), megatron/core/fusions/fused_bias_swiglu.py
+      // @d98e8a64 L235), beside the activation's [rows, H/G] output that fc2 saves.
+      const u128 w = s.glu ? 2 : 1;
       m.keep_in = true;
-      m.saved = 2 * R * h * b;
+      m.saved = (w + 1) * R * h * b;
       m.out = R * M * b;
       // torch.cat copies: the experts' outputs and the concatenation are alive together.
       if (!lean) m.temp = R * M * b;
       // Backward, one expert at a time: the gradients of its activation output and fc1 output.
-      m.bwd_temp = 2 * (R / reps) * h * b;
+      m.bwd_temp = (w + 1) * (R / reps) * h * b;
+      break;
+    }
+    case MoeStep::shared: {
+      // The shared experts on the layer's input (the rank's S tokens, kept: it is the input):
+      // fc1's output and the activation's, saved as the routed experts' are; their output
+      // [S, M] lives until the layer adds it to the combined tokens (moe_layer.py@d98e8a64
+      // L594-595), the AllReduce after it in place. The routed path's buffer is untouched.
+      const u128 hs = static_cast<u128>(s.shared_H / d.G), w = s.glu ? 2 : 1;
+      m.view = true;
+      m.saved = (w + 1) * t * hs * b;
+      m.fwd_only = t * M * b;
+      // Backward: the gradients of fc1's and the activation's outputs, and the input's
+      // gradient it adds to the layer's.
+      m.bwd_temp = (w + 1) * t * hs * b + t * M * b;
       break;
     }
     case MoeStep::iorder: {
@@ -163,9 +181,12 @@ MemoryPeak peak_memory(std::span<const MoeOp> fwd, const LayerSpec& s, const Dim
   const u128 b = static_cast<u128>(d.dtype_bytes), M = static_cast<u128>(s.M);
   // Persistent: E_local experts, each fc1 [M, H/G] and fc2 [H/G, M] (sharded over ESP:
   // layer_kernels.cpp uses h = H/G), and the gate's Linear(M, E) (L407), all in the layer
-  // dtype; their gradients the same again, in the backward pass.
-  const u128 weights = static_cast<u128>(d.E_local) * 2 * M * static_cast<u128>(s.H / d.G) * b +
-                       M * static_cast<u128>(s.E) * b;
+  // dtype; their gradients the same again, in the backward pass. Gated (glu), fc1 is
+  // [M, 2H/G] (megatron/core/transformer/mlp.py@d98e8a64 L205-206: ffn_hidden_size *= 2):
+  // three matrices of [M, H/G]. The shared experts' weights likewise, of shared_H/G.
+  const u128 mats = s.glu ? 3 : 2;
+  const u128 weights = static_cast<u128>(d.E_local) * mats * M * static_cast<u128>(s.H / d.G) * b +
+                       M * static_cast<u128>(s.E) * b + mats * M * static_cast<u128>(s.shared_H / d.G) * b;
   const u128 input = static_cast<u128>(d.S) * M * b;
   std::array<u128, kMaxOps> in_alloc{}, in_size{};
   // Forward.

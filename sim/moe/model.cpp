@@ -35,6 +35,8 @@ const Section kModel{"model",
                       {"f", "number", "1.2", "capacity factor"},
                       {"mp", "int", "required", "tensor-parallel (and expert-sharding) degree"},
                       {"dtype", "string", "fp32", "fp32 | fp16 | bf16"},
+                      {"glu", "bool", "false",
+                       "gated FFNs (SwiGLU) in the dense blocks and the experts: fc1 M -> 2*ffn (layer key glu)"},
                       {"grad_bucket", "int | none", "500000000",
                        "gradient AllReduce bucket in elements, overlapped with backward (DeepSpeed's "
                        "reduce_bucket_size default); none or 0: one AllReduce after backward"}}};
@@ -119,6 +121,7 @@ ModelSpec build_model_spec(const YamlReader& r) {
   set("f", "f");
   set("mp", "mp");
   set("dtype", "dtype");
+  set("glu", "glu");
   if (r.has("grad_bucket")) {
     const YamlReader g = r.at("grad_bucket");
     m.grad_bucket = g.as_string() == "none" ? 0 : g.as_int(0, std::int64_t{1} << 50);
@@ -226,6 +229,7 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   const std::uint64_t S = d.S, M = s.M, H = s.H, G = d.G, L = s.L, B = s.B, V = m.vocab;
   const std::uint64_t hl = static_cast<std::uint64_t>(m.heads) / G;  // heads per MP rank
   const std::uint64_t dh = M / static_cast<std::uint64_t>(m.heads);
+  const std::uint64_t glu = s.glu ? 2 : 1;  // fc1's width, in units of ffn
 
   // Every GEMM carries its shape (m, n, k, batch); backward GEMMs are a data- and a weight-gradient GEMM.
   // Attention block (pre-LN): LN, QKV (column-parallel), scores and context (batched over the rank's B*hl
@@ -247,8 +251,12 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   auto dense_ffn = [&](bool bwd) {
     std::vector<MoeOp> v;
     v.push_back(kernel("layernorm", OpKind::elementwise, 0, 2 * S * M * b));
-    push_gemm(v, bwd, "fc1_gemm", "fc1_gemm_dgrad", "fc1_gemm_wgrad", S, H / G, M, 1, b);
-    v.push_back(kernel("gelu", OpKind::activation, 0, (bwd ? 3 : 2) * S * H / G * b));
+    // Gated (glu): fc1 twice as wide, the activation's bytes as the experts' (layer_kernels.cpp, act_units).
+    push_gemm(v, bwd, "fc1_gemm", "fc1_gemm_dgrad", "fc1_gemm_wgrad", S, glu * H / G, M, 1, b);
+    if (s.glu)
+      v.push_back(kernel("swiglu", OpKind::activation, 0, (bwd ? 5 : 3) * S * H / G * b));
+    else
+      v.push_back(kernel("gelu", OpKind::activation, 0, (bwd ? 3 : 2) * S * H / G * b));
     push_gemm(v, bwd, "fc2_gemm", "fc2_gemm_dgrad", "fc2_gemm_wgrad", S, M, H / G, 1, b);
     v.push_back(allreduce(GroupKind::mp, static_cast<std::int64_t>(S * M), "mp_allreduce"));
     if (bwd) std::reverse(v.begin(), v.end());
@@ -271,12 +279,12 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   // Dense parameters are replicated over the N_EP data-parallel ranks of an EP
   // group (experts are not: experts = GPUs); their gradients are AllReduced over
   // that group. Per block: attention 4*M*M/G weights + 4*M (biases, LayerNorm);
-  // dense FFN 2*M*H/G; MoE gate M*E. Word embedding (tied with the head) V*M/G and
+  // dense FFN 2*M*H/G (3*M*H/G gated); MoE gate M*E. Word embedding (tied with the head) V*M/G and
   // position embedding L*M, whose gradients are complete when the lookup's backward ends.
   const int moe_layers = m.layers / m.moe_every;
   const int dense_layers = m.layers - moe_layers;
   const auto i64 = [](std::uint64_t x) { return static_cast<std::int64_t>(x); };
-  const std::int64_t attn_params = i64(4 * M * M / G + 4 * M), ffn_params = i64(2 * M * H / G),
+  const std::int64_t attn_params = i64(4 * M * M / G + 4 * M), ffn_params = i64((glu + 1) * M * H / G),
                      gate_params = i64(M * static_cast<std::uint64_t>(s.E)), embed_params = i64(V * M / G + L * M);
 
   const Time attn_f = simulate_ops(attention(false), s, d, topo, m.network, cal, ws);

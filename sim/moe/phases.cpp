@@ -52,6 +52,7 @@ std::unordered_map<std::string, Phase> kernel_phases(std::span<const MoeOp> ops,
         p = Phase::order;
         break;
       case MoeStep::experts:
+      case MoeStep::shared:
         p = Phase::experts;
         break;
       case MoeStep::iorder:

@@ -52,11 +52,28 @@ __attribute__((always_inline)) inline MoeOp& add_compute(Ops& v, MoeStep k, std:
   return o;
 }
 
+// The shared experts (shared_H > 0), first in every schedule: Megatron-Core's
+// MoELayer runs them on the layer's input before the router when they do not
+// overlap the dispatch (moe_shared_expert_overlap false, the default;
+// megatron/core/transformer/moe/moe_layer.py@d98e8a64 L658-663), on the
+// compute stream. Sharded over mp as a tensor-parallel MLP is: fc2 is
+// row-parallel, so its partial outputs are summed by an AllReduce over the MP
+// group (megatron/core/tensor_parallel/layers.py, RowParallelLinear without
+// sequence parallelism); its adjoint, fc1's input gradient, is the AllReduce
+// after the shared experts' backward (plan_backward below).
+template <class Ops>
+void add_shared(const LayerSpec& s, const Dims& d, Ops& v) {
+  if (s.shared_H <= 0) return;
+  add_compute(v, MoeStep::shared, d.S, d.S * s.M, "shared_experts");
+  if (d.G > 1) add_coll(v, MoeStep::ar, GroupKind::mp, d.S * s.M, "shared_allreduce");
+}
+
 // The builders, for any vector-like container of MoeOps (std::vector for the
 // graph builder, OpList for the closed form).
 template <class Ops>
 void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, Ops& v) {
   const std::int64_t M = s.M, G = d.G;
+  add_shared(s, d, v);
   if (!o.parm) {
     // DeepSpeed-MoE (docs/moe-costs.md): every MP rank gates and dispatches
     // the same S tokens (MoE runs on the TP-replicated layernorm output).
@@ -208,9 +225,11 @@ void plan_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims
     }
   }
   // The baseline's AllReduce sums fc2's partial outputs; its adjoint is the
-  // identity, and fc1's input gradient needs an AllReduce after the experts.
+  // identity, and fc1's input gradient needs an AllReduce after the experts
+  // (the shared experts' likewise).
   for (std::size_t i = 0; i + 1 < np; ++i)
-    if (prim[i].kind == MoeStep::ar && prim[i + 1].kind == MoeStep::experts) std::swap(prim[i], prim[i + 1]);
+    if (prim[i].kind == MoeStep::ar && (prim[i + 1].kind == MoeStep::experts || prim[i + 1].kind == MoeStep::shared))
+      std::swap(prim[i], prim[i + 1]);
   // 2. Fuse as the forward pass did: an AlltoAll followed by an ESP-AllGather
   //    of G times its size becomes an SAA when the pair came from a fused op;
   //    an ESP-ReduceScatter followed by an AlltoAll of 1/G its size becomes a
