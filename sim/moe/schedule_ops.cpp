@@ -56,9 +56,10 @@ __attribute__((always_inline)) inline MoeOp& add_compute(Ops& v, MoeStep k, std:
 // MoELayer runs them on the layer's input before the router when they do not
 // overlap the dispatch (moe_shared_expert_overlap false, the default;
 // megatron/core/transformer/moe/moe_layer.py@d98e8a64 L658-663), on the
-// compute stream. Sharded over mp as a tensor-parallel MLP is: fc2 is
-// row-parallel, so its partial outputs are summed by an AllReduce over the MP
-// group (megatron/core/tensor_parallel/layers.py, RowParallelLinear without
+// compute stream. Sharded over mp as a tensor-parallel MLP is (SharedExpertMLP
+// is an MLP, moe/shared_experts.py L102-133): fc2 is row-parallel, so its
+// partial outputs are summed by an AllReduce over the MP group
+// (megatron/core/tensor_parallel/layers.py@d98e8a64 L1557-1566, without
 // sequence parallelism); its adjoint, fc1's input gradient, is the AllReduce
 // after the shared experts' backward (plan_backward below).
 template <class Ops>
