@@ -4,6 +4,8 @@
 // "Shared experts").
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <iterator>
 #include <numeric>
 
 #include "backend/verify.hpp"
@@ -13,6 +15,7 @@
 #include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
 #include "sim/moe/memory.hpp"
+#include "sim/moe/model.hpp"
 #include "sim/topo/topology_io.hpp"
 
 using namespace parmsim;
@@ -236,4 +239,36 @@ TEST_CASE("glu and shared_H: keys, checks and the executors' refusal", "[glu][er
   h.shared_H = 32;
   CHECK_THROWS_WITH(exec::check_executable(h), Catch::Contains("shared_H"));
   CHECK_NOTHROW(exec::check_executable(exec::small_layer()));
+}
+
+TEST_CASE("a model spec's glu gates the dense FFNs and the experts", "[glu][model]") {
+  // experiments/bert-moe.yaml with `glu: true`: the dense blocks' fc1 is [S, M] x [M, 2*ffn/G],
+  // so their FFN costs more forward and backward, and so does the MoE layer (its experts gated).
+  const std::string file = std::string(PARMSIM_SOURCE_DIR) + "/experiments/bert-moe.yaml";
+  std::string text;
+  {
+    std::ifstream in(file);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const ModelSpec plain = parse_model_spec_text(text, file);
+  const ModelSpec gated = parse_model_spec_text(text + "glu: true\n", file);
+  CHECK_FALSE(plain.layer.glu);
+  CHECK(gated.layer.glu);
+  const Topology t = load_topology(plain.topology_file);
+  const auto rp = run_model(plain, t, nullptr), rg = run_model(gated, t, nullptr);
+  REQUIRE(rp.size() == rg.size());
+  auto part = [](const IterationResult& r, const std::string& name) -> const Component& {
+    for (const Component& c : r.parts)
+      if (c.name == name) return c;
+    FAIL("no component " << name);
+    return r.parts.front();
+  };
+  for (std::size_t i = 0; i < rp.size(); ++i) {
+    INFO(rp[i].schedule);
+    CHECK(part(rg[i], "dense_ffn").forward > part(rp[i], "dense_ffn").forward);
+    CHECK(part(rg[i], "dense_ffn").backward > part(rp[i], "dense_ffn").backward);
+    CHECK(part(rg[i], "moe_layer").forward > part(rp[i], "moe_layer").forward);
+    CHECK(part(rg[i], "attention").forward == part(rp[i], "attention").forward);
+  }
+  CHECK_THROWS_WITH(parse_model_spec_text(text + "glu: perhaps\n", file), Catch::Contains("glu"));
 }
