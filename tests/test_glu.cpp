@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <cmath>
 #include <numeric>
 
 #include "backend/verify.hpp"
@@ -170,12 +171,30 @@ TEST_CASE("the shared experts' time is their kernels' on a layer where nothing e
     for (const Kernel& k : ks) sum += kernel_time(k, sh.dtype, gpu, nullptr, "");
     return sum;
   };
+  // By hand, from the H100 profile (sim/compute/gpu_profile.cpp: 132 SMs, 797.51 TFLOP/s BF16
+  // sustained, 3.35 TB/s HBM at 1355/1555 of it, a 3 us floor) and sim/compute/gemm_model.hpp:
+  //   fc1 [4096, 4096, k 4096]: 256x128 tiles 16*32 = 512, 4 waves over 132 SMs, each SM
+  //     4 * 2*256*128*4096 = 1'073'741'824 FLOPs at 797.51e12/132 per s: 177.7208 us (the
+  //     100.7 MB it moves take 34.5 us: compute-bound), + 3 us = 180.7208 us
+  //   fc2 [4096, 4096, k 2048], and each of its gradients ([4096, 2048, k 4096], [2048, 4096,
+  //     k 4096]): half the waves' FLOPs, 88.8604 us + 3 = 91.8604 us
+  //   SwiGLU: 3*4096*2048*2 = 50'331'648 B at 2.91913 TB/s = 17.2420 us + 3 = 20.2420 us;
+  //     backward 5*4096*2048*2 B: 28.7367 us + 3 = 31.7367 us
+  //   fc1's two gradients: 180.7208 us each
+  // forward 180.7208 + 20.2420 + 91.8604 = 292.8228 us; backward 2*91.8604 + 31.7367 + 2*180.7208
+  // = 576.8983 us.
+  const double hbm = 3.35e12 * 1355.0 / 1555.0, per_sm = 797.51e12 / 132;
+  const double fc1 = 3e-6 + 1073741824.0 / per_sm, fc2 = 3e-6 + 536870912.0 / per_sm;
+  const double act = 3e-6 + 3.0 * 4096 * 2048 * 2 / hbm, act_b = 3e-6 + 5.0 * 4096 * 2048 * 2 / hbm;
   for (const char* sched : {"baseline", "s1", "s2"}) {
     INFO(sched);
     const ScheduleResult without = run_schedule(LayerRun{t, s, "flow"}, preset(sched));
     const ScheduleResult with = run_schedule(LayerRun{t, sh, "flow"}, preset(sched));
     CHECK(with.forward - without.forward == seconds(kf));
     CHECK(with.backward - without.backward == seconds(kb));
+    // Each task rounds to the picosecond: within 1 ns of the arithmetic.
+    CHECK(std::abs((with.forward - without.forward).to_seconds() - (fc1 + act + fc2)) < 1e-9);
+    CHECK(std::abs((with.backward - without.backward).to_seconds() - (2 * fc2 + act_b + 2 * fc1)) < 1e-9);
     CHECK(with.peak_memory_bytes > without.peak_memory_bytes);
   }
   // Sharded over mp = 2: each rank computes shared_H/2 = 1024 wide and an AllReduce over its MP
