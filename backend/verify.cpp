@@ -77,7 +77,6 @@ void load(Memory& mem, const moe::LayerSpec& s, const moe::Dims& d, const Data& 
 }
 
 moe::Dims dims_for(const moe::LayerSpec& s, const Cluster& c) {
-  check_executable(s);
   return moe::make_dims(s, c.gpus, c.gpus_per_node);
 }
 
@@ -112,6 +111,7 @@ moe::LayerSpec small_layer() {
 
 MemoryEstimate estimate_memory(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
                                bool verify) {
+  check_executable(s);
   const moe::Dims d = dims_for(s, c);
   const auto f = moe::forward_ops(s, d, o);
   const auto b = moe::backward_ops(f, s, d, o);
@@ -144,6 +144,7 @@ double VerifyResult::worst() const {
 
 Execution execute_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o, std::uint64_t seed,
                            Executor* executor) {
+  check_executable(s);
   const moe::Dims d = dims_for(s, c);
   const auto f = moe::forward_ops(s, d, o);
   const auto b = moe::backward_ops(f, s, d, o);
@@ -157,6 +158,7 @@ Execution execute_schedule(const moe::LayerSpec& s, const Cluster& c, const moe:
 
 VerifyResult verify_schedule(const moe::LayerSpec& s, const Cluster& c, const moe::ScheduleOptions& o,
                              std::uint64_t seed, const KernelTable* kernels, Executor* executor) {
+  check_executable(s);
   const moe::Dims d = dims_for(s, c);
   const auto f = moe::forward_ops(s, d, o);
   const auto b = moe::backward_ops(f, s, d, o);
