@@ -142,14 +142,6 @@ std::string get_count(const LayerSpec& s, const ScheduleOptions&) {
   return num(s.*Field);
 }
 std::string get_mp(const LayerSpec& s, const ScheduleOptions&) { return num(s.mp); }
-void set_glu(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
-  s.glu = parse_bool(k, v, w);
-}
-void set_shared_H(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
-  s.shared_H = parse_int(k, v, w, 0);
-}
-std::string get_glu(const LayerSpec& s, const ScheduleOptions&) { return s.glu ? "true" : "false"; }
-std::string get_shared_H(const LayerSpec& s, const ScheduleOptions&) { return num(s.shared_H); }
 std::string get_f(const LayerSpec& s, const ScheduleOptions&) { return fmt::format("{}", s.f); }
 std::string get_dtype(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.dtype); }
 std::string get_ds_moe(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.ds_moe); }
@@ -164,6 +156,16 @@ std::string get_fuse_dispatch(const LayerSpec&, const ScheduleOptions& o) { retu
 std::string get_fuse_combine(const LayerSpec&, const ScheduleOptions& o) { return o.fuse_combine ? "true" : "false"; }
 std::string get_chunks(const LayerSpec&, const ScheduleOptions& o) { return num(o.chunks); }
 std::string get_a2a_algo(const LayerSpec&, const ScheduleOptions& o) { return o.a2a_algo; }
+
+// The experts' shape: gated (SwiGLU) experts, and the shared experts' size.
+void set_glu(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.glu = parse_bool(k, v, w);
+}
+void set_shared_H(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.shared_H = parse_int(k, v, w, 0);
+}
+std::string get_glu(const LayerSpec& s, const ScheduleOptions&) { return s.glu ? "true" : "false"; }
+std::string get_shared_H(const LayerSpec& s, const ScheduleOptions&) { return num(s.shared_H); }
 
 constexpr KeyScope L = KeyScope::layer, S = KeyScope::schedule;
 
