@@ -275,6 +275,8 @@ Output, per schedule (forward + backward of one layer):
       j["P"] = dims.P;
       j["G"] = dims.G;
       j["N_EP"] = dims.n_ep;
+      // With `ep` given, the layout as Megatron-Core names it (docs/parm.md, "Layouts").
+      if (spec.ep > 0) j["layout"] = {{"tp", dims.G}, {"etp", dims.G}, {"ep", dims.n_ep}, {"dp", dims.dp}};
       if (!a->trace.empty()) j["trace"] = a->trace;
       nlohmann::json sch = nlohmann::json::object();
       for (std::size_t i = 0; i < names.size(); ++i) {
@@ -340,6 +342,10 @@ Output, per schedule (forward + backward of one layer):
     }
     fmt::print("layer {} on {} (P={}, G=mp={}, N_EP={}, {} GPUs), {} network\n", moe::spec_string(spec), topo.name(),
                dims.P, dims.G, dims.n_ep, topo.gpu_model(), a->network);
+    if (spec.ep > 0)
+      fmt::print("layout (Megatron-Core, ranks in order tp-ep-dp): tp={} etp={} ep={} dp={}: {} {}-GPU expert-parallel "
+                 "block{}\n",
+                 dims.G, dims.G, dims.n_ep, dims.dp, dims.dp, dims.G * dims.n_ep, dims.dp > 1 ? "s" : "");
     fmt::print("baseline: {}\n", moe::baseline_system(spec));
     fmt::print("tokens/GPU S={}, capacity T={} (baseline) / {} (Parm, per S/G), experts/EP rank {}\n", dims.S,
                dims.T_base, dims.T_parm, dims.E_local);

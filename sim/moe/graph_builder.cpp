@@ -27,7 +27,7 @@ namespace {
 class GraphBuilder {
  public:
   GraphBuilder(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, GraphData data = GraphData::bound)
-      : s_(s), d_(d), o_(o), data_(data == GraphData::bound), g_(make_groups(d.P, d.G)), b_(d.P), prev_(d.P, -1) {
+      : s_(s), d_(d), o_(o), data_(data == GraphData::bound), g_(make_groups(d.P, d.G, d.n_ep)), b_(d.P), prev_(d.P, -1) {
     // About 20 tasks per rank for a layer's forward or backward pass and 3 per
     // local expert run one after another (1056 for the backward pass of the
     // default layer on 32 GPUs, 4 experts each): reserved, so the task array
@@ -447,9 +447,11 @@ class GraphBuilder {
                   const std::string& send, const std::string& recv, std::uint64_t offset_per_mp, std::int64_t row,
                   std::int64_t c0 = 0, std::int64_t cn = 0, const std::vector<int>& extra = {}) {
     if (dry_) return;
-    if (world_[0].empty())
-      for (int r = 0; r < d_.P; ++r) world_[0].push_back(r);
-    const std::vector<std::vector<int>>& groups = kind == GroupKind::ep ? g_.ep : kind == GroupKind::world ? world_ : g_.mp;
+    const std::vector<std::vector<int>>& groups = kind == GroupKind::ep          ? g_.ep
+                                                  : kind == GroupKind::world     ? g_.block
+                                                  : kind == GroupKind::dense_dp  ? g_.dense_dp
+                                                  : kind == GroupKind::expert_dp ? g_.expert_dp
+                                                                                 : g_.mp;
     const std::uint64_t bytes = static_cast<std::uint64_t>(elems) * static_cast<std::uint64_t>(d_.dtype_bytes);
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
       const bool solo = groups[gi].size() < 2 && op != CollOp::saa;
@@ -497,7 +499,6 @@ class GraphBuilder {
   const ScheduleOptions& o_;
   bool data_;  // with data bindings (GraphData::bound)
   Groups g_;
-  std::vector<std::vector<int>> world_ = {{}};  // the one group of every rank, filled on first use
   TaskGraphBuilder b_;
   std::vector<int> prev_;
   int n_ = 0;

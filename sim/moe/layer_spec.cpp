@@ -119,21 +119,35 @@ std::string baseline_system(const LayerSpec& s) {
 
 // ---------------------------------------------------------------- groups, dims
 
-Groups make_groups(int P, int G) {
+Groups make_groups(int P, int G, int n_ep) {
   if (G <= 0 || P <= 0 || P % G != 0) throw UserError(fmt::format("mp={} must divide the number of GPUs P={}", G, P));
+  if (n_ep == 0) n_ep = P / G;
+  if (n_ep < 1 || P % (G * n_ep) != 0)
+    throw UserError(fmt::format("ep={} * mp={} = {} does not divide P={} GPUs", n_ep, G, G * n_ep, P));
+  // Megatron-Core's RankGenerator, order "tp-cp-ep-dp-pp" with cp = pp = 1:
+  // rank = t + G*(e + N_EP*b) (megatron/core/parallel_state.py@d98e8a64,
+  // generate_masked_orthogonal_rank_groups and the expert rank generator).
   Groups g;
   g.P = P;
   g.G = G;
-  g.n_ep = P / G;
-  g.mp.assign(g.n_ep, {});
-  g.ep.assign(G, {});
+  g.n_ep = n_ep;
+  g.dp = P / (G * n_ep);
+  g.mp.assign(P / G, {});
+  g.ep.assign(static_cast<std::size_t>(G) * g.dp, {});
+  g.block.assign(g.dp, {});
+  g.dense_dp.assign(G, {});
+  g.expert_dp.assign(static_cast<std::size_t>(G) * n_ep, {});
   g.mp_of.assign(P, 0);
   g.ep_of.assign(P, 0);
   for (int r = 0; r < P; ++r) {
+    const int t = r % G, e = (r / G) % n_ep, b = r / (G * n_ep);
     g.mp[r / G].push_back(r);
-    g.ep[r % G].push_back(r);
+    g.ep[b * G + t].push_back(r);
+    g.block[b].push_back(r);
+    g.dense_dp[t].push_back(r);
+    g.expert_dp[t + G * e].push_back(r);
     g.mp_of[r] = r / G;
-    g.ep_of[r] = r % G;
+    g.ep_of[r] = b * G + t;
   }
   return g;
 }
@@ -200,10 +214,17 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
     throw UserError(fmt::format("mp={} must divide the GPUs of a node ({}): MP and ESP groups stay inside a node", s.mp,
                                 gpus_per_node));
   if (P % s.mp != 0) throw UserError(fmt::format("mp={} must divide the number of GPUs P={}", s.mp, P));
-  d.n_ep = P / s.mp;
+  if (s.ep < 0) throw UserError(fmt::format("key 'ep': expected an expert-parallel size >= 1, got {}", s.ep));
+  if (s.ep > 0 && (static_cast<std::int64_t>(s.ep) * s.mp > P || P % (static_cast<std::int64_t>(s.ep) * s.mp) != 0))
+    throw UserError(fmt::format("ep={} * mp={} = {} does not divide P={} GPUs", s.ep, s.mp,
+                                static_cast<std::int64_t>(s.ep) * s.mp, P));
+  d.n_ep = s.ep > 0 ? s.ep : P / s.mp;
+  d.dp = P / (s.mp * d.n_ep);
   if (s.E % d.n_ep != 0)
     throw UserError(
-        fmt::format("E={} experts must be divisible by the expert-parallel size N_EP = P/mp = {}", s.E, d.n_ep));
+        s.ep > 0 ? fmt::format("E={} experts must be divisible by the expert-parallel size ep={}", s.E, d.n_ep)
+                 : fmt::format("E={} experts must be divisible by the expert-parallel size N_EP = P/mp = {}", s.E,
+                               d.n_ep));
   if (s.k > s.E) throw UserError(fmt::format("top-k k={} exceeds the number of experts E={}", s.k, s.E));
   d.S = s.B * s.L;
   {
