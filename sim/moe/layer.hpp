@@ -33,6 +33,7 @@ class BoundCollective;
 }  // namespace parmsim
 
 namespace parmsim::moe {
+struct LoadModel;
 
 // Which DeepSpeed-MoE the baseline is (docs/moe-costs.md):
 //   v0_14_4  DeepSpeed-MoE 0.7 .. 0.14.4, what Parm measured against: with
@@ -60,6 +61,13 @@ struct LayerSpec {
   // DP = P/(mp*ep) replicas of the mp*ep-rank block, ranks in Megatron-Core's
   // default order tp-cp-ep-dp-pp (docs/parm.md, "Layouts").
   int ep = 0;
+  // Dropless routing under a load model (sim/moe/dispatch.hpp: uniform,
+  // zipf:S, a histogram file), drawn with `seed`: the EP AlltoAlls become
+  // AlltoAllvs of the drawn rows per peer and each expert's GEMMs take its
+  // drawn rows (docs/moe-costs.md, "Dropless routing"). Null: the capacity
+  // factor's fixed buffers, as before.
+  std::shared_ptr<const LoadModel> load;
+  std::uint64_t seed = 0;
   DType dtype = DType::fp32;
   DsMoe ds_moe = DsMoe::v0_14_4;
   Dispatch dispatch = Dispatch::einsum;
@@ -155,6 +163,26 @@ struct Dims {
   int dtype_bytes = 4;
 };
 Dims make_dims(const LayerSpec& s, int P, int gpus_per_node);
+
+// A layer's drawn routing under its load model: per MP group i (P/G token
+// sets of S tokens, the set every MP rank of the group holds) and per MP
+// member's share t (S/G tokens each), the selections on each expert.
+struct LayerLoad {
+  int groups = 0, parts = 0, E = 0;
+  std::vector<std::uint64_t> counts;  // [(i * parts + t) * E + e]
+  // Tokens per expert, per block b (the rows each expert's GEMM takes on the
+  // block's ranks): [b * E + e]; and max/mean of them and of the tokens per EP
+  // rank (an EP rank's experts' tokens, over every block).
+  std::vector<std::uint64_t> expert_rows;
+  double expert_imbalance = 1, rank_imbalance = 1;
+  std::uint64_t max_expert_rows = 0, max_rank_rows = 0;
+  double mean_expert_rows = 0, mean_rank_rows = 0;
+  std::uint64_t count(int i, int t, std::int64_t e) const {
+    return counts[(static_cast<std::size_t>(i) * parts + t) * E + static_cast<std::size_t>(e)];
+  }
+};
+// The spec's drawn routing (s.load must be set); the same spec, the same draws.
+std::shared_ptr<const LayerLoad> draw_layer_load(const LayerSpec& s, const Dims& d);
 
 // What one step of a schedule does: a compute op of the layer (gate, order,
 // iorder, experts, slot_slice, kernel), a view (split, mp_gather_free) or a

@@ -13,6 +13,7 @@
 
 #include "sim/core/error.hpp"
 #include "sim/core/registry.hpp"
+#include "sim/moe/dispatch.hpp"
 
 namespace parmsim::moe {
 
@@ -252,7 +253,38 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
                                 d.S, s.mp, s.E));
   if (s.H % s.mp != 0) throw UserError(fmt::format("H={} must be divisible by mp={} (expert sharding)", s.H, s.mp));
   d.dtype_bytes = dtype_bytes(s.dtype);
+  if (s.load && s.load->kind == LoadModel::Kind::histogram && static_cast<std::int64_t>(s.load->weights.size()) != s.E)
+    throw UserError(fmt::format("key 'load': histogram {} has {} counts, expected one per expert, E={}", s.load->text,
+                                s.load->weights.size(), s.E));
   return d;
+}
+
+std::shared_ptr<const LayerLoad> draw_layer_load(const LayerSpec& s, const Dims& d) {
+  if (!s.load) throw InternalError("draw_layer_load: no load model");
+  auto out = std::make_shared<LayerLoad>();
+  LayerLoad& l = *out;
+  l.groups = d.P / d.G;
+  l.parts = d.G;
+  l.E = static_cast<int>(s.E);
+  l.counts = draw_expert_counts(*s.load, s.seed, l.groups, d.S, d.G, l.E, static_cast<int>(s.k));
+  l.expert_rows.assign(static_cast<std::size_t>(d.dp) * l.E, 0);
+  for (int i = 0; i < l.groups; ++i) {
+    const int b = i / d.n_ep;
+    for (int t = 0; t < l.parts; ++t)
+      for (int e = 0; e < l.E; ++e) l.expert_rows[static_cast<std::size_t>(b) * l.E + e] += l.count(i, t, e);
+  }
+  std::uint64_t total = 0;
+  for (std::uint64_t v : l.expert_rows) total += v, l.max_expert_rows = std::max(l.max_expert_rows, v);
+  l.mean_expert_rows = static_cast<double>(total) / static_cast<double>(l.expert_rows.size());
+  for (std::size_t r = 0; r < l.expert_rows.size(); r += static_cast<std::size_t>(d.E_local)) {
+    std::uint64_t in = 0;
+    for (std::int64_t j = 0; j < d.E_local; ++j) in += l.expert_rows[r + static_cast<std::size_t>(j)];
+    l.max_rank_rows = std::max(l.max_rank_rows, in);
+  }
+  l.mean_rank_rows = static_cast<double>(total) / static_cast<double>(d.dp * d.n_ep);
+  l.expert_imbalance = total ? static_cast<double>(l.max_expert_rows) / l.mean_expert_rows : 1.0;
+  l.rank_imbalance = total ? static_cast<double>(l.max_rank_rows) / l.mean_rank_rows : 1.0;
+  return out;
 }
 
 
