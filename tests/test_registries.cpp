@@ -81,9 +81,10 @@ TEST_CASE("every layer key is accepted by --set, a --layer file and a sweep grid
     sweep::Spec s;
     CHECK_NOTHROW(s = sweep::parse_spec_text(spec_text, std::string(PARMSIM_SOURCE_DIR) + "/experiments/t.yaml"));
     if (!s.configs.empty()) CHECK(s.configs[0].keys.given.size() == (k.scope == moe::KeyScope::schedule ? 1u : 0u));
-    // Layer keys name a layer (spec_string) and are columns of the sweep CSV; the value read back is the one set.
+    // Layer keys name a layer (spec_string) and are columns of the sweep CSV (keys without a column of their
+    // own get one when the grid sets them); the value read back is the one set.
     if (k.scope == moe::KeyScope::layer) {
-      CHECK(sweep::csv_header().find("," + key + ",") != std::string::npos);
+      CHECK(sweep::csv_header(s).find("," + key + ",") != std::string::npos);
       CHECK(k.get(spec, moe::ScheduleOptions{}) == v);
       const std::string named = moe::spec_string(spec);
       CHECK((named.find(key + "=" + v) != std::string::npos) == (k.named_always || v != k.fallback));

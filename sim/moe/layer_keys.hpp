@@ -40,6 +40,10 @@ struct LayerKey {
   // Schedule keys only: whether setting the key makes the Parm schedules custom ("s1*", "s2*").
   // a2a_algo does not: it applies to every schedule, the baseline too.
   bool shapes_parm = false;
+  // Layer keys: whether the sweep CSV has a column for it. Keys added after the
+  // CSV's columns were fixed have none (their value shows in the `layer` column's
+  // spec string when not at the default), so existing sweeps keep their columns.
+  bool column = true;
 };
 
 // Every key, layer keys first, in the order help and errors list them.

@@ -36,8 +36,12 @@
 
 namespace parmsim::sweep {
 
-std::string csv_header() {
-  return "config,topology,gpus," + moe::layer_key_columns(",") +
+std::string csv_header() { return csv_header(Spec{}); }
+
+std::string csv_header(const Spec& spec) {
+  std::string extra;
+  for (const std::string& k : spec.extra_columns) extra += "," + k;
+  return "config,topology,gpus," + moe::layer_key_columns(",") + extra +
          ",network,schedule,forward_us,backward_us,total_us,model_us,"
          "speedup_vs_baseline,model_speedup_vs_baseline,chosen_by_model,compute_us,exposed_comm_us,"
          "intra_node_bytes,inter_node_bytes,peak_memory_bytes,fits\n";
@@ -60,8 +64,12 @@ std::size_t rows_of(const Spec& spec, const Config& c) {
 
 // The leading columns that identify a configuration (used to check --resume).
 std::string key_columns(const Spec& spec, const Config& c) {
-  return fmt::format("{},{},{},{},{}", c.index, csv_field(spec.topologies[c.topology].label),
-                     spec.topologies[c.topology].topo->num_gpus(), moe::layer_key_values(c.layer, ","), spec.network);
+  std::string extra;
+  for (const std::string& k : spec.extra_columns)
+    extra += "," + csv_field(moe::find_layer_key(k)->get(c.layer, moe::ScheduleOptions{}));
+  return fmt::format("{},{},{},{}{},{}", c.index, csv_field(spec.topologies[c.topology].label),
+                     spec.topologies[c.topology].topo->num_gpus(), moe::layer_key_values(c.layer, ","), extra,
+                     spec.network);
 }
 
 }  // namespace
@@ -273,7 +281,7 @@ std::pair<std::size_t, std::size_t> scan_partial(const Spec& spec, const std::st
   const std::size_t first_end = text.find('\n');
   if (first_end == std::string::npos) return {0, 0};  // killed before its first line: nothing to keep
   check_partial_inputs(path, text.substr(0, first_end), inputs);
-  const std::string header = csv_header();
+  const std::string header = csv_header(spec);
   const std::size_t head = first_end + 1;
   if (text.compare(head, header.size(), header) != 0) {
     if (text.size() - head < header.size()) return {0, 0};
@@ -416,7 +424,7 @@ std::size_t open_partial(const Spec& spec, const RunOptions& opt, const std::vec
   std::size_t start = 0, keep = 0;
   try {
     if (opt.resume) std::tie(start, keep) = scan_partial(spec, pf->path, read_all(pf->fd, pf->path), inputs);
-    const std::string head = start > 0 ? std::string() : partial_first_line(inputs) + csv_header();
+    const std::string head = start > 0 ? std::string() : partial_first_line(inputs) + csv_header(spec);
     if (::ftruncate(pf->fd, static_cast<off_t>(start > 0 ? keep : 0)) != 0 ||
         ::lseek(pf->fd, 0, SEEK_END) < 0)
       throw UserError(fmt::format("{}: cannot truncate: {}", pf->path, std::strerror(errno)));

@@ -30,7 +30,10 @@ struct RunOptions {
   int mpi_rank = 0, mpi_size = 1;
 };
 
-std::string csv_header();
+// The CSV's header: the layer keys' columns, then the columns of the keys
+// without one (LayerKey::column) that the spec's grid sets (Spec::extra_columns).
+std::string csv_header();  // a spec whose grid sets none of them
+std::string csv_header(const Spec& spec);
 // The CSV rows of one configuration (one per schedule), each ending in '\n'.
 // `model`: the closed form's costs on the configuration's topology (with the
 // spec's calibration), shared by every configuration on it; null: made here.

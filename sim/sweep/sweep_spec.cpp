@@ -186,6 +186,9 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
   const YamlReader grid = r.at("grid");
   grid.expect_map();
   const auto axes = axes_of(grid);
+  for (const moe::LayerKey& k : moe::layer_keys())
+    if (k.scope == moe::KeyScope::layer && !k.column && grid.has(std::string(k.name)))
+      s.extra_columns.emplace_back(k.name);
   if (grid.has("E") && grid.has("experts_per_gpu"))
     grid.at("experts_per_gpu").fail("no `experts_per_gpu` beside `E` in the grid: give one of the two (E would be ignored)");
 

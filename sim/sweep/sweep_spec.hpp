@@ -44,6 +44,9 @@ struct Spec {
   std::uint64_t input_hash = 0;                    // FNV-1a over the spec, every topology file and the calibration
   std::shared_ptr<const Calibration> calibration;  // measured collectives, or null
   std::string calibration_file;
+  // Layer keys without a CSV column of their own (moe::LayerKey::column) that
+  // the grid sets, in the registry's order: the CSV gains a column for each.
+  std::vector<std::string> extra_columns;
 };
 
 struct LoadOptions {
