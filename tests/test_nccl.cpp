@@ -321,6 +321,17 @@ TEST_CASE("The runtime launches fewer channels for small ring and tree collectiv
   CHECK(big.run_bw() == big.bw_GBps);
   // NVLS keeps its CTAs (nvlsChannels): no runtime channel count.
   CHECK(nccl_choose(CollOp::allreduce, s, 1 << 30).run_channels == 0);
+  // A ring of at most PCI_BW (12 GB/s) runs 256 Simple threads (tuning.cc lines 244-247): two
+  // RTX 2080 Ti without P2P, one channel at 5 GB/s, 2 runtime channels, 256 x 64 B = 16 KiB per
+  // channel: both run from 32 KiB (with 512 threads it would take 64 KiB), one below.
+  const Topology pcie = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/validation/autodl-2080ti-x2.yaml");
+  const NcclSystem sp = nccl_system(all(CollOp::allreduce, 2, 1).group, pcie);
+  auto simple_ring = [&](double bytes) {
+    return nccl_choose(CollOp::allreduce, sp, bytes, NcclAlgo::ring, NcclProto::simple);
+  };
+  CHECK(simple_ring(32768).run_channels == 2);
+  CHECK(simple_ring(32767).run_channels == 1);
+  CHECK(simple_ring(32767).run_bw() == Approx(simple_ring(32767).bw_GBps / 2));
 }
 
 TEST_CASE("A grouped send/recv batch pays the proxy's launch of every network peer", "[nccl][p2p]") {
