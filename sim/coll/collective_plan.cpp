@@ -239,7 +239,7 @@ CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& 
   plan.barrier = true;
   plan.latencies.push_back(us_time(e.run_lat_us()));
   const double S = static_cast<double>(c.bytes);
-  plan.min_duration = duration_for_rate(S, e.bw_GBps * 1e9);
+  plan.min_duration = duration_for_rate(S, e.run_bw() * 1e9);
   plan.choice = e.label();
   const double eff = proto_efficiency(e.proto);
   const auto nodes = members_by_node(c, topo);
