@@ -1,5 +1,7 @@
 #include "backend/verify.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -77,7 +79,13 @@ void load(Memory& mem, const moe::LayerSpec& s, const moe::Dims& d, const Data& 
 }
 
 moe::Dims dims_for(const moe::LayerSpec& s, const Cluster& c) {
-  return moe::make_dims(s, c.gpus, c.gpus_per_node);
+  moe::Dims d = moe::make_dims(s, c.gpus, c.gpus_per_node);
+  // The reference layer and the data layout cover one expert-parallel block.
+  if (d.dp > 1)
+    throw UserError(fmt::format("key 'ep': verify and execute run one expert-parallel block (ep = GPUs/mp = {}); "
+                                "ep={} gives {} replicas: run them on {} GPUs",
+                                c.gpus / s.mp, s.ep, d.dp, s.mp * s.ep));
+  return d;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "sim/engine/trace_writer.hpp"
 #include "sim/io/output.hpp"
 #include "sim/io/yaml_reader.hpp"
+#include "sim/moe/dispatch.hpp"
 #include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
 #include "sim/moe/resources.hpp"
@@ -284,6 +285,7 @@ Output, per schedule (forward + backward of one layer):
       sens = moe::layer_sensitivity(load, spec, keys, inputs, a->network);
     }
 
+    const std::shared_ptr<const moe::LayerLoad> drawn = spec.load ? moe::draw_layer_load(spec, dims) : nullptr;
     if (a->json) {
       nlohmann::json j;
       j["topology"] = topo.name();
@@ -293,6 +295,18 @@ Output, per schedule (forward + backward of one layer):
       j["P"] = dims.P;
       j["G"] = dims.G;
       j["N_EP"] = dims.n_ep;
+      // With `ep` given, the layout as Megatron-Core names it (docs/parm.md, "Layouts").
+      if (spec.ep > 0) j["layout"] = {{"tp", dims.G}, {"etp", dims.G}, {"ep", dims.n_ep}, {"dp", dims.dp}};
+      // With `load`, the routing the layer simulated (docs/moe-costs.md, "Dropless routing").
+      if (drawn)
+        j["load"] = {{"model", spec.load->text},
+                     {"seed", spec.seed},
+                     {"expert_imbalance", drawn->expert_imbalance},
+                     {"max_expert_tokens", drawn->max_expert_rows},
+                     {"mean_expert_tokens", drawn->mean_expert_rows},
+                     {"rank_imbalance", drawn->rank_imbalance},
+                     {"max_rank_tokens", drawn->max_rank_rows},
+                     {"mean_rank_tokens", drawn->mean_rank_rows}};
       if (!a->trace.empty()) j["trace"] = a->trace;
       if (!trace_classes.empty()) j["trace_ranks"] = trace_classes;
       nlohmann::json sch = nlohmann::json::object();
@@ -359,6 +373,15 @@ Output, per schedule (forward + backward of one layer):
     }
     fmt::print("layer {} on {} (P={}, G=mp={}, N_EP={}, {} GPUs), {} network\n", moe::spec_string(spec), topo.name(),
                dims.P, dims.G, dims.n_ep, topo.gpu_model(), a->network);
+    if (spec.ep > 0)
+      fmt::print("layout (Megatron-Core, ranks in order tp-ep-dp): tp={} etp={} ep={} dp={}: {} {}-GPU expert-parallel "
+                 "block{}\n",
+                 dims.G, dims.G, dims.n_ep, dims.dp, dims.dp, dims.G * dims.n_ep, dims.dp > 1 ? "s" : "");
+    if (drawn)
+      fmt::print("load {} (seed {}), dropless: tokens per expert max/mean {:.3f} ({} / {:.1f}), per EP rank max/mean "
+                 "{:.3f} ({} / {:.1f})\n",
+                 spec.load->text, spec.seed, drawn->expert_imbalance, drawn->max_expert_rows, drawn->mean_expert_rows,
+                 drawn->rank_imbalance, drawn->max_rank_rows, drawn->mean_rank_rows);
     fmt::print("baseline: {}\n", moe::baseline_system(spec));
     fmt::print("tokens/GPU S={}, capacity T={} (baseline) / {} (Parm, per S/G), experts/EP rank {}\n", dims.S,
                dims.T_base, dims.T_parm, dims.E_local);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <sstream>
 
+#include "sim/coll/collective_plan.hpp"
 #include "sim/coll/nccl_model.hpp"
 #include "sim/core/error.hpp"
 #include "sim/engine/simulator.hpp"
@@ -156,4 +157,63 @@ TEST_CASE("Validation rows of GeForce servers: a PCIe-only node, p2p from the ro
   const NcclSystem s = nccl_system({0, 1}, t);
   CHECK(s.intra_bw == Approx(11.8125 / 1.2));
   CHECK(s.ring_graph.bw_intra == Approx(9.0));
+}
+
+TEST_CASE("PXN only through an NVLink-connected GPU with GPUDirect RDMA, as NCCL relays", "[p2p][nccl]") {
+  // NCCL relays a send through the GPU on the receiver's rail only when that GPU reaches the
+  // sender over NVLink and has GPUDirect RDMA (src/graph/paths.cc@5067397c lines 817-840).
+  auto plan_of = [](const Topology& t, const std::string& algo) {
+    Collective c;
+    c.op = CollOp::alltoall;
+    c.bytes = 64 << 20;
+    c.algo = algo;
+    for (int r = 0; r < t.num_gpus(); ++r) c.group.push_back(r);
+    return make_plan(c, t);
+  };
+  auto relayed = [](const CollPlan& p) {
+    int n = 0;
+    for (const CollXfer& x : p.xfers) n += x.via >= 0;
+    return n;
+  };
+  const std::string dir = std::string(PARMSIM_SOURCE_DIR) + "/topologies/";
+  // PCIe-only servers, with and without P2P: no relay.
+  CHECK(relayed(plan_of(load_topology(dir + "parm-32gpu.yaml"), "p2p")) == 0);
+  CHECK(relayed(plan_of(load_topology(dir + "parm-32gpu-p2p.yaml"), "p2p")) == 0);
+  // Two DGX H100 nodes: every inter-node pair across rails relays: 16 senders x 8 remote
+  // GPUs, of which 7 on another rail = 112.
+  const Topology dgx = load_topology(dir + "dgx-h100.yaml", {"nodes=2"});
+  CHECK(relayed(plan_of(dgx, "p2p")) == 16 * 7);
+  // Two servers of two NVSwitch GPUs, a NIC per GPU on rails: with GPUDirect RDMA the two
+  // cross-rail pairs of each sender relay (4 senders x 1 = 4); without it none does.
+  auto small = [](bool gdr) {
+    return parse_topology_text(
+        std::string("name: s\ngpu: h100\nnodes: 2\ngdr: ") + (gdr ? "true" : "false") +
+            "\nnode:\n  gpus: 2\n  devices:\n    - {name: sw, kind: nvswitch}\n    - {name: p, kind: pcie_switch}\n"
+            "    - {name: c, kind: host_bridge}\n    - {name: nic0, kind: nic}\n    - {name: nic1, kind: nic}\n"
+            "  links:\n    - {a: [gpu0, gpu1], b: sw, bandwidth: 450GBps, latency: 1us}\n"
+            "    - {a: [gpu0, gpu1, nic0, nic1], b: p, bandwidth: 50GBps, latency: 1us}\n"
+            "    - {a: p, b: c, bandwidth: 50GBps, latency: 1us}\n"
+            "fabric: {kind: rail, bandwidth: 400Gbps, latency: 1us}\n",
+        "small.yaml");
+  };
+  CHECK(relayed(plan_of(small(true), "p2p")) == 4);
+  CHECK(relayed(plan_of(small(false), "p2p")) == 0);
+  CHECK(dgx.nvlinked(0, 1));
+  CHECK_FALSE(load_topology(dir + "parm-32gpu-p2p.yaml").nvlinked(0, 1));
+
+  // parm-32gpu's AlltoAll of 64 MiB then runs at its PCIe uplink: each GPU sends 31/32 of its
+  // buffer through host memory (SHM in the node, staged for the NIC), and the four GPUs of a
+  // node share the 13 GB/s switch-to-CPU link: 4 x 31/32 x 64 MiB / 13 GB/s = 20.003 ms, plus
+  // microseconds of latency (the NIC's 12.5 GB/s carries only 4 x 28/32 of it: 18.8 ms).
+  const double want = 4.0 * 31 / 32 * (64 << 20) / 13e9;
+  Collective c;
+  c.op = CollOp::alltoall;
+  c.bytes = 64 << 20;
+  for (int r = 0; r < 32; ++r) c.group.push_back(r);
+  TaskGraphBuilder b(32);
+  b.add_stream_all("comm");
+  b.add_collective_tasks(c, "comm", "a2a");
+  const SimResult r = simulate(std::move(b).build(), load_topology(dir + "parm-32gpu.yaml"));
+  CHECK(r.makespan.to_seconds() >= want);
+  CHECK(r.makespan.to_seconds() < want * 1.005);
 }

@@ -234,7 +234,7 @@ void set_choice(Collective& f, const NcclEstimate& e) {
 // Seconds for NCCL's choice e at n bytes: the model's latency plus the slower
 // of the links' time (`links`, from a form built without latency) and the model's bandwidth.
 double nccl_seconds(const NcclEstimate& e, double links, double n) {
-  return e.run_lat_us() * 1e-6 + std::max(links, n / (e.bw_GBps * 1e9));
+  return e.run_lat_us() * 1e-6 + std::max(links, n / (e.run_bw() * 1e9));
 }
 
 // NCCL's pick for c at n bytes, when c runs one of NCCL's tuned algorithms.

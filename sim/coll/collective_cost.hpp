@@ -121,7 +121,7 @@ class BoundCollective {
       int i = 0;
       const NcclEstimate e = t->choose(n, &i);
       if (const CostForm* f = pair_form_[i].load(std::memory_order_acquire))
-        return e.run_lat_us() * 1e-6 + std::max(f->time_s(n), n / (e.bw_GBps * 1e9));
+        return e.run_lat_us() * 1e-6 + std::max(f->time_s(n), n / (e.run_bw() * 1e9));
     }
     return resolve_and_time_s(n);
   }

@@ -239,7 +239,7 @@ CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& 
   plan.barrier = true;
   plan.latencies.push_back(us_time(e.run_lat_us()));
   const double S = static_cast<double>(c.bytes);
-  plan.min_duration = duration_for_rate(S, e.bw_GBps * 1e9);
+  plan.min_duration = duration_for_rate(S, e.run_bw() * 1e9);
   plan.choice = e.label();
   const double eff = proto_efficiency(e.proto);
   const auto nodes = members_by_node(c, topo);
@@ -295,12 +295,16 @@ CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& 
 }
 
 // The GPU through which `src` reaches `dst` on another node with PXN: the GPU
-// of src's node with dst's local index (on dst's rail), if there is one.
+// of src's node with dst's local index (on dst's rail), if there is one. NCCL
+// relays through a GPU only where that GPU has GPUDirect RDMA to the NIC and
+// reaches the sender over NVLink (src/graph/paths.cc@5067397c lines 817-840:
+// "(1) ... GDR is enabled", "(2) is connected to us through NVLink"): never on
+// PCIe-only servers, nor without GPUDirect RDMA.
 int pxn_via(int src, int dst, const Topology& topo) {
-  if (topo.same_node(src, dst)) return -1;
+  if (topo.same_node(src, dst) || !topo.hints().gdr) return -1;
   const int g = topo.gpus_per_node();
   const int via = topo.node_of(src) * g + dst % g;
-  return via == src ? -1 : via;
+  return via == src || !topo.nvlinked(src, via) ? -1 : via;
 }
 
 // Marks every transfer of `plan` as NCCL send/recv: p2p latency by path, PXN

@@ -54,6 +54,16 @@ constexpr double kPerChMaxTreeLL128[4][3] = {{20, 20, 20}, {20, 20, 20}, {36.7, 
 constexpr double kPerChMaxTree[4][3] = {{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}};
 constexpr double kPerChMaxNvlsTree[4][3] = {{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {0.0, 57.7, 45.5}, {0.0, 96.0, 80.0}};
 constexpr double kNvlsEfficiency[4] = {0, 0, 0.85, 0.74};
+// The runtime's channel tuning (nccl_runtime_channels), NVIDIA/nccl@5067397c:
+// MAXCHANNELS (src/include/device.h line 91), NCCL_LL_MAX_NTHREADS,
+// NCCL_LL128_MAX_NTHREADS, NCCL_SIMPLE_MAX_NTHREADS (device.h lines 95-114),
+// NCCL_LL/LL128/SIMPLE_THREAD_THRESHOLD (src/include/comm.h lines 49-51),
+// PCI_BW (src/graph/topo.h line 25: a ring of at most this many GB/s runs
+// 256 Simple threads, tuning.cc lines 244-247).
+constexpr int kMaxChannels = 64;
+constexpr int kLLMaxThreads = 512, kLL128MaxThreads = 640, kSimpleMaxThreads = 512;
+constexpr double kLLThreadThreshold = 8, kSimpleThreadThreshold = 64;  // LL128's is LL's, 8
+constexpr double kPciBw = 12.0;
 // treeCorrectionFactor[protocol][log2(bytes / 64)], 64 B .. 256 MiB (ncclTopoGetAlgoTime).
 constexpr double kTreeCorrection[3][24] = {
     {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0},
@@ -379,6 +389,29 @@ NcclPipeline nvls_pipeline(const NcclSystem& s, const NcclGraph& g, NcclAlgo alg
   return p;
 }
 
+// Bandwidth (tuning.cc lines 288-383) of `c` graph channels, algorithm
+// bandwidth before the tree correction factor.
+double bus_at(const NcclBusTerms& t, double c) {
+  const NcclAlgo algo = t.algo;
+  const int p = t.p;
+  double bus = c * t.bw;
+  if (algo == NcclAlgo::ring && p == kLL) bus = std::min(kLLMaxBw[t.i1][t.i2], bus * 0.5);
+  if (algo == NcclAlgo::ring && p == kLL128) bus = std::min(bus * 0.92, c * kPerChMaxRingLL128[t.arch][t.i2]);
+  if (algo == NcclAlgo::tree && t.ar) bus = std::min(bus * 0.92, c * kPerChMaxTree[t.arch][t.i2]);
+  if (algo == NcclAlgo::tree && p == kLL) bus = std::min(bus / 3.8, kLLMaxBw[t.i1][t.i2]);
+  if (algo == NcclAlgo::tree && p == kLL128)
+    bus = std::min(bus * (t.N == 1 ? 7.0 / 9.0 : 120.0 / 128.0), c * kPerChMaxTreeLL128[t.arch][t.i2]);
+  // Bus bandwidth to algorithm bandwidth: ring and NVLS by ranks / steps,
+  // tree AllReduce by 1/2; non-ring AllGather/ReduceScatter unconverted.
+  if (!(algo != NcclAlgo::ring && !t.ar)) {
+    if (algo == NcclAlgo::ring || algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree)
+      bus *= static_cast<double>(t.n) / t.nsteps;
+    else
+      bus *= 0.5;
+  }
+  return bus;
+}
+
 std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAlgo algo, NcclProto proto,
                                           int channels, std::string* why) {
   // The reason is formatted only when asked for (nccl_choose asks only when
@@ -432,21 +465,10 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
     bw = std::min(intra, inter);
     if (algo == NcclAlgo::nvls_tree) bw = std::min(bw, kPerChMaxNvlsTree[s.arch][i2]);
   }
-  double bus = g.channels * bw;
-  if (algo == NcclAlgo::ring && p == kLL) bus = std::min(kLLMaxBw[i1][i2], bus * 0.5);
-  if (algo == NcclAlgo::ring && p == kLL128) bus = std::min(bus * 0.92, g.channels * kPerChMaxRingLL128[s.arch][i2]);
-  if (algo == NcclAlgo::tree && ar) bus = std::min(bus * 0.92, g.channels * kPerChMaxTree[s.arch][i2]);
-  if (algo == NcclAlgo::tree && p == kLL) bus = std::min(bus / 3.8, kLLMaxBw[i1][i2]);
-  if (algo == NcclAlgo::tree && p == kLL128)
-    bus = std::min(bus * (N == 1 ? 7.0 / 9.0 : 120.0 / 128.0), g.channels * kPerChMaxTreeLL128[s.arch][i2]);
-  // Bus bandwidth to algorithm bandwidth: ring and NVLS by ranks / steps,
-  // tree AllReduce by 1/2; non-ring AllGather/ReduceScatter unconverted.
-  if (!(algo != NcclAlgo::ring && !ar)) {
-    if (algo == NcclAlgo::ring || algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree)
-      bus *= static_cast<double>(n) / nsteps;
-    else
-      bus *= 0.5;
-  }
+  // The bus bandwidth of `c` graph channels (fractional when the runtime
+  // runs fewer than its 2 x graph channels, nccl_finish).
+  const NcclBusTerms bt{algo, p, ar, N, n, nsteps, s.arch, i1, i2, bw};
+  double bus = bus_at(bt, g.channels);
   if (!(bus > 0)) return no("zero bandwidth");
 
   // Latency (tuning.cc lines 384-435). Each hop takes NCCL's constant for
@@ -503,6 +525,18 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
   t.plateau_factor = s.arch >= 1 ? 1.4 : 1.9;  // "plateau effect of ring"
   t.launch_us = s.launch_us;
   if (ar && (algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree)) t.pipe = nvls_pipeline(s, g, algo);
+  if (algo == NcclAlgo::ring || algo == NcclAlgo::tree) {
+    // The runtime's channel tuning (nccl_runtime_channels): comm->nChannels,
+    // maxThreads and threadThresholds as ncclTopoTuneModel sets them.
+    t.run_channels = std::min(kMaxChannels, 2 * g.channels);
+    t.threads = p == kLL128 ? kLL128MaxThreads
+                : p == kLL  ? kLLMaxThreads
+                : (algo == NcclAlgo::ring && g.bw_intra * g.channels <= kPciBw) ? 256
+                                                                                : kSimpleMaxThreads;
+    t.thread_threshold = p == kSimple ? kSimpleThreadThreshold : kLLThreadThreshold;
+    if (algo == NcclAlgo::ring && p == kLL) t.thread_threshold *= n;
+    t.bus_terms = bt;
+  }
   return t;
 }
 
@@ -522,6 +556,17 @@ NcclEstimate nccl_finish(const NcclTuner::Pair& t, double bytes) {
   e.channels = t.channels;
   e.lat_us = lat;
   e.bw_GBps = bus;
+  e.run_bw_GBps = bus;
+  if (t.run_channels > 0) {
+    // What runs: the runtime's channels at this size, each at the tuner's
+    // per-channel rate (the graph's channel is two runtime channels).
+    e.run_channels = nccl_runtime_channels(t.run_channels, t.threads, t.thread_threshold, bytes);
+    if (e.run_channels < t.run_channels) {
+      double run = bus_at(t.bus_terms, e.run_channels / 2.0);
+      if (t.tree_ar) run *= bus / t.bus;  // the same tree correction factor
+      e.run_bw_GBps = run;
+    }
+  }
   e.fill_us = nccl_pipeline_fill_us(t.pipe, bytes, bus);
   e.tune_extra_us = extra;
   return e;
@@ -545,6 +590,14 @@ double NcclPipeline::chunk_at(double bytes) const {
     if (bytes < 2 * ops * c && c > 16384) c = 16384;
   }
   return c;
+}
+
+int nccl_runtime_channels(int run_channels, int threads, double thread_threshold, double bytes) {
+  // One fewer while bytes < nc x threads x threshold and nc >= 2: the largest
+  // nc <= run_channels with nc x threads x threshold <= bytes, else 1.
+  const double per = threads * thread_threshold;
+  if (!(per > 0) || bytes >= run_channels * per) return run_channels;
+  return std::max(1, static_cast<int>(std::floor(bytes / per)));
 }
 
 double nccl_pipeline_fill_us(const NcclPipeline& p, double bytes, double bw_GBps) {

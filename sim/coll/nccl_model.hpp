@@ -124,8 +124,14 @@ struct NcclEstimate {
   // The net plugin's reported latency over the pair's network hops
   // (nccl.plugin_latency): NCCL's tuner sees it (time_us), what runs does not.
   double tune_extra_us = 0;
+  // The algorithm bandwidth of what runs, GB/s: bw_GBps with the channels
+  // the runtime launches at this size (nccl_runtime_channels), which NCCL's
+  // tuner does not see either.
+  double run_bw_GBps = 0;
+  int run_channels = 0;  // the runtime's channels at this size (2 x the graph's, or fewer); 0 for NVLS
   double time_us(double bytes) const { return lat_us + tune_extra_us + bytes / (1000.0 * bw_GBps); }
   double run_lat_us() const { return lat_us + fill_us; }
+  double run_bw() const { return run_bw_GBps > 0 ? run_bw_GBps : bw_GBps; }
   std::string label() const;  // "ring/simple/8"
 };
 
@@ -141,6 +147,17 @@ std::optional<NcclEstimate> nccl_estimate(CollOp op, const NcclSystem& s, NcclAl
 // forced on a topology without NVLS switches).
 NcclEstimate nccl_choose(CollOp op, const NcclSystem& s, double bytes, std::optional<NcclAlgo> algo = {},
                          std::optional<NcclProto> proto = {}, int channels = 0);
+
+// What the bus bandwidth of a ring or tree pair depends on besides its
+// channel count (nccl_model.cpp, bus_at): the bandwidth of any number of
+// channels, for the runtime's channel tuning (NcclTuner::Pair).
+struct NcclBusTerms {
+  NcclAlgo algo = NcclAlgo::ring;
+  int p = 0;
+  bool ar = false;
+  int N = 1, n = 1, nsteps = 1, arch = 0, i1 = 0, i2 = 0;
+  double bw = 0;  // per graph channel, GB/s
+};
 
 // NCCL's tuner for one collective on one system, resolved once: the pairs
 // nccl_choose would consider, each with its size-independent latency and
@@ -166,6 +183,11 @@ class NcclTuner {
     bool tree_ar = false, plateau = false;
     double plateau_den = 0, plateau_factor = 1, launch_us = 0;
     NcclPipeline pipe;  // the runtime's loop (NVLS, NVLS-Tree AllReduce); pipe.stages 0: no fill
+    // The runtime's channel tuning (ring and tree; nccl_runtime_channels):
+    // run_channels 0 leaves what runs at the tuner's bandwidth.
+    int run_channels = 0, threads = 0;
+    double thread_threshold = 0;
+    NcclBusTerms bus_terms;
   };
   static constexpr int kMaxPairs = 12;  // 4 algorithms x 3 protocols
 
@@ -173,6 +195,17 @@ class NcclTuner {
   Pair pairs_[kMaxPairs];
   int size_ = 0;
 };
+
+// The channels NCCL's runtime launches a ring or tree collective of `bytes`
+// on (topoGetAlgoInfo, src/enqueue.cc@5067397c lines 2070-2096): from
+// comm->nChannels (2 x the graph's, at most MAXCHANNELS 64; connect.cc line
+// 460), one fewer while bytes < channels x threads x threshold, down to 1.
+// threads is the pair's maxThreads (LL 512, LL128 640, Simple 512, or 256 for
+// a ring whose channels x speed is at most PCI_BW, 12 GB/s; tuning.cc lines
+// 244-257, PCI_BW topo.h line 25; device.h lines 93-114), threshold its threadThresholds (LL 8,
+// LL128 8, Simple 64 bytes per thread, ring LL x ranks; comm.h lines 49-51,
+// tuning.cc lines 587-593).
+int nccl_runtime_channels(int run_channels, int threads, double thread_threshold, double bytes);
 
 // Does NCCL's tuner cost this op (allreduce, allgather, reducescatter)?
 bool nccl_tuned(CollOp op);

@@ -79,11 +79,18 @@ struct Costs {
     if (ab.handles && ab.handles->find(key, live)) return;
     // Every group of a kind runs at once: EP groups are copies of group 0
     // shifted by 1 rank, MP groups by G ranks; they share NICs and PCIe links.
+    // With DP > 1 replicas of the G*N_EP block (docs/parm.md, "Layouts"), the
+    // fused collective's copies are the blocks; the EP groups' copies are the
+    // G of a block (stride 1) or, with G = 1, the DP blocks' (stride N_EP):
+    // with G > 1 and DP > 1 the other blocks' EP groups are left out of the
+    // closed form (copies on one stride only), the simulator runs them all.
     Collective ep, mp, world;
-    for (int r = 0; r < d.P; r += d.G) ep.group.push_back(r);
+    const int block = d.G * d.n_ep;
+    for (int r = 0; r < block; r += d.G) ep.group.push_back(r);
     for (int r = 0; r < d.G; ++r) mp.group.push_back(r);
-    for (int r = 0; r < d.P; ++r) world.group.push_back(r);
-    const Concurrent ep_k{d.G, 1}, mp_k{d.n_ep, d.G};
+    for (int r = 0; r < block; ++r) world.group.push_back(r);
+    const Concurrent ep_k = d.dp > 1 && d.G == 1 ? Concurrent{d.dp, d.n_ep} : Concurrent{d.G, 1},
+                     mp_k{d.P / d.G, d.G}, world_k = d.dp > 1 ? Concurrent{d.dp, block} : Concurrent{};
     auto bind = [&](Collective& c, CollOp op, const std::string& algo, Concurrent k) {
       c.op = op;
       c.algo = algo;
@@ -96,9 +103,9 @@ struct Costs {
     h[kAgMp] = bind(mp, CollOp::allgather, "", mp_k);
     h[kRsMp] = bind(mp, CollOp::reducescatter, "", mp_k);
     h[kArMp] = bind(mp, CollOp::allreduce, "", mp_k);
-    h[kSaa] = bind(world, CollOp::saa, saa_algo, {});
+    h[kSaa] = bind(world, CollOp::saa, saa_algo, world_k);
     for (int slot = 0; slot < kSlots; ++slot) {
-      const int size = slot == kA2aEp || slot == kArEp ? (d.P + d.G - 1) / d.G : d.G;  // the groups built above
+      const int size = slot == kA2aEp || slot == kArEp ? d.n_ep : d.G;  // the groups built above
       live[slot] = slot == kSaa || size >= 2 ? h[slot] : nullptr;
     }
     if (ab.handles) ab.handles->add(std::move(key), live);  // else an AlphaBeta made by hand: bound again next time

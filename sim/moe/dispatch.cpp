@@ -449,6 +449,74 @@ void check_dispatch_spec(const DispatchSpec& s, const Topology& topo) {
   }
 }
 
+namespace {
+// The experts' weights under a load model (empty: uniform).
+std::vector<double> load_weights(const LoadModel& load, int E, std::uint64_t seed) {
+  std::vector<double> weight;
+  if (load.kind == LoadModel::Kind::histogram) weight = load.weights;
+  if (load.kind == LoadModel::Kind::zipf) {
+    // Popularity ranks dealt by a shuffle of its own generator (Fisher-Yates).
+    std::vector<int> rank_of(E);
+    std::iota(rank_of.begin(), rank_of.end(), 0);
+    std::mt19937_64 deal(splitmix64(seed ^ 0x5a17f00dULL));
+    for (int i = E - 1; i > 0; --i) std::swap(rank_of[i], rank_of[below(deal, static_cast<std::uint64_t>(i) + 1)]);
+    weight.resize(E);
+    for (int e = 0; e < E; ++e) weight[e] = std::pow(static_cast<double>(rank_of[e] + 1), -load.exponent);
+  }
+  return weight;
+}
+}  // namespace
+
+std::vector<std::uint64_t> draw_expert_counts(const LoadModel& load, std::uint64_t seed, int sources,
+                                              std::int64_t tokens, int parts, int E, int k) {
+  if (E < 1 || k < 1 || k > E || parts < 1 || tokens % parts != 0)
+    throw InternalError(fmt::format("draw_expert_counts: E={} k={} parts={} tokens={}", E, k, parts, tokens));
+  std::vector<std::uint64_t> out(static_cast<std::size_t>(sources) * parts * E, 0);
+  const std::vector<double> weight = load_weights(load, E, seed);
+  std::vector<double> cdf;
+  if (!weight.empty()) {
+    cdf.resize(E);
+    std::partial_sum(weight.begin(), weight.end(), cdf.begin());
+    int positive = 0;
+    for (double w : weight) positive += w > 0 ? 1 : 0;
+    if (positive < k)
+      throw UserError(fmt::format("load {}: {} experts have a count above 0, fewer than top-k k={}", load.text,
+                                  positive, k));
+  }
+  std::vector<char> taken(E, 0);
+  std::vector<int> chosen;
+  const std::int64_t per_part = tokens / parts;
+  for (int src = 0; src < sources; ++src) {
+    // As route_tokens draws: the source's own generator, k distinct experts per token.
+    std::mt19937_64 gen(splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(src) + 1)));
+    for (std::int64_t tok = 0; tok < tokens; ++tok) {
+      chosen.clear();
+      if (!cdf.empty()) {
+        while (static_cast<int>(chosen.size()) < k) {
+          const double u = static_cast<double>(gen() >> 11) * 0x1.0p-53 * cdf.back();
+          const int e = static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+          if (e >= E || taken[e] || !(weight[e] > 0)) continue;
+          taken[e] = 1;
+          chosen.push_back(e);
+        }
+      } else {
+        for (int j = E - k; j < E; ++j) {
+          const int x = static_cast<int>(below(gen, static_cast<std::uint64_t>(j) + 1));
+          const int e = taken[x] ? j : x;
+          taken[e] = 1;
+          chosen.push_back(e);
+        }
+      }
+      const std::size_t row = (static_cast<std::size_t>(src) * parts + static_cast<std::size_t>(tok / per_part)) * E;
+      for (int e : chosen) {
+        taken[e] = 0;
+        ++out[row + static_cast<std::size_t>(e)];
+      }
+    }
+  }
+  return out;
+}
+
 DispatchTraffic route_tokens(const DispatchSpec& s, int group) {
   DispatchTraffic t;
   const int R = s.ranks, E = s.experts, k = s.topk;
@@ -468,17 +536,7 @@ DispatchTraffic route_tokens(const DispatchSpec& s, int group) {
   std::vector<int> hit_rank(R, -1), hit_node(N, -1);
   t.expert_tokens.assign(E, 0);
   // Per-expert weights and their running sums (empty: uniform).
-  std::vector<double> weight, cdf;
-  if (s.load.kind == LoadModel::Kind::histogram) weight = s.load.weights;
-  if (s.load.kind == LoadModel::Kind::zipf) {
-    // Popularity ranks dealt by a shuffle of its own generator (Fisher-Yates).
-    std::vector<int> rank_of(E);
-    std::iota(rank_of.begin(), rank_of.end(), 0);
-    std::mt19937_64 deal(splitmix64(s.seed ^ 0x5a17f00dULL));
-    for (int i = E - 1; i > 0; --i) std::swap(rank_of[i], rank_of[below(deal, static_cast<std::uint64_t>(i) + 1)]);
-    weight.resize(E);
-    for (int e = 0; e < E; ++e) weight[e] = std::pow(static_cast<double>(rank_of[e] + 1), -s.load.exponent);
-  }
+  std::vector<double> weight = load_weights(s.load, E, s.seed), cdf;
   if (!weight.empty()) {
     cdf.resize(E);
     std::partial_sum(weight.begin(), weight.end(), cdf.begin());

@@ -54,6 +54,14 @@ struct LoadModel {
 // check_dispatch_spec.
 LoadModel parse_load_model(const std::string& s, const std::string& option);
 
+// Dropless routing of `sources` token sets of `tokens` tokens each, cut into
+// `parts` equal consecutive parts (the MP members' shares): the selections of
+// each part on each expert, [(src * parts + part) * E + e], drawn as
+// route_tokens draws them (source src's own generator, k distinct experts).
+// A UserError when fewer than k experts have weight.
+std::vector<std::uint64_t> draw_expert_counts(const LoadModel& load, std::uint64_t seed, int sources,
+                                              std::int64_t tokens, int parts, int E, int k);
+
 struct DispatchSpec {
   int ranks = 0;   // expert-parallel ranks: GPUs 0 .. ranks-1 of the topology
   int tokens = 0;  // tokens per rank entering dispatch

@@ -27,7 +27,7 @@ namespace {
 class GraphBuilder {
  public:
   GraphBuilder(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, GraphData data = GraphData::bound)
-      : s_(s), d_(d), o_(o), data_(data == GraphData::bound), g_(make_groups(d.P, d.G)), b_(d.P), prev_(d.P, -1) {
+      : s_(s), d_(d), o_(o), data_(data == GraphData::bound), g_(make_groups(d.P, d.G, d.n_ep)), b_(d.P), prev_(d.P, -1) {
     // About 20 tasks per rank for a layer's forward or backward pass and 3 per
     // local expert run one after another (1056 for the backward pass of the
     // default layer on 32 GPUs, 4 experts each): reserved, so the task array
@@ -39,6 +39,13 @@ class GraphBuilder {
     if (host_on()) {
       b_.add_stream_all("host");
       sync_.assign(static_cast<std::size_t>(d.P), -1);
+    }
+    if (s.load) {
+      // Dropless routing is timed, not executed: the executors' kernels work on capacity buffers.
+      if (data_)
+        throw UserError("key 'load': dropless routing is simulated only; verify and execute run the capacity-factor "
+                        "layer (load=capacity)");
+      load_ = draw_layer_load(s, d);
     }
     const std::int64_t M = s.M, h = s.H / d.G;
     buf("x", d.S * M);
@@ -138,6 +145,7 @@ class GraphBuilder {
     buf("dW2", size_["W2"]);
     cur_ = "dout";
     offset_next_ = false;
+    experts_seen_ = false;
   }
 
   void chain(int rank, int task) {
@@ -195,19 +203,25 @@ class GraphBuilder {
   // (a task of its own) once the host has issued the rest.
   // `args` (none: timing only) gives rank r's kernel arguments.
   using ArgsOf = std::function<KernelArgs(int)>;
+  using KernelOf = std::function<const Kernel&(int)>;
   void compute(const Kernel& k, bool bwd, const std::vector<std::string>& in, const std::vector<std::string>& out,
-               const ArgsOf& args) {
+               const ArgsOf& args, const KernelOf& of_rank = {}) {
     if (dry_) return;
     const KernelId kernel = kernel_id(k, bwd);
     const bool host = host_on();
     HostSplit hs;
-    if (host) {
-      hs = host_split(k);
-    } else {
-      hs.main = k;
-      hs.last.launches = 0;
-    }
+    auto split = [&](const Kernel& kk) {
+      if (host) {
+        hs = host_split(kk);
+      } else {
+        hs.main = kk;
+        hs.last = Kernel{};
+        hs.last.launches = 0;
+      }
+    };
+    split(k);
     for (int r = 0; r < d_.P; ++r) {
+      if (of_rank) split(of_rank(r));  // rank r's own sizes (dropless experts), the same kernel
       const int main = gpu_task(r, hs.main, bwd, host ? host_task(r, 1) : -1, kernel);
       if (data_ && args) {
         Task& t = b_.task(main);
@@ -315,6 +329,12 @@ class GraphBuilder {
   // executors compute the same values while the simulator times the sequence.
   void expert_loop(const MoeOp& op, const std::function<void()>& data, const std::string& target) {
     const std::int64_t n = expert_repeats(s_, d_);
+    if (load_) {
+      dropless_experts(op, n);
+      experts_seen_ = true;
+      return;
+    }
+    experts_seen_ = true;
     const auto ks = kernels(op, s_, d_);
     for (std::int64_t e = 0; e < n; ++e) {
       if (e == 0)
@@ -328,6 +348,84 @@ class GraphBuilder {
         collective(CollOp::allreduce, GroupKind::esp, elems, "comm", label, "", "", 0, s_.M);
       else
         collective(CollOp::allreduce, GroupKind::esp, elems, "comm", label, target, target, 0, s_.M);
+    }
+  }
+
+  // The drawn rows of local expert j (0 <= j < E_local) on rank r: every
+  // token of the rank's block routed to it (all MP shares: the expert's G
+  // shards all take them, as the capacity buffers do).
+  std::uint64_t expert_rows(int r, std::int64_t j) const {
+    const int b = r / (d_.G * d_.n_ep), e = (r / d_.G) % d_.n_ep;
+    return load_->expert_rows[static_cast<std::size_t>(b) * s_.E + static_cast<std::size_t>(e * d_.E_local + j)];
+  }
+  // Dropless experts: each local expert's kernels on its drawn rows, per rank
+  // (`lean`, one batched GEMM of all local experts: padded to the largest);
+  // with `allreduce_each`, each expert's ESP AllReduce of its rows.
+  void dropless_experts(const MoeOp& op, std::int64_t n) {
+    const bool lean = n == 1 && d_.E_local > 1;
+    const std::int64_t batch = lean ? d_.E_local : 1;
+    std::vector<std::vector<Kernel>> per_rank(static_cast<std::size_t>(d_.P));
+    for (std::int64_t e = 0; e < n; ++e) {
+      for (int r = 0; r < d_.P; ++r) {
+        std::uint64_t rows = 0;
+        if (lean)
+          for (std::int64_t j = 0; j < d_.E_local; ++j) rows = std::max(rows, expert_rows(r, j));
+        else
+          rows = expert_rows(r, e);
+        MoeOp o = op;
+        // kernels() takes rows = elems / M / repeats / batch; an expert with no
+        // token still launches its kernels (one row: the GEMM model's floor).
+        o.elems = static_cast<std::int64_t>(std::max<std::uint64_t>(rows, 1)) * s_.M * n * batch;
+        per_rank[static_cast<std::size_t>(r)] = kernels(o, s_, d_);
+      }
+      const std::size_t nk = per_rank[0].size();
+      for (std::size_t q = 0; q < nk; ++q)
+        compute(per_rank[0][q], op.backward, {}, {}, {},
+                [&](int r) -> const Kernel& { return per_rank[static_cast<std::size_t>(r)][q]; });
+      if (!op.allreduce_each) continue;
+      const std::string label = op.backward ? "bwd_esp_allreduce" : "esp_allreduce";
+      // One ESP group per MP group: its G ranks hold shards of the same experts.
+      collective(CollOp::allreduce, GroupKind::esp, expert_elems(op, s_, d_), "comm", label, "", "", 0, s_.M, 0, 0, {},
+                 [&](std::size_t gi, Collective& c) {
+                   const int r0 = static_cast<int>(gi) * d_.G;
+                   c.bytes = expert_rows(r0, e) * static_cast<std::uint64_t>(s_.M) *
+                             static_cast<std::uint64_t>(d_.dtype_bytes);
+                 });
+    }
+  }
+
+  // Under a load model, an EP AlltoAll of the capacity buffers becomes an
+  // AlltoAllv of the drawn rows: before the experts (dispatch; in backward,
+  // the combine's adjoint) member m sends member m' the rows of its tokens
+  // routed to m''s experts; after them, the transpose. A baseline member
+  // sends its MP group's S tokens, a Parm member its S/G share; the capacity
+  // buffer's size per peer over the token set's capacity scales the rows (1,
+  // or 1/G for 0.14.5's deduplicated sends), rounded up.
+  void dropless_a2a(std::size_t gi, Collective& c, std::int64_t elems, std::int64_t width) const {
+    const int G = d_.G, n = d_.n_ep, b = static_cast<int>(gi) / G, t = static_cast<int>(gi) % G;
+    const bool part = o_.parm;
+    const std::int64_t cap = part ? d_.T_parm : d_.T_base;
+    const __int128 den = static_cast<__int128>(width) * n * d_.E_local * cap;
+    c.op = CollOp::alltoallv;
+    c.matrix.assign(static_cast<std::size_t>(n), std::vector<std::uint64_t>(static_cast<std::size_t>(n), 0));
+    for (int m = 0; m < n; ++m) {
+      const int i = b * n + m;  // the member's MP group
+      for (int q = 0; q < n; ++q) {
+        std::uint64_t sel = 0;
+        for (std::int64_t j = q * d_.E_local; j < (q + 1) * d_.E_local; ++j) {
+          if (part) {
+            sel += load_->count(i, t, j);
+          } else {
+            for (int p = 0; p < G; ++p) sel += load_->count(i, p, j);
+          }
+        }
+        const std::uint64_t rows = static_cast<std::uint64_t>((static_cast<__int128>(sel) * elems + den - 1) / den);
+        const std::uint64_t bytes = rows * static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(d_.dtype_bytes);
+        if (experts_seen_)
+          c.matrix[static_cast<std::size_t>(q)][static_cast<std::size_t>(m)] = bytes;
+        else
+          c.matrix[static_cast<std::size_t>(m)][static_cast<std::size_t>(q)] = bytes;
+      }
     }
   }
 
@@ -447,11 +545,14 @@ class GraphBuilder {
   // send buffer starts at mp_index * offset_per_mp on each rank.
   void collective(CollOp op, GroupKind kind, std::int64_t elems, const std::string& stream, const std::string& label,
                   const std::string& send, const std::string& recv, std::uint64_t offset_per_mp, std::int64_t row,
-                  std::int64_t c0 = 0, std::int64_t cn = 0, const std::vector<int>& extra = {}) {
+                  std::int64_t c0 = 0, std::int64_t cn = 0, const std::vector<int>& extra = {},
+                  const std::function<void(std::size_t, Collective&)>& adjust = {}) {
     if (dry_) return;
-    if (world_[0].empty())
-      for (int r = 0; r < d_.P; ++r) world_[0].push_back(r);
-    const std::vector<std::vector<int>>& groups = kind == GroupKind::ep ? g_.ep : kind == GroupKind::world ? world_ : g_.mp;
+    const std::vector<std::vector<int>>& groups = kind == GroupKind::ep          ? g_.ep
+                                                  : kind == GroupKind::world     ? g_.block
+                                                  : kind == GroupKind::dense_dp  ? g_.dense_dp
+                                                  : kind == GroupKind::expert_dp ? g_.expert_dp
+                                                                                 : g_.mp;
     const std::uint64_t bytes = static_cast<std::uint64_t>(elems) * static_cast<std::uint64_t>(d_.dtype_bytes);
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
       const bool solo = groups[gi].size() < 2 && op != CollOp::saa;
@@ -474,6 +575,8 @@ class GraphBuilder {
       c.row = static_cast<std::uint64_t>(row);
       c.col_begin = static_cast<std::uint64_t>(c0);
       c.col_count = static_cast<std::uint64_t>(cn);
+      if (adjust) adjust(gi, c);
+      if (load_ && op == CollOp::alltoall && kind == GroupKind::ep && !solo) dropless_a2a(gi, c, elems, cn > 0 ? cn : row);
       if (solo) {
         // A group of one moves no bytes; it still has to put its data in place.
         c.bytes = 0;
@@ -499,7 +602,6 @@ class GraphBuilder {
   const ScheduleOptions& o_;
   bool data_;  // with data bindings (GraphData::bound)
   Groups g_;
-  std::vector<std::vector<int>> world_ = {{}};  // the one group of every rank, filled on first use
   TaskGraphBuilder b_;
   std::vector<int> prev_;
   int n_ = 0;
@@ -517,6 +619,8 @@ class GraphBuilder {
     KernelId id;
   };
   std::vector<SeenKernel> kernels_;  // kernel_id's cache
+  std::shared_ptr<const LayerLoad> load_;  // the drawn routing under a load model, or null
+  bool experts_seen_ = false;               // this pass's experts op is behind us (AlltoAllv direction)
   bool slot_split_ = false, in_backward_ = false, offset_next_ = false, dx_started_ = false, dry_ = false;
 };
 

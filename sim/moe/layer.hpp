@@ -33,6 +33,7 @@ class BoundCollective;
 }  // namespace parmsim
 
 namespace parmsim::moe {
+struct LoadModel;
 
 // Which DeepSpeed-MoE the baseline is (docs/moe-costs.md):
 //   v0_14_4  DeepSpeed-MoE 0.7 .. 0.14.4, what Parm measured against: with
@@ -54,7 +55,19 @@ const char* to_string(Dispatch v);
 struct LayerSpec {
   std::int64_t B = 4, L = 512, M = 1024, H = 4096, E = 32, k = 2;
   double f = 1.2;
-  int mp = 4;  // N_MP = N_ESP = G
+  int mp = 4;  // N_MP = N_ESP = G: Megatron-Core's TP, and its ETP (= TP, as Parm shards experts)
+  // Expert-parallel size N_EP (Megatron-Core's EP); 0: P/mp, the whole world
+  // (one expert-parallel group per MP index). With ep < P/mp the world holds
+  // DP = P/(mp*ep) replicas of the mp*ep-rank block, ranks in Megatron-Core's
+  // default order tp-cp-ep-dp-pp (docs/parm.md, "Layouts").
+  int ep = 0;
+  // Dropless routing under a load model (sim/moe/dispatch.hpp: uniform,
+  // zipf:S, a histogram file), drawn with `seed`: the EP AlltoAlls become
+  // AlltoAllvs of the drawn rows per peer and each expert's GEMMs take its
+  // drawn rows (docs/moe-costs.md, "Dropless routing"). Null: the capacity
+  // factor's fixed buffers, as before.
+  std::shared_ptr<const LoadModel> load;
+  std::uint64_t seed = 0;
   DType dtype = DType::fp32;
   DsMoe ds_moe = DsMoe::v0_14_4;
   Dispatch dispatch = Dispatch::einsum;
@@ -124,21 +137,33 @@ std::string spec_string(const LayerSpec& s);
 // with einsum dispatch (ds_moe=0.14.4, dispatch=einsum)" by default.
 std::string baseline_system(const LayerSpec& s);
 
-// Groups (docs/parm.md): ranks numbered node by node; MP (= ESP) groups are G
-// consecutive ranks; EP groups take the ranks with the same MP index.
+// Groups (docs/parm.md, "Layouts"): ranks numbered node by node and, as
+// Megatron-Core's RankGenerator numbers them in its default order
+// "tp-cp-ep-dp-pp" (cp = pp = 1 here), rank = t + G*(e + N_EP*b) for MP index
+// t < G, EP index e < N_EP and replica b < DP = P/(G*N_EP).
+// MP (= ESP) groups are G consecutive ranks; EP groups take the ranks of one
+// block (G*N_EP consecutive ranks) with the same MP index; the fused
+// collective (SAA) runs over a block; dense data-parallel groups take every
+// rank with the same MP index (P/G of them), expert data-parallel groups the
+// ranks with the same (t, e) in every block (DP of them).
 struct Groups {
-  int P = 0, G = 0, n_ep = 0;
-  std::vector<std::vector<int>> mp;  // mp[i] = ranks i*G .. i*G+G-1
-  std::vector<std::vector<int>> ep;  // ep[j] = ranks j, j+G, j+2G, ...
-  std::vector<int> mp_of, ep_of;     // rank -> group index
+  int P = 0, G = 0, n_ep = 0, dp = 1;
+  std::vector<std::vector<int>> mp;     // mp[i] = ranks i*G .. i*G+G-1
+  std::vector<std::vector<int>> ep;     // ep[b*G + t] = ranks b*G*N_EP + t + G*e, e < N_EP
+  std::vector<std::vector<int>> block;  // block[b] = ranks b*G*N_EP .. (b+1)*G*N_EP - 1
+  std::vector<std::vector<int>> dense_dp;   // dense_dp[t] = ranks t, t+G, t+2G, ... (P/G of them)
+  std::vector<std::vector<int>> expert_dp;  // expert_dp[t + G*e] = ranks t + G*e + G*N_EP*b, b < DP
+  std::vector<int> mp_of, ep_of;        // rank -> group index
 };
-Groups make_groups(int P, int G);
+// n_ep = 0: P/G (one block).
+Groups make_groups(int P, int G, int n_ep = 0);
 
 // Sizes derived from a spec on P GPUs with `gpus_per_node` per node.
 // Throws UserError for impossible combinations, and for layers whose element,
 // byte or FLOP counts would pass 2^60 (the error names the keys involved).
 struct Dims {
   int P = 0, G = 0, n_ep = 0;
+  int dp = 1;                // replicas of the G*N_EP block: P/(G*N_EP)
   std::int64_t S = 0;        // tokens per GPU entering the layer (B*L)
   std::int64_t E_local = 0;  // experts per EP rank
   std::int64_t T_base = 0;   // tokens per expert buffer, baseline (capacity on S tokens)
@@ -146,6 +171,26 @@ struct Dims {
   int dtype_bytes = 4;
 };
 Dims make_dims(const LayerSpec& s, int P, int gpus_per_node);
+
+// A layer's drawn routing under its load model: per MP group i (P/G token
+// sets of S tokens, the set every MP rank of the group holds) and per MP
+// member's share t (S/G tokens each), the selections on each expert.
+struct LayerLoad {
+  int groups = 0, parts = 0, E = 0;
+  std::vector<std::uint64_t> counts;  // [(i * parts + t) * E + e]
+  // Tokens per expert, per block b (the rows each expert's GEMM takes on the
+  // block's ranks): [b * E + e]; and max/mean of them and of the tokens per EP
+  // rank (an EP rank's experts' tokens, over every block).
+  std::vector<std::uint64_t> expert_rows;
+  double expert_imbalance = 1, rank_imbalance = 1;
+  std::uint64_t max_expert_rows = 0, max_rank_rows = 0;
+  double mean_expert_rows = 0, mean_rank_rows = 0;
+  std::uint64_t count(int i, int t, std::int64_t e) const {
+    return counts[(static_cast<std::size_t>(i) * parts + t) * E + static_cast<std::size_t>(e)];
+  }
+};
+// The spec's drawn routing (s.load must be set); the same spec, the same draws.
+std::shared_ptr<const LayerLoad> draw_layer_load(const LayerSpec& s, const Dims& d);
 
 // What one step of a schedule does: a compute op of the layer (gate, order,
 // iorder, experts, slot_slice, kernel), a view (split, mp_gather_free) or a
@@ -168,7 +213,10 @@ enum class MoeStep {
   slot_slice,
   shared  // the shared experts' dense FFN on the rank's S tokens (LayerSpec::shared_H)
 };
-enum class GroupKind { ep, esp, mp, world };
+// world: the fused collective's group, the G*N_EP ranks of a block (all P
+// with one block); dense_dp / expert_dp: the data-parallel groups of the
+// dense and of the expert parameters (`parmsim model`'s gradient AllReduce).
+enum class GroupKind { ep, esp, mp, world, dense_dp, expert_dp };
 // What a collective step moves, where the graph builder's data bindings need
 // to know more than "the buffer the step before wrote" (the simulator and
 // the closed form time every step alike).

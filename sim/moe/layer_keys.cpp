@@ -12,6 +12,7 @@
 #include "sim/core/registry.hpp"
 #include "sim/core/units.hpp"
 #include "sim/io/yaml_reader.hpp"
+#include "sim/moe/dispatch.hpp"
 
 namespace parmsim::moe {
 
@@ -65,6 +66,21 @@ void set_E(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, c
 }
 void set_mp(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
   s.mp = static_cast<int>(parse_int(k, v, w, 1, kMaxMp));
+}
+// ep: an expert-parallel size >= 1, or "P/mp" (the default, 0: the whole world).
+void set_ep(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.ep = v == "P/mp" ? 0 : static_cast<int>(parse_int(k, v, w, 1, kMaxMp));
+}
+// load: "capacity" (the default: capacity-factor buffers), or a load model of sim/moe/dispatch.hpp.
+void set_load(const Key&, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  if (v == "capacity") {
+    s.load.reset();
+    return;
+  }
+  s.load = std::make_shared<const LoadModel>(parse_load_model(v, fmt::format("{}: key 'load':", w)));
+}
+void set_seed(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.seed = static_cast<std::uint64_t>(parse_int(k, v, w, 0));
 }
 void set_f(const Key&, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
   try {
@@ -142,6 +158,9 @@ std::string get_count(const LayerSpec& s, const ScheduleOptions&) {
   return num(s.*Field);
 }
 std::string get_mp(const LayerSpec& s, const ScheduleOptions&) { return num(s.mp); }
+std::string get_ep(const LayerSpec& s, const ScheduleOptions&) { return s.ep > 0 ? num(s.ep) : "P/mp"; }
+std::string get_load(const LayerSpec& s, const ScheduleOptions&) { return s.load ? s.load->text : "capacity"; }
+std::string get_seed(const LayerSpec& s, const ScheduleOptions&) { return num(static_cast<std::int64_t>(s.seed)); }
 std::string get_f(const LayerSpec& s, const ScheduleOptions&) { return fmt::format("{}", s.f); }
 std::string get_dtype(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.dtype); }
 std::string get_ds_moe(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.ds_moe); }
@@ -171,7 +190,7 @@ constexpr KeyScope L = KeyScope::layer, S = KeyScope::schedule;
 
 // The defaults shown are LayerSpec's and s1's (layer.hpp); tests/test_registries.cpp checks them.
 // The layer keys' order is the order of spec_string() and of the sweep CSV's columns.
-constexpr std::array<LayerKey, 21> kKeys = {{
+constexpr std::array<LayerKey, 24> kKeys = {{
     {"B", "int", "4", "samples per GPU (B*L tokens enter the layer on each GPU)", L, {}, set_count<&LayerSpec::B>, get_count<&LayerSpec::B>, true},
     {"L", "int", "512", "tokens per sample", L, {}, set_count<&LayerSpec::L>, get_count<&LayerSpec::L>, true},
     {"M", "int", "1024", "model (embedding) size", L, {}, set_count<&LayerSpec::M>, get_count<&LayerSpec::M>, true},
@@ -193,6 +212,17 @@ constexpr std::array<LayerKey, 21> kKeys = {{
     {"host_op", "time", "0us",
      "host time per kernel launch and per collective call, eager PyTorch's (0: the host keeps ahead of the GPU; "
      "docs/moe-costs.md)", L, {}, set_host_op, get_host_op},
+    {"ep", "int", "P/mp",
+     "expert-parallel size N_EP (Megatron-Core's EP); below P/mp the world holds P/(mp*ep) data-parallel "
+     "replicas of the mp*ep block, ranks in Megatron-Core's order tp-ep-dp (docs/parm.md, \"Layouts\")",
+     L, {}, set_ep, get_ep, false, false, false},
+    {"load", "string", "capacity",
+     "capacity (buffers of the capacity factor f, tokens past it dropped) | uniform | zipf:S | a histogram file of "
+     "E counts: dropless routing drawn from that load model, AlltoAllv and per-expert GEMMs of the drawn tokens "
+     "(docs/moe-costs.md, \"Dropless routing\")",
+     L, {}, set_load, get_load, false, false, false},
+    {"seed", "int", "0", "the seed of the load model's draws (same seed, same output)", L, {}, set_seed, get_seed,
+     false, false, false},
     {"glu", "bool", "false",
      "gated experts (SwiGLU): fc1 M -> 2H, silu(a)*b, fc2 H -> M; 1.5x the expert GEMMs and weights "
      "(docs/moe-costs.md, \"Gated experts\")", L, {}, set_glu, get_glu, false, false, false},

@@ -13,6 +13,7 @@
 
 #include "sim/core/error.hpp"
 #include "sim/core/registry.hpp"
+#include "sim/moe/dispatch.hpp"
 
 namespace parmsim::moe {
 
@@ -119,21 +120,35 @@ std::string baseline_system(const LayerSpec& s) {
 
 // ---------------------------------------------------------------- groups, dims
 
-Groups make_groups(int P, int G) {
+Groups make_groups(int P, int G, int n_ep) {
   if (G <= 0 || P <= 0 || P % G != 0) throw UserError(fmt::format("mp={} must divide the number of GPUs P={}", G, P));
+  if (n_ep == 0) n_ep = P / G;
+  if (n_ep < 1 || P % (G * n_ep) != 0)
+    throw UserError(fmt::format("ep={} * mp={} = {} does not divide P={} GPUs", n_ep, G, G * n_ep, P));
+  // Megatron-Core's RankGenerator, order "tp-cp-ep-dp-pp" with cp = pp = 1:
+  // rank = t + G*(e + N_EP*b) (megatron/core/parallel_state.py@d98e8a64,
+  // generate_masked_orthogonal_rank_groups and the expert rank generator).
   Groups g;
   g.P = P;
   g.G = G;
-  g.n_ep = P / G;
-  g.mp.assign(g.n_ep, {});
-  g.ep.assign(G, {});
+  g.n_ep = n_ep;
+  g.dp = P / (G * n_ep);
+  g.mp.assign(P / G, {});
+  g.ep.assign(static_cast<std::size_t>(G) * g.dp, {});
+  g.block.assign(g.dp, {});
+  g.dense_dp.assign(G, {});
+  g.expert_dp.assign(static_cast<std::size_t>(G) * n_ep, {});
   g.mp_of.assign(P, 0);
   g.ep_of.assign(P, 0);
   for (int r = 0; r < P; ++r) {
+    const int t = r % G, e = (r / G) % n_ep, b = r / (G * n_ep);
     g.mp[r / G].push_back(r);
-    g.ep[r % G].push_back(r);
+    g.ep[b * G + t].push_back(r);
+    g.block[b].push_back(r);
+    g.dense_dp[t].push_back(r);
+    g.expert_dp[t + G * e].push_back(r);
     g.mp_of[r] = r / G;
-    g.ep_of[r] = r % G;
+    g.ep_of[r] = b * G + t;
   }
   return g;
 }
@@ -200,10 +215,17 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
     throw UserError(fmt::format("mp={} must divide the GPUs of a node ({}): MP and ESP groups stay inside a node", s.mp,
                                 gpus_per_node));
   if (P % s.mp != 0) throw UserError(fmt::format("mp={} must divide the number of GPUs P={}", s.mp, P));
-  d.n_ep = P / s.mp;
+  if (s.ep < 0) throw UserError(fmt::format("key 'ep': expected an expert-parallel size >= 1, got {}", s.ep));
+  if (s.ep > 0 && (static_cast<std::int64_t>(s.ep) * s.mp > P || P % (static_cast<std::int64_t>(s.ep) * s.mp) != 0))
+    throw UserError(fmt::format("ep={} * mp={} = {} does not divide P={} GPUs", s.ep, s.mp,
+                                static_cast<std::int64_t>(s.ep) * s.mp, P));
+  d.n_ep = s.ep > 0 ? s.ep : P / s.mp;
+  d.dp = P / (s.mp * d.n_ep);
   if (s.E % d.n_ep != 0)
     throw UserError(
-        fmt::format("E={} experts must be divisible by the expert-parallel size N_EP = P/mp = {}", s.E, d.n_ep));
+        s.ep > 0 ? fmt::format("E={} experts must be divisible by the expert-parallel size ep={}", s.E, d.n_ep)
+                 : fmt::format("E={} experts must be divisible by the expert-parallel size N_EP = P/mp = {}", s.E,
+                               d.n_ep));
   if (s.k > s.E) throw UserError(fmt::format("top-k k={} exceeds the number of experts E={}", s.k, s.E));
   d.S = s.B * s.L;
   {
@@ -243,7 +265,38 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
                                 "shared experts' FLOPs 3*B*L*M*shared_H overflow the simulator's 64-bit counts (at "
                                 "most 2^60)", s.shared_H, s.M, s.B, s.L));
   d.dtype_bytes = dtype_bytes(s.dtype);
+  if (s.load && s.load->kind == LoadModel::Kind::histogram && static_cast<std::int64_t>(s.load->weights.size()) != s.E)
+    throw UserError(fmt::format("key 'load': histogram {} has {} counts, expected one per expert, E={}", s.load->text,
+                                s.load->weights.size(), s.E));
   return d;
+}
+
+std::shared_ptr<const LayerLoad> draw_layer_load(const LayerSpec& s, const Dims& d) {
+  if (!s.load) throw InternalError("draw_layer_load: no load model");
+  auto out = std::make_shared<LayerLoad>();
+  LayerLoad& l = *out;
+  l.groups = d.P / d.G;
+  l.parts = d.G;
+  l.E = static_cast<int>(s.E);
+  l.counts = draw_expert_counts(*s.load, s.seed, l.groups, d.S, d.G, l.E, static_cast<int>(s.k));
+  l.expert_rows.assign(static_cast<std::size_t>(d.dp) * l.E, 0);
+  for (int i = 0; i < l.groups; ++i) {
+    const int b = i / d.n_ep;
+    for (int t = 0; t < l.parts; ++t)
+      for (int e = 0; e < l.E; ++e) l.expert_rows[static_cast<std::size_t>(b) * l.E + e] += l.count(i, t, e);
+  }
+  std::uint64_t total = 0;
+  for (std::uint64_t v : l.expert_rows) total += v, l.max_expert_rows = std::max(l.max_expert_rows, v);
+  l.mean_expert_rows = static_cast<double>(total) / static_cast<double>(l.expert_rows.size());
+  for (std::size_t r = 0; r < l.expert_rows.size(); r += static_cast<std::size_t>(d.E_local)) {
+    std::uint64_t in = 0;
+    for (std::int64_t j = 0; j < d.E_local; ++j) in += l.expert_rows[r + static_cast<std::size_t>(j)];
+    l.max_rank_rows = std::max(l.max_rank_rows, in);
+  }
+  l.mean_rank_rows = static_cast<double>(total) / static_cast<double>(d.dp * d.n_ep);
+  l.expert_imbalance = total ? static_cast<double>(l.max_expert_rows) / l.mean_expert_rows : 1.0;
+  l.rank_imbalance = total ? static_cast<double>(l.max_rank_rows) / l.mean_rank_rows : 1.0;
+  return out;
 }
 
 

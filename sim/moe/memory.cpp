@@ -29,8 +29,20 @@ struct OpMem {
 };
 
 u128 group_size(GroupKind g, const Dims& d) {
-  return g == GroupKind::ep ? static_cast<u128>(d.n_ep) : g == GroupKind::world ? static_cast<u128>(d.P)
-                                                                                 : static_cast<u128>(d.G);
+  switch (g) {
+    case GroupKind::ep:
+      return static_cast<u128>(d.n_ep);
+    case GroupKind::world:  // the fused collective's block of G*N_EP ranks
+      return static_cast<u128>(d.G) * static_cast<u128>(d.n_ep);
+    case GroupKind::dense_dp:
+      return static_cast<u128>(d.P / d.G);
+    case GroupKind::expert_dp:
+      return static_cast<u128>(d.dp);
+    case GroupKind::mp:
+    case GroupKind::esp:
+      break;
+  }
+  return static_cast<u128>(d.G);
 }
 
 // `in` is the logical size of the op's input buffer.

@@ -34,6 +34,9 @@ const Section kModel{"model",
                       {"k", "int", "2", "top-k"},
                       {"f", "number", "1.2", "capacity factor"},
                       {"mp", "int", "required", "tensor-parallel (and expert-sharding) degree"},
+                      {"ep", "int", "GPUs/mp",
+                       "expert-parallel size; below GPUs/mp the experts are replicated over GPUs/(mp*ep) "
+                       "data-parallel copies (Megatron-Core's layout, docs/parm.md)"},
                       {"dtype", "string", "fp32", "fp32 | fp16 | bf16"},
                       {"glu", "bool", "false",
                        "gated FFNs (SwiGLU) in the dense blocks and the experts: fc1 M -> 2*ffn (layer key glu)"},
@@ -120,6 +123,7 @@ ModelSpec build_model_spec(const YamlReader& r) {
   set("k", "k");
   set("f", "f");
   set("mp", "mp");
+  set("ep", "ep");
   set("dtype", "dtype");
   set("glu", "glu");
   if (r.has("grad_bucket")) {
@@ -158,47 +162,67 @@ Time IterationResult::moe_time() const {
 }
 
 GradSync grad_sync_timeline(const std::vector<BackwardStep>& steps, std::int64_t bucket_elems,
-                            const std::function<Time(std::int64_t)>& allreduce_time) {
+                            const std::function<Time(std::int64_t)>& allreduce_time,
+                            const std::function<Time(std::int64_t)>& expert_allreduce_time) {
   GradSync g;
-  std::int64_t total = 0;
+  std::int64_t total = 0, expert_total = 0;
   for (const BackwardStep& st : steps) {
     g.compute += st.compute;
     total += st.grad_elems;
+    expert_total += st.expert_grad_elems;
   }
-  if (bucket_elems <= 0) {  // after the backward pass, one AllReduce
+  if (expert_total > 0 && !expert_allreduce_time)
+    throw InternalError("grad_sync_timeline: expert gradients without an expert AllReduce");
+  if (bucket_elems <= 0) {  // after the backward pass, one AllReduce (and one of the expert gradients)
     if (total > 0) {
       g.allreduce = allreduce_time(total);
       g.bucket_elems = {total};
+    }
+    if (expert_total > 0) {
+      g.allreduce += expert_allreduce_time(expert_total);
+      g.bucket_elems.push_back(expert_total);
     }
     g.end = g.compute + g.allreduce;
     return g;
   }
   Time now, comm_free;  // compute stream's clock; when the communication stream is free
-  std::int64_t bucket = 0;
-  Time bucket_ready;
-  auto flush = [&] {
-    const Time a = allreduce_time(bucket);
-    comm_free = std::max(comm_free, bucket_ready) + a;
+  // Dense and expert gradients fill buckets of their own (they reduce over
+  // different groups); both reduce on the one communication stream.
+  struct Bucket {
+    std::int64_t elems = 0;
+    Time ready;
+  };
+  Bucket dense, expert;
+  auto flush = [&](Bucket& b, const std::function<Time(std::int64_t)>& ar) {
+    const Time a = ar(b.elems);
+    comm_free = std::max(comm_free, b.ready) + a;
     g.allreduce += a;
-    g.bucket_elems.push_back(bucket);
-    bucket = 0;
+    g.bucket_elems.push_back(b.elems);
+    b.elems = 0;
+  };
+  auto add = [&](Bucket& b, std::int64_t elems, const std::function<Time(std::int64_t)>& ar) {
+    if (elems <= 0) return;
+    if (b.elems > 0 && b.elems + elems > bucket_elems) flush(b, ar);
+    b.elems += elems;
+    b.ready = now;
+    if (b.elems >= bucket_elems) flush(b, ar);
   };
   for (const BackwardStep& st : steps) {
     now += st.compute;
-    if (st.grad_elems <= 0) continue;
-    if (bucket > 0 && bucket + st.grad_elems > bucket_elems) flush();
-    bucket += st.grad_elems;
-    bucket_ready = now;
-    if (bucket >= bucket_elems) flush();
+    add(dense, st.grad_elems, allreduce_time);
+    add(expert, st.expert_grad_elems, expert_allreduce_time);
   }
-  if (bucket > 0) flush();
+  if (dense.elems > 0) flush(dense, allreduce_time);
+  if (expert.elems > 0) flush(expert, expert_allreduce_time);
   g.end = std::max(g.compute, comm_free);
   return g;
 }
 
 LayerSpec model_layer(const ModelSpec& m, const Topology& topo) {
   LayerSpec s = m.layer;
-  if (m.experts_per_gpu > 0) s.E = m.experts_per_gpu * topo.num_gpus();
+  // experts_per_gpu: E = experts_per_gpu * P, the EP block being the world;
+  // with `ep`, E = experts_per_gpu * mp * ep (one block of mp*ep GPUs).
+  if (m.experts_per_gpu > 0) s.E = m.experts_per_gpu * (s.ep > 0 ? static_cast<std::int64_t>(s.mp) * s.ep : topo.num_gpus());
   const Dims d = make_dims(s, topo.num_gpus(), topo.gpus_per_node());
   // The model's products beyond the layer's (make_dims checks those): the
   // output head's S*V and the word embedding's V*M, the attention scores'
@@ -295,14 +319,34 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   const Time eh_b = simulate_ops(embed_head(true), s, d, topo, m.network, cal, ws);
   // The lookup's backward ends the pass; the rest of eh_b (head and loss) begins it.
   const Time emb_b = std::min(eh_b, simulate_ops(embedding(), s, d, topo, m.network, cal, ws));
-  std::map<std::int64_t, Time> ar_memo;  // bucket elements -> AllReduce time over the DP (EP) group
+  // Gradients are AllReduced over each parameter's data-parallel group, as
+  // Megatron-Core's DDP does (megatron/core/parallel_state.py@d98e8a64: the
+  // decoder generator's "dp" groups and the expert generator's "dp" groups,
+  // _EXPERT_DATA_PARALLEL_GROUP): dense parameters over the P/mp ranks with
+  // the same MP index (GroupKind::dense_dp, the whole EP group when ep = P/mp),
+  // expert parameters over the DP = P/(mp*ep) replicas of their EP rank
+  // (GroupKind::expert_dp; none when DP = 1: each expert lives on one rank).
+  std::map<std::int64_t, Time> ar_memo, expert_ar_memo;  // bucket elements -> AllReduce time
   const auto allreduce_time = [&](std::int64_t elems) {
-    if (d.n_ep <= 1 || elems <= 0) return Time::zero();
+    if (d.P / d.G <= 1 || elems <= 0) return Time::zero();
     auto [it, fresh] = ar_memo.try_emplace(elems);
     if (fresh)
-      it->second = simulate_ops({allreduce(GroupKind::ep, elems, "dp_grad_allreduce")}, s, d, topo, m.network, cal, ws);
+      it->second =
+          simulate_ops({allreduce(GroupKind::dense_dp, elems, "dp_grad_allreduce")}, s, d, topo, m.network, cal, ws);
     return it->second;
   };
+  const auto expert_allreduce_time = [&](std::int64_t elems) {
+    if (d.dp <= 1 || elems <= 0) return Time::zero();
+    auto [it, fresh] = expert_ar_memo.try_emplace(elems);
+    if (fresh)
+      it->second = simulate_ops({allreduce(GroupKind::expert_dp, elems, "expert_dp_grad_allreduce")}, s, d, topo,
+                                m.network, cal, ws);
+    return it->second;
+  };
+  // Each MoE layer's expert weights on a rank: E/N_EP experts of W1 and W2, M*H/G each (gated:
+  // W1 is twice as wide, three matrices).
+  const std::int64_t expert_params =
+      d.dp > 1 ? i64((glu + 1) * static_cast<std::uint64_t>(d.E_local) * M * H / G) : 0;
   std::vector<IterationResult> out;
   const LayerRun run{topo, s, m.network, cal, nullptr, &ws};
   for (const std::string& name : preset_names()) {
@@ -311,13 +355,13 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
     std::vector<BackwardStep> steps = {{eh_b - emb_b, 0}};
     for (int layer = m.layers - 1; layer >= 0; --layer) {
       const bool moe = (layer + 1) % m.moe_every == 0 && (layer + 1) / m.moe_every <= moe_layers;
-      steps.push_back(moe ? BackwardStep{r.backward, gate_params} : BackwardStep{ffn_b, ffn_params});
+      steps.push_back(moe ? BackwardStep{r.backward, gate_params, expert_params} : BackwardStep{ffn_b, ffn_params});
       steps.push_back({attn_b, attn_params});
     }
     steps.push_back({emb_b, embed_params});
     IterationResult it;
     it.schedule = name;
-    it.grad_sync = grad_sync_timeline(steps, m.grad_bucket, allreduce_time);
+    it.grad_sync = grad_sync_timeline(steps, m.grad_bucket, allreduce_time, expert_allreduce_time);
     it.parts = {{"embedding_and_head", 1, eh_f, eh_b},
                 {"attention", m.layers, attn_f, attn_b},
                 {"dense_ffn", dense_layers, ffn_f, ffn_b},

@@ -59,6 +59,7 @@ struct Component {
 struct BackwardStep {
   Time compute;
   std::int64_t grad_elems = 0;
+  std::int64_t expert_grad_elems = 0;  // gradients reduced over the expert data-parallel group
 };
 
 // The gradient AllReduce against the backward pass. Buckets take whole steps'
@@ -76,8 +77,11 @@ struct GradSync {
   Time exposed() const { return end - compute; }
   Time hidden() const { return allreduce - exposed(); }
 };
+// Expert gradients (expert_grad_elems) fill buckets of their own, reduced by
+// `expert_allreduce_time` on the same stream.
 GradSync grad_sync_timeline(const std::vector<BackwardStep>& steps, std::int64_t bucket_elems,
-                            const std::function<Time(std::int64_t elems)>& allreduce_time);
+                            const std::function<Time(std::int64_t elems)>& allreduce_time,
+                            const std::function<Time(std::int64_t elems)>& expert_allreduce_time = {});
 
 struct IterationResult {
   std::string schedule;

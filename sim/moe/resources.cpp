@@ -95,8 +95,25 @@ SimCost& SimCost::operator+=(const SimCost& o) {
 SimCost estimate_schedule(const LayerSpec& s, const Dims& d, const ScheduleOptions& o) {
   SimCost c;
   const double P = d.P, G = d.G, n_ep = d.n_ep;
-  auto groups = [&](GroupKind k) { return k == GroupKind::ep ? G : k == GroupKind::world ? 1.0 : P / G; };
-  auto size = [&](GroupKind k) { return k == GroupKind::ep ? n_ep : k == GroupKind::world ? P : G; };
+  const double dp = d.dp;
+  auto groups = [&](GroupKind k) {
+    switch (k) {
+      case GroupKind::ep: return G * dp;
+      case GroupKind::world: return dp;
+      case GroupKind::dense_dp: return G;
+      case GroupKind::expert_dp: return G * n_ep;
+      default: return P / G;
+    }
+  };
+  auto size = [&](GroupKind k) {
+    switch (k) {
+      case GroupKind::ep: return n_ep;
+      case GroupKind::world: return G * n_ep;
+      case GroupKind::dense_dp: return P / G;
+      case GroupKind::expert_dp: return dp;
+      default: return G;
+    }
+  };
   auto coll = [&](CollOp op, GroupKind k, double times) {
     const std::string algo = op == CollOp::saa ? s.saa_algo : op == CollOp::alltoall ? o.a2a_algo : std::string();
     c.tasks += times * P;

@@ -296,6 +296,22 @@ void Topology::finalize() {
         for (int d = 0; d < n; ++d) compute_route(s, d, table_.emplace_back(), ws);
     }
   }
+  // Which GPUs of a server reach each other over NVLink alone (server 0; every
+  // server is alike): NCCL's PXN relays only through such a GPU.
+  const int g = gpus_per_node_;
+  nvlinked_.assign(static_cast<std::size_t>(g) * g, 0);
+  if (hints_.p2p && g > 1) {
+    Workspace ws;
+    Route r;
+    for (int a = 0; a < g; ++a)
+      for (int b = 0; b < g; ++b) {
+        if (a == b) continue;
+        compute_route(a, b, r, ws);
+        bool nv = !r.links.empty();
+        for (int l : r.links) nv = nv && link_class_[l] == LinkClass::nvlink;
+        nvlinked_[static_cast<std::size_t>(a) * g + b] = nv;
+      }
+  }
 }
 
 const Route& Topology::route(int src_gpu, int dst_gpu, Workspace& ws) const {

@@ -217,12 +217,19 @@ class Topology {
   // server (fewest hops, then the first declared); -1 when its server has
   // none. Routes of a topology with p2p or gdr off pass through it.
   int local_host_bridge(int gpu) const { return local_hb_.empty() ? -1 : local_hb_[gpu]; }
+  // Whether GPUs a and b of one server (any server: they are alike) reach each other
+  // over NVLink links alone (NVLink or an NVSwitch), as NCCL's PATH_NVL.
+  bool nvlinked(int a, int b) const {
+    const int g = gpus_per_node_;
+    return same_node(a, b) && a != b && nvlinked_[static_cast<std::size_t>(a % g) * g + b % g];
+  }
 
  private:
   std::string name_, gpu_model_;
   int gpus_per_node_;
   std::uint64_t gpu_memory_ = 0;  // 0: the profile's
   GpuProfile gpu_;                // gpu_profile(gpu_model_) with set_compute applied
+  std::vector<char> nvlinked_;    // [a * gpus_per_node + b], local indices (finalize)
   Graph graph_;
   std::vector<int> gpu_vertex_;  // rank -> vertex
   std::vector<Link> links_;      // by id

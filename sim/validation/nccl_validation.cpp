@@ -212,13 +212,20 @@ NcclValidation validate_nccl(const std::vector<NcclMeasurement>& rows, bool text
       band_t.add(band, e);
       system_t.add(m.system, e);
       op_t.add(op, e);
-      const std::string fabric = m.nodes == 1 ? "one node (nvswitch)" : m.fabric.empty() ? "unknown" : m.fabric;
+      // One node of GeForce cards (rtx2080ti, PCIe only) is its own class.
+      const bool pcie_node = m.nodes == 1 && m.gpu == "rtx2080ti";
+      const std::string fabric = m.nodes == 1 ? (pcie_node ? "one node (pcie)" : "one node (nvswitch)")
+                                 : m.fabric.empty() ? "unknown"
+                                                    : m.fabric;
       fabric_t.add(fabric, e);
-      // Two classes of fabric: NCCL's own IB transport (and one node's
-      // NVSwitch), and the rented clouds' other transports (the registry's).
+      // Classes of fabric: NCCL's own IB transport (and one node's NVSwitch),
+      // the rented clouds' other transports (the registry's), and PCIe servers.
       bool cloud = false;
       for (const FabricTransport& t : fabric_transports()) cloud = cloud || (m.fabric == t.name && m.fabric != "ib");
-      const std::string cls = m.nodes == 1 || m.fabric == "ib" ? "InfiniBand and NVSwitch" : cloud ? "EFA and GCP" : "";
+      const std::string cls = pcie_node                           ? "PCIe"
+                              : m.nodes == 1 || m.fabric == "ib" ? "InfiniBand and NVSwitch"
+                              : cloud                             ? "EFA and GCP"
+                                                                  : "";
       if (!cls.empty()) band_class_t.add(band + " / " + cls, e);
     }
     v.rows.push_back(std::move(row));

@@ -71,6 +71,17 @@ check layer-bad-mp "$bin" layer -t topologies/parm-32gpu.yaml --set mp=3
 check layer-unknown-key "$bin" layer -t topologies/parm-32gpu.yaml --set B=4,Q=7
 check layer-bad-dtype "$bin" layer -t topologies/parm-32gpu.yaml --set dtype=bf16
 check layer-bad-schedule "$bin" layer -t topologies/parm-32gpu.yaml --schedule s3
+check layer-bad-layout "$bin" layer -t topologies/h200-cluster.yaml --topo-set nodes=12 --set ep=16,mp=8
+check layer-bad-ep-experts "$bin" layer -t topologies/h200-cluster.yaml --set E=8,ep=16,mp=1
+check layer-bad-zipf "$bin" layer -t topologies/h200-cluster.yaml --topo-set nodes=2 --set E=16,mp=1,load=zipf:0
+check layer-bad-histogram "$bin" layer -t topologies/h200-cluster.yaml --topo-set nodes=2 --set E=16,mp=1,load=tests/data/load-3-experts.txt
+check layer-bad-topk "$bin" layer -t topologies/h200-cluster.yaml --topo-set nodes=2 --set E=16,k=17,mp=1,load=uniform
+# A refused layout or load model writes nothing.
+if ! "$bin" layer -t topologies/h200-cluster.yaml --topo-set nodes=12 --set ep=16,mp=8 --trace "$tmp/no3/x.json" > /dev/null 2>&1 &&
+   ! "$bin" layer -t topologies/h200-cluster.yaml --topo-set nodes=2 --set E=16,mp=1,load=tests/data/load-3-experts.txt \
+       --trace "$tmp/no4.json" > /dev/null 2>&1 &&
+   [ ! -e "$tmp/no3" ] && [ ! -e "$tmp/no4.json" ]; then
+  passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL refused layouts and loads write nothing"; fi
 check layer-file "$bin" layer -t topologies/dgx-h100.yaml --layer tests/data/layer.yaml --schedule auto -n analytical
 check layer-file-typo "$bin" layer -t topologies/dgx-h100.yaml --layer tests/data/layer-typo.yaml
 check model-bert "$bin" model experiments/bert-moe.yaml
