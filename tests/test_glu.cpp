@@ -291,3 +291,31 @@ TEST_CASE("a model spec's glu gates the dense FFNs and the experts", "[glu][mode
   }
   CHECK_THROWS_WITH(parse_model_spec_text(text + "glu: perhaps\n", file), Catch::Contains("glu"));
 }
+
+TEST_CASE("gated experts' gradients over the expert data-parallel group count three matrices", "[glu][model]") {
+  // experiments/bert-moe.yaml on parm-32gpu (P = 32), mp = 4, with ep = 4: DP = 32/(4*4) = 2
+  // replicas, E = experts_per_gpu * mp * ep = 16, E_local = 16/4 = 4. One AllReduce after the
+  // backward pass (grad_bucket none): its last bucket is the expert gradients of the 12/2 = 6 MoE
+  // layers, 6 * 4 experts * M*H/G = 6 * 4 * 768*3072/4 = 14'155'776 elements per weight matrix:
+  // two matrices ungated (28'311'552), three gated (42'467'328).
+  const std::string file = std::string(PARMSIM_SOURCE_DIR) + "/experiments/bert-moe.yaml";
+  std::string text;
+  {
+    std::ifstream in(file);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const auto at = text.find("grad_bucket: 500000000");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, std::string("grad_bucket: 500000000").size(), "grad_bucket: none\nep: 4");
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
+  const auto plain = run_model(parse_model_spec_text(text, file), t, nullptr);
+  const auto gated = run_model(parse_model_spec_text(text + "glu: true\n", file), t, nullptr);
+  REQUIRE_FALSE(plain.empty());
+  REQUIRE(plain[0].grad_sync.bucket_elems.size() == 2);
+  REQUIRE(gated[0].grad_sync.bucket_elems.size() == 2);
+  CHECK(plain[0].grad_sync.bucket_elems[1] == 28'311'552);
+  CHECK(gated[0].grad_sync.bucket_elems[1] == 42'467'328);
+  // The dense gradients: the 6 dense FFNs' fc1 twice as wide, one more M*H/G matrix each:
+  // 6 * 768*3072/4 = 3'538'944 more elements.
+  CHECK(gated[0].grad_sync.bucket_elems[0] - plain[0].grad_sync.bucket_elems[0] == 3'538'944);
+}
