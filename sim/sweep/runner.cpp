@@ -41,7 +41,8 @@ std::string csv_header() { return csv_header(Spec{}); }
 std::string csv_header(const Spec& spec) {
   std::string extra;
   for (const std::string& k : spec.extra_columns) extra += "," + k;
-  return "config,topology,gpus," + moe::layer_key_columns(",") + extra +
+  return std::string("config,topology,") + (spec.cases.empty() ? "" : "case,") + "gpus," +
+         moe::layer_key_columns(",") + extra +
          ",network,schedule,forward_us,backward_us,total_us,model_us,"
          "speedup_vs_baseline,model_speedup_vs_baseline,chosen_by_model,compute_us,exposed_comm_us,"
          "intra_node_bytes,inter_node_bytes,peak_memory_bytes,fits\n";
@@ -66,10 +67,11 @@ std::size_t rows_of(const Spec& spec, const Config& c) {
 std::string key_columns(const Spec& spec, const Config& c) {
   std::string extra;
   for (const std::string& k : spec.extra_columns)
-    extra += "," + csv_field(moe::find_layer_key(k)->get(c.layer, moe::ScheduleOptions{}));
-  return fmt::format("{},{},{},{}{},{}", c.index, csv_field(spec.topologies[c.topology].label),
-                     spec.topologies[c.topology].topo->num_gpus(), moe::layer_key_values(c.layer, ","), extra,
-                     spec.network);
+    extra.append(",").append(csv_field(moe::find_layer_key(k)->get(c.layer, moe::ScheduleOptions{})));
+  std::string label = csv_field(spec.topologies[c.topology].label);
+  if (c.case_index >= 0) label.append(",").append(csv_field(spec.cases[c.case_index].label));
+  return fmt::format("{},{},{},{}{},{}", c.index, label, spec.topologies[c.topology].topo->num_gpus(),
+                     moe::layer_key_values(c.layer, ","), extra, spec.network);
 }
 
 }  // namespace
@@ -200,7 +202,7 @@ std::string file_hash(const std::string& path) {
 }
 
 // Every file the sweep's results depend on: the spec, each topology file and
-// overlay (once), the calibration file.
+// overlay (once), each case's layer file, the calibration file.
 std::vector<InputFile> input_files(const Spec& spec) {
   std::vector<InputFile> v;
   auto add = [&](const std::string& role, const std::string& file) {
@@ -212,6 +214,8 @@ std::vector<InputFile> input_files(const Spec& spec) {
     v.push_back({role, file, abs, file_hash(file)});
   };
   add("sweep spec", spec.file);
+  for (const Case& c : spec.cases)
+    if (!c.file.empty()) add("layer", c.file);
   for (const auto& t : spec.topologies) {
     add("topology", t.file);
     if (!t.overlay_file.empty()) add("overlay", t.overlay_file);

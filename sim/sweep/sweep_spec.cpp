@@ -31,6 +31,9 @@ const Section kSweep{
       "layer key -> list of values: " + moe::layer_key_names(moe::KeyScope::layer) +
           ", experts_per_gpu (E = value * GPUs); schedule options " + moe::layer_key_names(moe::KeyScope::schedule) +
           " (they refine s1 and s2, whose rows are then named like s1[chunks=2])"},
+     {"cases", "list", "[]",
+      "named layers, each crossed with the grid and every topology (sweep.cases[]); the results gain a `case` "
+      "column; the grid's keys apply over a case's"},
      {"skip_invalid", "bool", "false", "leave out impossible combinations instead of failing"},
      {"skip_oom", "bool", "false",
       "leave out rows whose schedule's peak memory per GPU does not fit the GPU (its profile, or the topology's "
@@ -44,7 +47,13 @@ const Section kTopo{"sweep.topologies[]",
                       "before `set`"},
                      {"set", "map", "{}", "fixed overrides, key.path -> value"},
                      {"grid", "map", "{}", "key.path -> list of values; one variant per combination"}}};
-SectionRegistrar r1(kSweep), r2(kTopo);
+const Section kCase{"sweep.cases[]",
+                    "A named layer: a layer file's keys, then `set` over them (e.g. a model's MoE layer, "
+                    "experiments/models/).",
+                    {{"label", "string", "required", "the case's name in the results (unique)"},
+                     {"layer", "string", "-", "a layer YAML file (parmsim layer --layer), relative to the spec file"},
+                     {"set", "map", "{}", "layer keys -> values, over the file's"}}};
+SectionRegistrar r1(kSweep), r2(kTopo), r3(kCase);
 
 // Two values of a grid list mean the same when their keys are equal: equal
 // text, or equal numbers ("4" and "4.0"): a number's key is its shortest
@@ -112,8 +121,10 @@ std::uint64_t grid_size(const std::vector<std::pair<std::string, std::vector<std
 
 // "2 topology variant(s) x B(3) x L(3)": how a grid multiplies out.
 std::string grid_shape(std::uint64_t variants,
-                       const std::vector<std::pair<std::string, std::vector<std::string>>>& axes) {
+                       const std::vector<std::pair<std::string, std::vector<std::string>>>& axes,
+                       std::size_t cases = 0) {
   std::string out = fmt::format("{} topology variant(s)", variants);
+  if (cases > 0) out += fmt::format(" x {} case(s)", cases);
   for (const auto& [k, v] : axes) out += fmt::format(" x {}({})", k, v.size());
   return out;
 }
@@ -191,6 +202,45 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
       s.extra_columns.emplace_back(k.name);
   if (grid.has("E") && grid.has("experts_per_gpu"))
     grid.at("experts_per_gpu").fail("no `experts_per_gpu` beside `E` in the grid: give one of the two (E would be ignored)");
+  if (auto cs = r.opt("cases")) {
+    cs->expect_seq();
+    std::map<std::string, std::string> seen;  // label -> where
+    for (std::size_t i = 0; i < cs->size(); ++i) {
+      const YamlReader c = (*cs)[i];
+      c.check_keys(kCase);
+      Case k;
+      k.label = c.at("label").as_string();
+      if (k.label.empty()) c.at("label").fail("a non-empty label");
+      if (auto [it, fresh] = seen.emplace(k.label, c.at("label").where()); !fresh)
+        c.at("label").fail(fmt::format("a label of its own; '{}' is already the label at {}", k.label, it->second));
+      if (auto f = c.opt("layer")) {
+        k.file = (base / f->as_string()).lexically_normal().string();
+        const YamlReader lf = [&] {
+          try {
+            return YamlReader::load_file(k.file);
+          } catch (const UserError& e) {
+            throw UserError(fmt::format("{}: {}", f->where(), e.what()));
+          }
+        }();
+        lf.check_keys(moe::layer_file_section());
+        for (const std::string& key : lf.keys()) k.keys.emplace_back(key + "=" + lf.at(key).as_string(), lf.at(key).where());
+        s.input_hash = fnv1a(read_file(k.file), s.input_hash);
+      }
+      if (auto set = c.opt("set"))
+        for (const std::string& key : set->keys())
+          k.keys.emplace_back(key + "=" + set->at(key).as_string(), set->at(key).where());
+      // Every key once on its own: a typo is an error at its line, counting or not.
+      for (const auto& [kv, where] : k.keys) {
+        moe::LayerSpec spec;
+        moe::ScheduleKeys keys;
+        moe::apply_keys(&spec, &keys, {kv}, where);
+      }
+      s.cases.push_back(std::move(k));
+    }
+    if (s.cases.empty()) cs->fail("at least one case (or no `cases` key)");
+  }
+  // The cases as an axis of their own: one pass with none.
+  const std::size_t n_cases = std::max<std::size_t>(1, s.cases.size());
 
   // Each topology entry: its file, overrides and grid of overrides, read and checked before anything is expanded.
   struct Entry {
@@ -256,9 +306,9 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
     entries.push_back(std::move(en));
   }
 
-  const std::uint64_t total = grid_size(axes, variants);
+  const std::uint64_t total = grid_size(axes, variants * n_cases);
   if (total == 0 || total > (std::uint64_t{1} << 62))
-    throw UserError(fmt::format("{}: the grid expands past 2^62 configurations ({})", file, grid_shape(variants, axes)));
+    throw UserError(fmt::format("{}: the grid expands past 2^62 configurations ({})", file, grid_shape(variants, axes, s.cases.size())));
   const bool count_only = opt.count_only;
   if (count_only && !skip) {
     // Each value on its own (a key or value no layer takes is an error here as in a run), then every
@@ -284,7 +334,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
   if (!count_only && opt.max_configs > 0 && total > opt.max_configs)
     throw UserError(fmt::format("{}: the grid expands to {} configurations ({}); {} fit in the memory a run may use "
                                 "({}); shard it into smaller specs, or raise --max-memory",
-                                file, total, grid_shape(variants, axes), opt.max_configs, opt.max_configs_why));
+                                file, total, grid_shape(variants, axes, s.cases.size()), opt.max_configs, opt.max_configs_why));
 
   // Counting under skip_invalid: only the axes whose values change what
   // decides validity (the layer's shape, its dtype, experts_per_gpu) are
@@ -318,7 +368,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
         factor *= vals.size();
     }
     constexpr std::uint64_t kMaxChecks = 10'000'000;  // about 10 s at 1 us a check
-    const std::uint64_t checks = grid_size(count_axes, variants);
+    const std::uint64_t checks = grid_size(count_axes, variants * n_cases);
     if (checks == 0 || checks > kMaxChecks) {
       std::string keys;
       for (const auto& [k, v] : count_axes) keys += fmt::format("{}{} ({})", keys.empty() ? "" : ", ", k, v.size());
@@ -327,7 +377,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
           "{} topology variant(s): {} checks, more than {}; without skip_invalid, --count gives the product of the "
           "axes at once ({}), or narrow those keys",
           file, keys, variants, checks == 0 ? std::string("past 2^62") : std::to_string(checks), kMaxChecks,
-          grid_shape(variants, axes)));
+          grid_shape(variants, axes, s.cases.size())));
     }
   }
 
@@ -373,11 +423,17 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
       const Topology& topo = *v.topo;
       if (!count_only) s.topologies.push_back(v);
       // Counting under skip_invalid: each variant's layers are checked as they come, one variant at a time.
+      for (std::size_t ci = 0; ci < n_cases; ++ci)
       for_each_combination(count_only ? count_axes : axes, [&](const std::vector<std::string>& row) {
         moe::LayerSpec spec;
         moe::ScheduleKeys keys;
         std::int64_t per_gpu = 0;
         std::string desc;
+        if (!s.cases.empty()) {
+          // The case's keys first (checked one by one when the spec was read), the grid's over them.
+          for (const auto& [kv, where] : s.cases[ci].keys) moe::apply_keys(&spec, &keys, {kv}, where);
+          desc = "case " + s.cases[ci].label;
+        }
         for (const std::string& kv : row) {
           desc += (desc.empty() ? "" : ",") + kv;
           const auto eq = kv.find('=');
@@ -411,6 +467,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
         Config c;
         c.index = static_cast<int>(s.configs.size());
         c.topology = static_cast<int>(ti);
+        c.case_index = s.cases.empty() ? -1 : static_cast<int>(ci);
         c.layer = spec;
         c.keys = std::move(keys);
         s.configs.push_back(c);

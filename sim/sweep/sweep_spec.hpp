@@ -23,9 +23,18 @@ struct TopologyVariant {
   std::shared_ptr<const Topology> topo;
 };
 
+// A named layer of the spec's `cases`: its keys (a layer file's, then its `set`), crossed with
+// the grid; the grid's keys apply over them.
+struct Case {
+  std::string label;
+  std::string file;                                     // the `layer:` file, or empty
+  std::vector<std::pair<std::string, std::string>> keys;  // (key=value, where it was given)
+};
+
 struct Config {
   int index = 0;
   int topology = 0;  // into Spec::topologies
+  int case_index = -1;  // into Spec::cases; -1 without cases
   moe::LayerSpec layer;
   moe::ScheduleKeys keys;  // schedule options from the grid (none: the presets as they are)
 };
@@ -47,6 +56,7 @@ struct Spec {
   // Layer keys without a CSV column of their own (moe::LayerKey::column) that
   // the grid sets, in the registry's order: the CSV gains a column for each.
   std::vector<std::string> extra_columns;
+  std::vector<Case> cases;  // named layers crossed with the grid (a `case` column); empty: none
 };
 
 struct LoadOptions {
