@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "sim/core/time.hpp"
 #include "sim/compute/gpu_profile.hpp"
+#include "sim/core/time.hpp"
 #include "sim/core/workspace.hpp"
 #include "sim/topo/topology.hpp"
 
