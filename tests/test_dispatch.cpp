@@ -273,6 +273,21 @@ TEST_CASE("dispatch: DeepEP's SMs are even and on the GPU", "[dispatch]") {
   }
 }
 
+TEST_CASE("dispatch: a GPU profile without SMs has no SMs' bound", "[dispatch]") {
+  // The cpu profile (sm_count 0) takes any even SM count, and the count does
+  // not change its times.
+  const Topology cpu = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/cpu-host.yaml");
+  Workspace ws;
+  const Dispatcher& d = find_dispatcher("deepep-normal");
+  DispatchSpec s = small(2, 2, 2, 64);
+  s.sms = 2;
+  const DispatchResult few = simulate_dispatch(cpu, s, d, ws);
+  s.sms = 200;
+  const DispatchResult many = simulate_dispatch(cpu, s, d, ws);
+  CHECK(few.dispatch == many.dispatch);
+  CHECK(few.combine == many.combine);
+}
+
 TEST_CASE("dispatch validation: a row's stated SMs run DeepEP's rows only", "[dispatch]") {
   const auto rows = load_dispatch_measurements(std::string(PARMSIM_SOURCE_DIR) + "/validation/moe-dispatch.csv");
   int deepep16 = 0, hybrid4 = 0;

@@ -236,6 +236,7 @@ struct SmBound {
   Time dispatch, combine;
 };
 SmBound normal_sm_bound(const Topology& topo, const DispatchSpec& s, const DispatchTraffic& t) {
+  if (topo.gpu().sm_count <= 0) return SmBound{Time::zero(), Time::zero()};
   const double rate = sm_copy_rate(topo.gpu()) * (s.sms / 2);  // bytes/s one half of the SMs copies
   const int R = t.ranks, G = t.group, N = t.nodes, k = s.topk;
   auto bound = [&](WireDtype d) {
@@ -499,7 +500,8 @@ void check_dispatch_spec(const DispatchSpec& s, const Topology& topo) {
   if (s.load.kind != LoadModel::Kind::uniform && s.topk_groups > 0)
     throw UserError(fmt::format("--topk-groups: node-limited routing is drawn from uniform scores; not with --load {}",
                                 s.load.text));
-  if (s.sms < 2 || s.sms % 2 != 0 || s.sms > topo.gpu().sm_count)
+  // A profile without SMs (the cpu profile, sm_count 0) takes any even count and has no SMs' bound.
+  if (s.sms < 2 || s.sms % 2 != 0 || (topo.gpu().sm_count > 0 && s.sms > topo.gpu().sm_count))
     throw UserError(fmt::format("--sms: DeepEP's normal kernels run on an even number of SMs (channels of two), "
                                 "from 2 to the {} of GPU '{}'; got {}",
                                 topo.gpu().sm_count, topo.gpu_model(), s.sms));
