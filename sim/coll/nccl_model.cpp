@@ -114,6 +114,10 @@ int log2i(double x) {
 
 }  // namespace
 
+double nccl_channel_ll128_rate(int compute_capability) {
+  return kPerChMaxRingLL128[nccl_arch(compute_capability)][0] * 1e9;  // the same in every column
+}
+
 const char* to_string(NcclAlgo a) {
   switch (a) {
     case NcclAlgo::ring:

@@ -72,6 +72,10 @@ struct NcclSystem {
   bool graphs = false;  // false: a system filled in by hand; the graphs are searched per estimate
 };
 NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Workspace& ws);
+// The most one NCCL channel (one CTA on one SM) moves with LL128, bytes/s: NCCL's
+// perChMaxRingLL128Bws for the GPU's architecture (Volta/Ampere 20.0, Hopper 36.7,
+// Blackwell 40.0 GB/s; src/graph/tuning.cc@5067397c lines 184-190, applied at line 329).
+double nccl_channel_ll128_rate(int compute_capability);
 // The same with a fresh workspace (a caller that asks once).
 NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo);
 

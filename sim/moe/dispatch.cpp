@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "sim/coll/nccl_model.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/registry.hpp"
@@ -443,12 +444,8 @@ constexpr std::array<Dispatcher, 4> kDispatchers = {{
 }  // namespace
 
 double sm_copy_rate(const GpuProfile& gpu) {
-  // NCCL's perChMaxRingLL128Bws (NVIDIA/nccl@5067397c src/graph/tuning.cc
-  // lines 184-190, applied at line 329): Volta and Ampere 20.0, Hopper 36.7,
-  // Blackwell 40.0 GB/s per channel, the row by compCapIndex (tuning.cc: 3
-  // from compute capability 10.0, 2 from 9.0, 1 from 8.0, else 0).
-  const int cc = gpu.compute_capability;
-  return (cc >= 100 ? 40.0 : cc >= 90 ? 36.7 : 20.0) * 1e9;
+  // NCCL's per-channel LL128 cap (sim/coll/nccl_model.hpp): what one SM's CTA moves.
+  return nccl_channel_ll128_rate(gpu.compute_capability);
 }
 
 const char* to_string(WireDtype d) { return d == WireDtype::fp8 ? "fp8" : "bf16"; }
