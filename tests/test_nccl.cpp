@@ -253,6 +253,10 @@ TEST_CASE("Validation against published nccl-tests runs does not regress", "[ncc
   CHECK(v.mape_band_class.at("large (>= 16 MiB) / InfiniBand and NVSwitch") < 10.5);
   CHECK(v.mape_band_class.at("large (>= 16 MiB) / EFA and GCP") < 35.5);
   CHECK(v.mape_fabric.at("efa") < 50.5);
+  // TCPXO 51.7% (57.8% before the profile's NCCL_PROTO=Simple,LL128 left LL out of NCCL's choice);
+  // EFA and GCP at <= 4 KiB 69.6% (76.5% before).
+  CHECK(v.mape_fabric.at("tcpxo") < 54.5);
+  CHECK(v.mape_band_class.at("floor (<= 4 KiB) / EFA and GCP") < 72.5);
   CHECK(v.mape_system.at("azure-nd-h100-v5") < 11);
   CHECK(v.mape_system.at("meta-gcm-a100-node") < 9);
   CHECK(v.mape_system.at("xxrjun-h100-node") < 10.5);
