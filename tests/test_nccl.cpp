@@ -459,6 +459,10 @@ TEST_CASE("The platform's NCCL settings: NCCL_PROTO and the NVLS chunk sizes a n
   const double want = 66.8 + (2.0 * (32 << 20) + (1ULL << 30)) / (461.6 * 16 / 30 * 1e3);
   CHECK(sim_us(p, c) == Approx(want).epsilon(1e-6));
   CHECK(collective_time_s(c, p) * 1e6 == Approx(want).epsilon(1e-6));
+  // A list that leaves nothing NCCL runs (LL128 needs NVLink; the PCIe server has none): one line naming the key.
+  const Topology pc = with("pcie-8gpu", "nccl: {protocols: [ll128]}\n");
+  CHECK_THROWS_WITH(nccl_choose(CollOp::allreduce, nccl_system(all(CollOp::allreduce, 8, 1).group, pc), 1 << 20),
+                    Catch::Contains("nccl.protocols leaves no protocol"));
   // Bad values: one line naming the key.
   CHECK_THROWS_WITH(with("dgx-h100", "nccl: {protocols: [ll, lx]}\n"),
                     Catch::Contains("nccl.protocols") && Catch::Contains("ll, ll128 or simple"));

@@ -651,6 +651,8 @@ NcclTuner::NcclTuner(CollOp op, const NcclSystem& s, std::optional<NcclAlgo> alg
       pairs_[size_++] = *t;
     }
   }
+  if (size_ == 0 && !proto && s.protocols != 7u)
+    reasons += fmt::format("{}the topology's nccl.protocols leaves no protocol NCCL runs here", reasons.empty() ? "" : "; ");
   if (size_ == 0)
     throw UserError(fmt::format("no NCCL algorithm runs {} here{}{}", to_string(op), reasons.empty() ? "" : ": ",
                                 reasons));
