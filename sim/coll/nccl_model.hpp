@@ -49,6 +49,11 @@ struct NcclSystem {
   double launch_us = 0;       // topology nccl.launch
   double net_latency_us = 0;  // topology nccl.net_latency (NCCL's latencyInter, paid by what runs)
   double plugin_latency_us = 0;  // topology nccl.plugin_latency (latencyInter as the tuner sees it, not paid)
+  // The platform's NCCL settings (topology keys nccl.protocols, nvls_chunksize,
+  // nvlstree_max_chunksize, buffsize; CollectiveHints): NCCL_PROTO as a bit
+  // per protocol (1 LL, 2 LL128, 4 Simple), the others in bytes, 0 for NCCL's default.
+  unsigned protocols = 7;
+  double nvls_chunksize = 0, nvlstree_max_chunksize = 0, buffsize = 0;
   // The modelled machine's own latency of one hop, us (the sum of its links'
   // latencies along the route): intra_hop_us the slowest route between ring
   // neighbours of a node (rank i to i + 1 of the node, the last to the
