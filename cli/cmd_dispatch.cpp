@@ -29,7 +29,7 @@ void add_moe_dispatch(CLI::App& app) {
       "(docs/moe-dispatch.md)");
   struct Args {
     std::string topo, set, kernel, dispatch_dtype = "bf16", combine_dtype = "bf16", load = "uniform";
-    int ranks = 0, tokens = 0, hidden = 0, experts = 0, topk = 0, topk_groups = 0;
+    int ranks = 0, tokens = 0, hidden = 0, experts = 0, topk = 0, topk_groups = 0, sms = moe::kDeepepTestSms;
     std::uint64_t seed = 0;
     bool json = false;
   };
@@ -46,6 +46,11 @@ void add_moe_dispatch(CLI::App& app) {
                 "GPUs); 0: no limit")
       ->capture_default_str()
       ->check(int_in(0, 65536));
+  c->add_option("--sms", a->sms,
+                "SMs DeepEP's normal kernels run on (Buffer.set_num_sms; even: half send, half receive or forward); "
+                "DeepEP's tests use 24")
+      ->capture_default_str()
+      ->check(int_in(2, 1024));
   c->add_option("--dispatch-dtype", a->dispatch_dtype, "fp8 | bf16 (fp8: e4m3 with a float32 scale per 128 elements)")
       ->capture_default_str();
   c->add_option("--combine-dtype", a->combine_dtype, "bf16 (fp8 is accepted where the GPU has it)")->capture_default_str();
@@ -69,6 +74,7 @@ void add_moe_dispatch(CLI::App& app) {
     s.experts = a->experts;
     s.topk = a->topk;
     s.topk_groups = a->topk_groups;
+    s.sms = a->sms;
     s.dispatch_dtype = moe::parse_wire_dtype(a->dispatch_dtype, "--dispatch-dtype");
     s.combine_dtype = moe::parse_wire_dtype(a->combine_dtype, "--combine-dtype");
     s.seed = a->seed;
@@ -87,6 +93,7 @@ void add_moe_dispatch(CLI::App& app) {
                           {"experts", s.experts},
                           {"topk", s.topk},
                           {"topk_groups", s.topk_groups},
+                          {"sms", s.sms},
                           {"dispatch_dtype", moe::to_string(s.dispatch_dtype)},
                           {"combine_dtype", moe::to_string(s.combine_dtype)},
                           {"seed", s.seed},

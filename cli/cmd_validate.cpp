@@ -262,6 +262,7 @@ nlohmann::json dispatch_json(const DispatchValidation& v, const std::string& fil
                         {"experts", r.m.spec.experts},
                         {"experts_assumed", r.m.experts_assumed},
                         {"topk", r.m.spec.topk},
+                        {"sms", r.m.spec.sms},
                         {"dispatch_dtype", moe::to_string(r.m.spec.dispatch_dtype)},
                         {"source", r.m.source}};
     if (r.status == "not predicted") {
@@ -354,7 +355,7 @@ void add_validate(CLI::App& app) {
       "apart, or not predicted. The kernels (column kernel):" + kerns);
   md->add_option("file", dd->file,
                  "CSV of measurements (validation/moe-dispatch-sources.md gives its columns): source_id, kernel, gpu, "
-                 "ranks, ranks_per_node, nic_gbps, tokens, hidden, experts, topk, topk_groups, dispatch_dtype, "
+                 "ranks, ranks_per_node, nic_gbps, tokens, hidden, experts, topk, topk_groups, sms (optional), dispatch_dtype, "
                  "combine_dtype, dispatch_us, combine_us, dispatch_rdma_GBps, dispatch_nvl_GBps, combine_rdma_GBps, "
                  "combine_nvl_GBps, source")
       ->capture_default_str();

@@ -205,6 +205,110 @@ TEST_CASE("dispatch nccl-alltoall: one copy per selection", "[dispatch]") {
   CHECK(r.dispatch.to_us() > 25600 / 370.8e3);
 }
 
+TEST_CASE("dispatch deepep-normal within a node: few SMs bind, many leave the links", "[dispatch]") {
+  // 2 ranks, 2 experts, top-2, 10,000 tokens of hidden 1024 in bf16: every
+  // token goes to both ranks, its own included. Per token (intranode.cu):
+  // 2048 + 2 x 8 + 2 x 4 + 4 = 2076 B. Each rank's sending SMs copy
+  // 2 x 10,000 x 2076 = 41.52 MB (its own copy included); its receiving SMs
+  // the same. One H100 SM copies 36.7 GB/s (NCCL's Hopper perChMaxRingLL128Bw).
+  const Topology topo = dgx();
+  Workspace ws;
+  const Dispatcher& d = find_dispatcher("deepep-normal");
+  DispatchSpec s = small(2, 2, 2, 10000, 1024);
+  CHECK(s.sms == 24);  // DeepEP's tests' default
+  CHECK(sm_copy_rate(topo.gpu()) == 36.7e9);
+  const double copied = 2.0 * 10000 * 2076;
+  // 2 SMs: one sends, one receives: 41.52e6 / 36.7e9 s = 1131.3 us, plus the
+  // GPU's 3 us floor; the links alone take 20.76 MB / 370.8 GB/s = 56 us.
+  s.sms = 2;
+  DispatchResult r = simulate_dispatch(topo, s, d, ws);
+  CHECK(r.dispatch.to_us() == Approx(3.0 + copied / 36.7e3).epsilon(1e-6));
+  // Combine copies the same tokens in bf16, without the top-k indices:
+  // counted with the same per-token bytes (2076 B): the same time.
+  CHECK(r.combine.to_us() == Approx(3.0 + copied / 36.7e3).epsilon(1e-6));
+  // 24 SMs: 12 send, 41.52e6 / (12 x 36.7e9) s = 94.3 us, still above the links.
+  s.sms = 24;
+  r = simulate_dispatch(topo, s, d, ws);
+  CHECK(r.dispatch.to_us() == Approx(3.0 + copied / (12 * 36.7e3)).epsilon(1e-6));
+  // 132 SMs (all of an H100): 66 send, 17.1 us: the link-bound time, one
+  // NVLink each way at 370.8 GB/s after the route's 0.4 us: 3 + 0.4 + 56 us.
+  s.sms = 132;
+  r = simulate_dispatch(topo, s, d, ws);
+  CHECK(r.dispatch.to_us() == Approx(3.0 + 0.4 + 10000 * 2076 / 370.8e3).epsilon(1e-6));
+  // The SMs do not touch the other kernels.
+  const Dispatcher& ll = find_dispatcher("deepep-ll-nvlink");
+  s.sms = 2;
+  const Time few = simulate_dispatch(topo, s, ll, ws).dispatch;
+  s.sms = 132;
+  CHECK(simulate_dispatch(topo, s, ll, ws).dispatch == few);
+}
+
+TEST_CASE("dispatch deepep-normal across nodes: the forwarders' SMs", "[dispatch]") {
+  // 2 nodes of 8, 16 experts, top-16 (every token to every rank), 1000
+  // tokens of hidden 1024 in bf16, 2 SMs. Forwarder f copies the tokens of
+  // the 2 sources of its local index to all 8 ranks of its node:
+  // 2 x 1000 x 8 = 16,000 tokens x (2048 + 16 x 4 + 16 x 4 + 8 = 2184 B) =
+  // 34.944 MB. The other SM: RDMA sends, 1000 tokens x 2 nodes x
+  // align16(2048 + 8 + 128) = 2192 B (4.384 MB), and NVLink receives, 16 x
+  // 1000 x 2184 B (34.944 MB): 39.328 MB, the busier, at 36.7 GB/s.
+  const Topology topo = dgx(2);
+  Workspace ws;
+  DispatchSpec s = small(16, 16, 16, 1000, 1024);
+  s.sms = 2;
+  const DispatchResult r = simulate_dispatch(topo, s, find_dispatcher("deepep-normal"), ws);
+  CHECK(r.dispatch.to_us() == Approx(3.0 + (1000.0 * 2 * 2192 + 16000.0 * 2184) / 36.7e3).epsilon(1e-6));
+}
+
+TEST_CASE("dispatch: DeepEP's SMs are even and on the GPU", "[dispatch]") {
+  const Topology topo = dgx();
+  Workspace ws;
+  const Dispatcher& d = find_dispatcher("deepep-normal");
+  for (int bad : {0, 3, 134}) {
+    DispatchSpec s = small(2, 2, 2);
+    s.sms = bad;
+    CHECK_THROWS_WITH(simulate_dispatch(topo, s, d, ws),
+                      Catch::Contains(fmt::format("--sms: DeepEP's normal kernels run on an even number of SMs "
+                                                  "(channels of two), from 2 to the 132 of GPU 'h100'; got {}",
+                                                  bad)));
+  }
+}
+
+TEST_CASE("dispatch: a GPU profile without SMs has no SMs' bound", "[dispatch]") {
+  // The cpu profile (sm_count 0) takes any even SM count, and the count does
+  // not change its times.
+  const Topology cpu = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/cpu-host.yaml");
+  Workspace ws;
+  const Dispatcher& d = find_dispatcher("deepep-normal");
+  DispatchSpec s = small(2, 2, 2, 64);
+  s.sms = 2;
+  const DispatchResult few = simulate_dispatch(cpu, s, d, ws);
+  s.sms = 200;
+  const DispatchResult many = simulate_dispatch(cpu, s, d, ws);
+  CHECK(few.dispatch == many.dispatch);
+  CHECK(few.combine == many.combine);
+}
+
+TEST_CASE("dispatch validation: a row's stated SMs run DeepEP's rows only", "[dispatch]") {
+  const auto rows = load_dispatch_measurements(std::string(PARMSIM_SOURCE_DIR) + "/validation/moe-dispatch.csv");
+  int deepep16 = 0, hybrid4 = 0;
+  for (const DispatchMeasurement& m : rows) {
+    if (m.kernel_name.starts_with("deepep-normal") && m.sms == 16) {
+      ++deepep16;
+      CHECK(m.spec.sms == 16);
+    }
+    if (m.kernel_name.starts_with("hybrid-ep") && m.sms == 4) {
+      ++hybrid4;
+      CHECK(m.spec.sms == kDeepepTestSms);  // Hybrid-EP's SMs are not DeepEP's
+    }
+    if (m.sms == 0) CHECK(m.spec.sms == kDeepepTestSms);
+  }
+  // NVIDIA's tables: DeepEP at 16 SMs on B200 (fp8, bf16) and GB200 at 8, 16,
+  // 24 ranks (2 rows each); Hybrid-EP at 4 SMs on H100 at 16, 32 and 64 ranks
+  // (torch API and kernel only, fp8 and bf16: 12 rows).
+  CHECK(deepep16 == 2 + 3 * 2);
+  CHECK(hybrid4 == 12);
+}
+
 TEST_CASE("dispatch refusals name the option", "[dispatch]") {
   const Topology topo = dgx();
   Workspace ws;

@@ -253,6 +253,10 @@ TEST_CASE("Validation against published nccl-tests runs does not regress", "[ncc
   CHECK(v.mape_band_class.at("large (>= 16 MiB) / InfiniBand and NVSwitch") < 10.5);
   CHECK(v.mape_band_class.at("large (>= 16 MiB) / EFA and GCP") < 35.5);
   CHECK(v.mape_fabric.at("efa") < 50.5);
+  // TCPXO 51.7% (57.8% before the profile's NCCL_PROTO=Simple,LL128 left LL out of NCCL's choice);
+  // EFA and GCP at <= 4 KiB 69.6% (76.5% before).
+  CHECK(v.mape_fabric.at("tcpxo") < 54.5);
+  CHECK(v.mape_band_class.at("floor (<= 4 KiB) / EFA and GCP") < 72.5);
   CHECK(v.mape_system.at("azure-nd-h100-v5") < 11);
   CHECK(v.mape_system.at("meta-gcm-a100-node") < 9);
   CHECK(v.mape_system.at("xxrjun-h100-node") < 10.5);
@@ -391,4 +395,78 @@ TEST_CASE("A grouped send/recv batch pays the proxy's launch of every network pe
   const double amd_us = sim_us(amd, a2a);
   CHECK(amd_us >= 64.4);
   CHECK(amd_us <= 64.6);
+}
+
+TEST_CASE("The platform's NCCL settings: NCCL_PROTO and the NVLS chunk sizes a net plugin exports", "[nccl]") {
+  auto with = [](const std::string& file, const std::string& nccl, std::vector<std::string> sets = {}) {
+    std::ifstream in(std::string(PARMSIM_SOURCE_DIR) + "/topologies/" + file + ".yaml");
+    std::stringstream text;
+    text << in.rdbuf() << nccl;
+    return parse_topology_text(text.str(), file + "+nccl.yaml", std::move(sets));
+  };
+  // NCCL_PROTO=Simple,LL128 (Google's TCPXO profile): NCCL's choice leaves LL out. Two DGX H100 at 8 B
+  // choose tree LL (25.2 us, above); without LL the choice is the cheapest of the LL128 and Simple
+  // pairs, enumerated here independently.
+  const Topology t = with("dgx-h100", "nccl: {protocols: [simple, LL128]}\n", {"nodes=2"});
+  const NcclSystem s = nccl_system(all(CollOp::allreduce, 16, 1).group, t);
+  CHECK(s.protocols == 6u);
+  for (double bytes : {8.0, 65536.0, 1048576.0}) {
+    const NcclEstimate e = nccl_choose(CollOp::allreduce, s, bytes);
+    CHECK(e.proto != NcclProto::ll);
+    double best = 1e300;
+    for (NcclAlgo a : {NcclAlgo::ring, NcclAlgo::tree, NcclAlgo::nvls_tree})
+      for (NcclProto p : {NcclProto::ll128, NcclProto::simple})
+        if (auto x = nccl_estimate(CollOp::allreduce, s, a, p, 0, bytes)) best = std::min(best, x->time_us(bytes));
+    CHECK(e.time_us(bytes) == Approx(best));
+  }
+  // At 8 B: tree LL128, 14.0 + 2 x (7 x max(1.25, 0.4) + 1 x max(8.5, 4.0)) = 48.5 us, against tree LL's 25.2.
+  CHECK(nccl_choose(CollOp::allreduce, s, 8).algo == NcclAlgo::tree);
+  CHECK(nccl_choose(CollOp::allreduce, s, 8).lat_us == Approx(48.5));
+  // A forced protocol replaces the platform's list, as NCCL_PROTO set by hand would.
+  CHECK(nccl_choose(CollOp::allreduce, s, 8, std::nullopt, NcclProto::ll).proto == NcclProto::ll);
+  CHECK(nccl_choose(CollOp::allreduce, s, 8, std::nullopt, NcclProto::ll).lat_us == Approx(25.2));
+
+  // NCCL_NVLS_CHUNKSIZE and NCCL_NVLSTREE_MAX_CHUNKSIZE 512 KiB (aws-ofi-nccl on p5): two DGX H100,
+  // NVLS-Tree at 1 GiB. 16 CTAs x 8 heads = 128 concurrent ops; chunk min(512, 512) KiB; 1 GiB is below
+  // 32 x 128 x 512 KiB = 2 GiB -> 256 KiB, not below 16 x 128 x 256 KiB = 512 MiB: 256 KiB. Loop
+  // 128 x 256 KiB = 32 MiB (NCCL's defaults: 128 KiB, a 16 MiB loop); fill 2 x 32 MiB at 246.19 GB/s.
+  const Topology p = with("dgx-h100", "nccl: {nvls_chunksize: 512KiB, nvlstree_max_chunksize: 512KiB}\n", {"nodes=2"});
+  const NcclSystem sp = nccl_system(all(CollOp::allreduce, 16, 1).group, p);
+  const NcclEstimate e1g = *nccl_estimate(CollOp::allreduce, sp, NcclAlgo::nvls_tree, NcclProto::simple, 0, 1ULL << 30);
+  CHECK(e1g.fill_us == Approx(2.0 * (32 << 20) / (461.6 * 16 / 30 * 1e3)));
+  // NCCL's tuner does not see the chunk: the same choice and estimate as with NCCL's defaults.
+  CHECK(e1g.time_us(1ULL << 30) == Approx(66.8 + (1ULL << 30) / (461.6 * 16 / 30 * 1e3)));
+  // NVLS-Tree's maximum alone (NCCL_NVLSTREE_MAX_CHUNKSIZE 64 KiB, the chunk NCCL's default 128 KiB):
+  // chunk 64 KiB at 1 GiB (above 4 x 128 x 64 KiB), loop 8 MiB.
+  const Topology m = with("dgx-h100", "nccl: {nvlstree_max_chunksize: 64KiB}\n", {"nodes=2"});
+  const NcclSystem sm = nccl_system(all(CollOp::allreduce, 16, 1).group, m);
+  CHECK(nccl_estimate(CollOp::allreduce, sm, NcclAlgo::nvls_tree, NcclProto::simple, 0, 1ULL << 30)->fill_us ==
+        Approx(2.0 * (8 << 20) / (461.6 * 16 / 30 * 1e3)));
+  // One node, NVLS: the chunk is at most buffSize / 8. NCCL_NVLS_CHUNKSIZE 1 MiB with the default 4 MiB
+  // buffer: 512 KiB; 16 GiB is not below 64 x 128 x 512 KiB = 4 GiB: loop 64 MiB, fill 2 x 64 MiB at
+  // 272 GB/s. With NCCL_BUFFSIZE 16 MiB the chunk is 1 MiB (16 GiB not below 64 x 128 x 1 MiB = 8 GiB):
+  // a 128 MiB loop.
+  const double b16 = 16.0 * (1ULL << 30);
+  const Topology n1 = with("dgx-h100", "nccl: {nvls_chunksize: 1MiB}\n");
+  const Topology n2 = with("dgx-h100", "nccl: {nvls_chunksize: 1MiB, buffsize: 16MiB}\n");
+  for (auto [tp, loop] : {std::pair{&n1, 64.0 * (1 << 20)}, std::pair{&n2, 128.0 * (1 << 20)}}) {
+    const NcclSystem sn = nccl_system(all(CollOp::allreduce, 8, 1).group, *tp);
+    CHECK(nccl_estimate(CollOp::allreduce, sn, NcclAlgo::nvls, NcclProto::simple, 0, b16)->fill_us ==
+          Approx(2.0 * loop / 272e3));
+  }
+  // The simulator and the closed form run the larger loop: 1 GiB on two nodes with p5's chunks.
+  const Collective c = all(CollOp::allreduce, 16, 1ULL << 30);
+  const double want = 66.8 + (2.0 * (32 << 20) + (1ULL << 30)) / (461.6 * 16 / 30 * 1e3);
+  CHECK(sim_us(p, c) == Approx(want).epsilon(1e-6));
+  CHECK(collective_time_s(c, p) * 1e6 == Approx(want).epsilon(1e-6));
+  // A list that leaves nothing NCCL runs (LL128 needs NVLink; the PCIe server has none): one line naming the key.
+  const Topology pc = with("pcie-8gpu", "nccl: {protocols: [ll128]}\n");
+  CHECK_THROWS_WITH(nccl_choose(CollOp::allreduce, nccl_system(all(CollOp::allreduce, 8, 1).group, pc), 1 << 20),
+                    Catch::Contains("nccl.protocols leaves no protocol"));
+  // Bad values: one line naming the key.
+  CHECK_THROWS_WITH(with("dgx-h100", "nccl: {protocols: [ll, lx]}\n"),
+                    Catch::Contains("nccl.protocols") && Catch::Contains("ll, ll128 or simple"));
+  CHECK_THROWS_WITH(with("dgx-h100", "nccl: {protocols: []}\n"), Catch::Contains("non-empty list"));
+  CHECK_THROWS_WITH(with("dgx-h100", "nccl: {nvls_chunksize: 1KiB}\n"),
+                    Catch::Contains("nvls_chunksize") && Catch::Contains("4KiB to 1GiB"));
 }

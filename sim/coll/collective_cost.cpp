@@ -462,6 +462,14 @@ std::uint64_t topology_fingerprint(const Topology& t) {
   mix(h, static_cast<std::uint64_t>(std::llround(t.hints().launch_us * 1e6)));
   mix(h, static_cast<std::uint64_t>(std::llround(t.hints().net_latency_us * 1e6)));
   if (t.hints().plugin_latency_us > 0) mix(h, static_cast<std::uint64_t>(std::llround(t.hints().plugin_latency_us * 1e6)));
+  // The platform's NCCL settings (mixed only when set: the default keys stay as they were).
+  const CollectiveHints& nh = t.hints();
+  if (nh.protocols != 7 || nh.nvls_chunksize > 0 || nh.nvlstree_max_chunksize > 0 || nh.buffsize > 0) {
+    mix(h, 0x4e43434c00ULL | nh.protocols);
+    mix(h, static_cast<std::uint64_t>(nh.nvls_chunksize));
+    mix(h, static_cast<std::uint64_t>(nh.nvlstree_max_chunksize));
+    mix(h, static_cast<std::uint64_t>(nh.buffsize));
+  }
   // p2p and gdr change routes, not links (mixed only when off: the default keys stay as they were).
   if (!t.hints().p2p || !t.hints().gdr)
     mix(h, 0x5032500000ULL | static_cast<std::uint64_t>(t.hints().p2p) << 1 | static_cast<std::uint64_t>(t.hints().gdr));

@@ -114,6 +114,10 @@ int log2i(double x) {
 
 }  // namespace
 
+double nccl_channel_ll128_rate(int compute_capability) {
+  return kPerChMaxRingLL128[nccl_arch(compute_capability)][0] * 1e9;  // the same in every column
+}
+
 const char* to_string(NcclAlgo a) {
   switch (a) {
     case NcclAlgo::ring:
@@ -174,6 +178,10 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Work
   s.launch_us = topo.hints().launch_us;
   s.net_latency_us = topo.hints().net_latency_us;
   s.plugin_latency_us = topo.hints().plugin_latency_us;
+  s.protocols = topo.hints().protocols;
+  s.nvls_chunksize = topo.hints().nvls_chunksize;
+  s.nvlstree_max_chunksize = topo.hints().nvlstree_max_chunksize;
+  s.buffsize = topo.hints().buffsize;
   // Inside a node: NCCL's ring search charges each ring edge's speed to every
   // link of its path (src/graph/search.cc@5067397c followPath, lines 81-125),
   // so a link that k edges share gives each 1/k; the ring's speed is the
@@ -356,6 +364,11 @@ NcclPipeline nvls_pipeline(const NcclSystem& s, const NcclGraph& g, NcclAlgo alg
   p.channels = s.arch >= 3 ? (s.nodes > 1 ? 32 : 24) : 16;
   double chunk = 128 * 1024;  // NCCL_NVLS_CHUNKSIZE (line 160)
   double tree_max = 0;
+  // The platform's NCCL_NVLS_CHUNKSIZE replaces the tuning's chunk, its
+  // NCCL_NVLSTREE_MAX_CHUNKSIZE the tuning's and the fallback's maximum
+  // (ncclNvlsTuning, lines 213-231: "User overrides take priority").
+  const bool user_chunk = s.nvls_chunksize > 0;
+  const bool user_tree_max = s.nvlstree_max_chunksize > 0;
   if (s.arch >= 3 && s.nodes > 1) {
     // ncclNvlsTreeSm100Tuning (lines 163-198), with the GPU's NIC behind its
     // PCIe switch (PATH_PXB), as on every bundled topology with NICs.
@@ -380,12 +393,17 @@ NcclPipeline nvls_pipeline(const NcclSystem& s, const NcclGraph& g, NcclAlgo alg
       tree_max = 64 * 1024;
     }
   }
+  if (user_chunk) chunk = s.nvls_chunksize;
   // NVLSTREE_MAX_CHUNKSIZE unset and no tuning: 64 KiB from 4 nodes, else the chunk (lines 226-231).
-  if (tree_max == 0) tree_max = s.nodes >= 4 ? 64 * 1024 : chunk;
-  // The chunk is at most a Simple step (buffSizes[SIMPLE] / NCCL_STEPS = 4 MiB / 8,
-  // enqueue.cc lines 2222-2225); NVLS-Tree's at most nvlsTreeMaxChunkSize (line 2281).
-  chunk = std::min(chunk, 512.0 * 1024);
-  p.chunk = p.tree ? std::min(chunk, tree_max) : chunk;
+  if (user_tree_max)
+    tree_max = s.nvlstree_max_chunksize;
+  else if (tree_max == 0)
+    tree_max = s.nodes >= 4 ? 64 * 1024 : chunk;
+  // NVLS: the chunk is at most a Simple step (buffSizes[SIMPLE] / NCCL_STEPS,
+  // NCCL_BUFFSIZE 4 MiB / 8 by default; enqueue.cc lines 2222-2225, 2263-2267).
+  // NVLS-Tree: min(nvlsChunkSize, nvlsTreeMaxChunkSize), no step cap (line 2281).
+  const double buff = s.buffsize > 0 ? s.buffsize : 4.0 * 1024 * 1024;
+  p.chunk = p.tree ? std::min(chunk, tree_max) : std::min(chunk, buff / 8);
   return p;
 }
 
@@ -621,6 +639,10 @@ NcclTuner::NcclTuner(CollOp op, const NcclSystem& s, std::optional<NcclAlgo> alg
     for (NcclProto p : {NcclProto::ll, NcclProto::ll128, NcclProto::simple}) {
       if (proto && *proto != p) continue;
       if (!proto && simple_only && p != NcclProto::simple) continue;
+      // The platform's NCCL_PROTO (nccl.protocols) disables the others for
+      // NCCL's choice (protoEnable, src/graph/tuning.cc@5067397c lines
+      // 453-457); a forced protocol replaces it, as NCCL_PROTO set by hand would.
+      if (!proto && !(s.protocols >> pi(p) & 1u)) continue;
       // The reasons are only reported when a forced choice leaves nothing.
       std::string why;
       auto t = nccl_terms(op, s, a, p, channels, (algo || proto) ? &why : nullptr);
@@ -633,6 +655,8 @@ NcclTuner::NcclTuner(CollOp op, const NcclSystem& s, std::optional<NcclAlgo> alg
       pairs_[size_++] = *t;
     }
   }
+  if (size_ == 0 && !proto && s.protocols != 7u)
+    reasons += fmt::format("{}the topology's nccl.protocols leaves no protocol NCCL runs here", reasons.empty() ? "" : "; ");
   if (size_ == 0)
     throw UserError(fmt::format("no NCCL algorithm runs {} here{}{}", to_string(op), reasons.empty() ? "" : ": ",
                                 reasons));

@@ -49,6 +49,11 @@ struct NcclSystem {
   double launch_us = 0;       // topology nccl.launch
   double net_latency_us = 0;  // topology nccl.net_latency (NCCL's latencyInter, paid by what runs)
   double plugin_latency_us = 0;  // topology nccl.plugin_latency (latencyInter as the tuner sees it, not paid)
+  // The platform's NCCL settings (topology keys nccl.protocols, nvls_chunksize,
+  // nvlstree_max_chunksize, buffsize; CollectiveHints): NCCL_PROTO as a bit
+  // per protocol (1 LL, 2 LL128, 4 Simple), the others in bytes, 0 for NCCL's default.
+  unsigned protocols = 7;
+  double nvls_chunksize = 0, nvlstree_max_chunksize = 0, buffsize = 0;
   // The modelled machine's own latency of one hop, us (the sum of its links'
   // latencies along the route): intra_hop_us the slowest route between ring
   // neighbours of a node (rank i to i + 1 of the node, the last to the
@@ -72,6 +77,10 @@ struct NcclSystem {
   bool graphs = false;  // false: a system filled in by hand; the graphs are searched per estimate
 };
 NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Workspace& ws);
+// The most one NCCL channel (one CTA on one SM) moves with LL128, bytes/s: NCCL's
+// perChMaxRingLL128Bws for the GPU's architecture (Volta/Ampere 20.0, Hopper 36.7,
+// Blackwell 40.0 GB/s; src/graph/tuning.cc@5067397c lines 184-190, applied at line 329).
+double nccl_channel_ll128_rate(int compute_capability);
 // The same with a fresh workspace (a caller that asks once).
 NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo);
 

@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "sim/coll/nccl_model.hpp"
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/registry.hpp"
@@ -211,6 +212,61 @@ void finish(DispatchResult& r) {
   r.combine_nvl_GBps = per_second(r.combine_nvl_bytes, r.combine);
 }
 
+// The SMs' own bound on DeepEP's normal kernels. A kernel runs on s.sms SMs
+// in channels of two (Config::num_sms; intranode.cu@d8dd185 lines 185-195,
+// internode.cu lines 493-511), and every byte it moves is copied by warps of
+// those SMs (UNROLLED_WARP_COPY: loads into registers, stores to the
+// destination). Each half of the SMs has its own copies:
+//   one node (intranode.cu): the even SMs send, each token once into every
+//     rank needing it, its own rank included (line 297); the odd SMs copy
+//     what arrived from the ring buffers into recv_x (line 396);
+//   several nodes (internode.cu): the odd SMs' RDMA senders store each token
+//     into the send buffer of every destination node, its own included
+//     (st_broadcast, line 654), and their NVLink receivers copy what arrives
+//     into recv_x (line 1033); the even SMs' forwarders copy each token
+//     arriving from a node into the NVLink buffer of every rank of the node
+//     needing it, the forwarder's own included (line 880).
+// One SM copies at sm_copy_rate (below). The busiest half of the busiest GPU
+// over its SMs' rate is a floor on the kernel time; the transfers'
+// link-bound time is the other, and the kernel takes the larger (its stages
+// overlap, so the slower one sets the pace). Combine (intranode.cu lines
+// 580-700, internode.cu lines 1306-1600) runs the same copies backwards
+// (senders, forwarders gathering, receivers reducing into the output),
+// counted with the same bytes in the combine dtype.
+struct SmBound {
+  Time dispatch, combine;
+};
+SmBound normal_sm_bound(const Topology& topo, const DispatchSpec& s, const DispatchTraffic& t) {
+  if (topo.gpu().sm_count <= 0) return SmBound{Time::zero(), Time::zero()};
+  const double rate = sm_copy_rate(topo.gpu()) * (s.sms / 2);  // bytes/s one half of the SMs copies
+  const int R = t.ranks, G = t.group, N = t.nodes, k = s.topk;
+  auto bound = [&](WireDtype d) {
+    const std::uint64_t h = hidden_bytes(s.hidden, d), sc = scale_bytes(s.hidden, d);
+    double worst = 0;  // bytes copied by the busiest half of a GPU's SMs
+    for (int a = 0; a < R; ++a) {
+      double recv = 0;
+      for (int b = 0; b < R; ++b) recv += static_cast<double>(t.rank_tokens[b * R + a]);
+      if (N == 1) {
+        const double per = static_cast<double>(h + sc + 8ULL * k + 4ULL * k + 4);
+        double sent = 0;
+        for (int b = 0; b < R; ++b) sent += static_cast<double>(t.rank_tokens[a * R + b]);
+        worst = std::max({worst, sent * per, recv * per});
+      } else {
+        const double rdma = static_cast<double>(align16(h + 8 + sc + 4ULL * k + 4ULL * k));
+        const double nvl = static_cast<double>(h + sc + 4ULL * k + 4ULL * k + 8);
+        double sent = 0, fwd = 0;
+        for (int n = 0; n < N; ++n) sent += static_cast<double>(t.node_tokens[a * N + n]);
+        // Forwarder a: the tokens of the ranks with a's local index, to the ranks of a's node.
+        for (int src = a % G; src < R; src += G)
+          for (int b = a / G * G; b < a / G * G + G; ++b) fwd += static_cast<double>(t.rank_tokens[src * R + b]);
+        worst = std::max({worst, sent * rdma + recv * nvl, fwd * nvl});
+      }
+    }
+    return worst > 0 ? duration_for_rate(worst, rate) : Time::zero();
+  };
+  return SmBound{bound(s.dispatch_dtype), bound(s.combine_dtype)};
+}
+
 // DeepEP normal. One node (ranks <= its NVLink peers): the intranode kernel,
 // each rank writes each of its tokens once into every rank that holds one of
 // its experts, over NVLink. Several nodes: the internode kernel, each token
@@ -265,8 +321,9 @@ DispatchResult deepep_normal(const Topology& topo, const DispatchSpec& s, const 
       }
   }
   sum_wire(topo, ts, false, r);
-  r.dispatch = with_floor(topo, run_transfers(topo, ts, ws));
-  r.combine = with_floor(topo, run_transfers(topo, reversed(topo, ts, false, back, ws), ws));
+  const SmBound sm = normal_sm_bound(topo, s, t);
+  r.dispatch = with_floor(topo, std::max(run_transfers(topo, ts, ws), sm.dispatch));
+  r.combine = with_floor(topo, std::max(run_transfers(topo, reversed(topo, ts, false, back, ws), ws), sm.combine));
   normal_test_bytes(s, t, r);
   return r;
 }
@@ -386,6 +443,11 @@ constexpr std::array<Dispatcher, 4> kDispatchers = {{
 
 }  // namespace
 
+double sm_copy_rate(const GpuProfile& gpu) {
+  // NCCL's per-channel LL128 cap (sim/coll/nccl_model.hpp): what one SM's CTA moves.
+  return nccl_channel_ll128_rate(gpu.compute_capability);
+}
+
 const char* to_string(WireDtype d) { return d == WireDtype::fp8 ? "fp8" : "bf16"; }
 
 WireDtype parse_wire_dtype(const std::string& s, const std::string& option) {
@@ -435,6 +497,11 @@ void check_dispatch_spec(const DispatchSpec& s, const Topology& topo) {
   if (s.load.kind != LoadModel::Kind::uniform && s.topk_groups > 0)
     throw UserError(fmt::format("--topk-groups: node-limited routing is drawn from uniform scores; not with --load {}",
                                 s.load.text));
+  // A profile without SMs (the cpu profile, sm_count 0) takes any even count and has no SMs' bound.
+  if (s.sms < 2 || s.sms % 2 != 0 || (topo.gpu().sm_count > 0 && s.sms > topo.gpu().sm_count))
+    throw UserError(fmt::format("--sms: DeepEP's normal kernels run on an even number of SMs (channels of two), "
+                                "from 2 to the {} of GPU '{}'; got {}",
+                                topo.gpu().sm_count, topo.gpu_model(), s.sms));
   const int group = dispatch_group(s, topo);
   if (s.ranks % group != 0)
     throw UserError(fmt::format("--ranks: {} ranks are not whole nodes of {} GPUs", s.ranks, group));

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/compute/gpu_profile.hpp"
 #include "sim/core/time.hpp"
 #include "sim/core/workspace.hpp"
 #include "sim/topo/topology.hpp"
@@ -62,6 +63,11 @@ LoadModel parse_load_model(const std::string& s, const std::string& option);
 std::vector<std::uint64_t> draw_expert_counts(const LoadModel& load, std::uint64_t seed, int sources,
                                               std::int64_t tokens, int parts, int E, int k);
 
+// DeepEP's tests run the normal kernels on 24 SMs (deepseek-ai/DeepEP@d8dd185
+// tests/test_intranode.py line 209 `for i in (24, )`, tests/test_internode.py
+// line 226 `num_sms = 24`; README.md line 125 `Buffer.set_num_sms(24)`).
+inline constexpr int kDeepepTestSms = 24;
+
 struct DispatchSpec {
   int ranks = 0;   // expert-parallel ranks: GPUs 0 .. ranks-1 of the topology
   int tokens = 0;  // tokens per rank entering dispatch
@@ -76,7 +82,21 @@ struct DispatchSpec {
   WireDtype combine_dtype = WireDtype::bf16;
   std::uint64_t seed = 0;
   LoadModel load;
+  // SMs DeepEP's normal kernels run on (Config::num_sms): half send, half
+  // receive or forward (a channel is a pair of SMs). The default is what
+  // DeepEP's tests use (kDeepepTestSms). The low-latency kernels and the NCCL
+  // AlltoAll ignore it.
+  int sms = kDeepepTestSms;
 };
+
+// What one SM of DeepEP's normal kernels copies per second (bytes/s): the
+// most NCCL's own tuner lets one channel (one CTA, on one SM) move with its
+// warp-copy LL128 protocol, perChMaxRingLL128Bw of the GPU's generation
+// (NVIDIA/nccl@5067397c src/graph/tuning.cc lines 184-190: 20.0 GB/s on Volta
+// and Ampere, 36.7 on Hopper, 40.0 on Blackwell), by compute capability.
+// DeepEP's copies are the same kind of work: warps loading into registers
+// and storing to a peer's buffer, a fixed set of them per SM.
+double sm_copy_rate(const GpuProfile& gpu);
 
 // Ranks per DeepEP node: the GPUs one NVLink domain forwards among, at most
 // NUM_MAX_NVL_PEERS = 8 (deepseek-ai/DeepEP csrc/kernels/configs.cuh@d8dd185

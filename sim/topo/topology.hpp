@@ -83,6 +83,17 @@ struct CollectiveHints {
   // fabric_transports()): ib (NCCL's own IB verbs transport), roce, efa
   // (AWS, through the aws-ofi-nccl plugin), tcpx, tcpxo (Google's GPUDirect-TCPX(O) plugins).
   std::string transport = "ib";
+  // NCCL settings the platform's own setup exports to NCCL (topology keys
+  // under nccl; docs/collectives.md, section 8): a net plugin's environment
+  // (aws-ofi-nccl's platform table) or the cloud's documented profile.
+  // protocols: NCCL_PROTO, the protocols NCCL's tuner may choose, a bit per
+  // protocol (1 LL, 2 LL128, 4 Simple; 7 all, NCCL's default).
+  unsigned protocols = 7;
+  // NCCL_NVLS_CHUNKSIZE, NCCL_NVLSTREE_MAX_CHUNKSIZE and NCCL_BUFFSIZE in
+  // bytes; 0: NCCL's defaults (128 KiB, unset, 4 MiB).
+  double nvls_chunksize = 0;
+  double nvlstree_max_chunksize = 0;
+  double buffsize = 0;
 };
 
 // The fabric transports a topology may name: NCCL's own and the net plugins

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <utility>
@@ -65,7 +66,20 @@ const Section kNccl{
       "the latency the fabric's net plugin reports to NCCL (ncclNetProperties::latency, NCCL's latencyInter): "
       "NCCL's tuner adds it per network hop, twice for Simple, when it chooses an algorithm; the time of what "
       "runs does not include it (the plugin's figure steers the choice; aws-ofi-nccl chose 75 us for that). "
-      "Above 0 when given; fabric.transport efa requires it"}}};
+      "Above 0 when given; fabric.transport efa requires it"},
+     {"protocols", "list", "[ll, ll128, simple]",
+      "NCCL_PROTO as the platform's own setup exports it: the protocols NCCL's tuner may choose (ll, ll128, "
+      "simple); --proto forces one regardless, as NCCL_PROTO set by hand would (Google's TCPXO profile exports "
+      "Simple,LL128)"},
+     {"nvls_chunksize", "size", "128KiB",
+      "NCCL_NVLS_CHUNKSIZE as the platform's setup exports it: the NVLS and NVLS-Tree chunk before NCCL's size "
+      "ladder (aws-ofi-nccl sets 512KiB on p5, p5e, p5en)"},
+     {"nvlstree_max_chunksize", "size", "NCCL's",
+      "NCCL_NVLSTREE_MAX_CHUNKSIZE as the platform's setup exports it: NVLS-Tree's chunk at most this "
+      "(NCCL: 64KiB from 4 nodes, else the NVLS chunk; aws-ofi-nccl sets 512KiB on p5, p5e, p5en)"},
+     {"buffsize", "size", "4MiB",
+      "NCCL_BUFFSIZE as the platform's setup exports it: the Simple protocol's buffer per connection; one NVLS "
+      "chunk is at most an eighth of it (aws-ofi-nccl and Google's TCPXO profile set 8MiB)"}}};
 const Section kEff{
     "topology.link_efficiency",
     "Every link's bandwidth is its line rate times its class's fraction; collectives, transfers and the "
@@ -360,6 +374,30 @@ Topology build(const YamlReader& top) {
     nc->check_keys(kNccl);
     if (auto v = nc->opt("launch")) t.hints().launch_us = v->as_time().to_us();
     if (auto v = nc->opt("net_latency")) t.hints().net_latency_us = v->as_time().to_us();
+    if (auto v = nc->opt("protocols")) {
+      v->expect_seq();
+      if (v->size() == 0) v->fail("a non-empty list of NCCL protocols: ll, ll128, simple");
+      unsigned mask = 0;
+      for (std::size_t i = 0; i < v->size(); ++i) {
+        const YamlReader e = (*v)[i];
+        std::string name = e.as_string();
+        for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        if (name == "ll") mask |= 1u;
+        else if (name == "ll128") mask |= 2u;
+        else if (name == "simple") mask |= 4u;
+        else e.fail("an NCCL protocol: ll, ll128 or simple");
+      }
+      t.hints().protocols = mask;
+    }
+    // A chunk or buffer size in bytes: at least 4 KiB (NCCL's grain) and at most 1 GiB.
+    auto chunk_bytes = [](const YamlReader& v) {
+      const std::uint64_t b = v.as_size();
+      if (b < 4096 || b > (1ull << 30)) v.fail("a size from 4KiB to 1GiB");
+      return static_cast<double>(b);
+    };
+    if (auto v = nc->opt("nvls_chunksize")) t.hints().nvls_chunksize = chunk_bytes(*v);
+    if (auto v = nc->opt("nvlstree_max_chunksize")) t.hints().nvlstree_max_chunksize = chunk_bytes(*v);
+    if (auto v = nc->opt("buffsize")) t.hints().buffsize = chunk_bytes(*v);
     if ((plugin_latency = nc->opt("plugin_latency"))) {
       t.hints().plugin_latency_us = plugin_latency->as_time().to_us();
       if (!(t.hints().plugin_latency_us > 0))

@@ -132,6 +132,14 @@ std::vector<DispatchMeasurement> load_dispatch_measurements(const std::string& p
           s.experts = count("experts", 1 << 20);
         }
         if (!row.get("topk_groups").empty()) s.topk_groups = count("topk_groups", 65536);
+        // The SMs the kernel ran on where the source states them (optional
+        // column). A DeepEP row runs on them; any other row (Hybrid-EP's TMA
+        // kernels, run as their nearest) and a row that does not state them
+        // run DeepEP as its tests do, on moe::kDeepepTestSms.
+        if (!row.get("sms").empty()) {
+          m.sms = count("sms", 1024);
+          if (m.kernel_name.starts_with("deepep")) s.sms = m.sms;
+        }
         // Other wire formats (mxfp8, nvfp4) load, and are not predicted.
         m.dispatch_dtype = required("dispatch_dtype");
         m.combine_dtype = row.get("combine_dtype").empty() ? "bf16" : row.get("combine_dtype");
@@ -221,7 +229,8 @@ DispatchValidation validate_dispatch(const std::vector<DispatchMeasurement>& row
     r.status = m.kernel->modelled ? "modelled" : "nearest";
     std::string sets;
     for (const std::string& o : where.overrides) sets += (sets.empty() ? " " : ",") + o;
-    r.ran = fmt::format("{} on {}{}", d.name, topo.name(), sets);
+    r.ran = fmt::format("{} on {}{}{}", d.name, topo.name(), sets,
+                        d.name == "deepep-normal" ? fmt::format(" ({} SMs)", m.spec.sms) : "");
     // One phase: the published time, else the published bandwidth as a time
     // over the byte count the simulator's routing gives (RDMA first, as the
     // sources' tables lead with it).

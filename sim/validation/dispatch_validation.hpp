@@ -50,6 +50,7 @@ struct DispatchMeasurement {
   double nic_gbps = 0;                // 0: not published
   moe::DispatchSpec spec;             // experts: the row's, or its test script's (experts_assumed)
   bool experts_assumed = false;
+  int sms = 0;  // the SMs the source states (column sms), 0 where it does not
   // Published values; nullopt where the cell is empty.
   std::optional<double> dispatch_us, combine_us, dispatch_rdma_GBps, dispatch_nvl_GBps, combine_rdma_GBps,
       combine_nvl_GBps;

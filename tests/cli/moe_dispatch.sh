@@ -53,6 +53,12 @@ refused "--dispatch-dtype: fp8 needs FP8 tensor cores; GPU 'a100'" moe-dispatch 
   --tokens 64 --hidden 1024 --experts 32 --topk 4 --kernel deepep-normal --dispatch-dtype fp8
 refused "--dispatch-dtype: expected fp8 or bf16, got 'fp16'" "${base[@]}" --topk 4 --kernel deepep-normal \
   --dispatch-dtype fp16
+refused "--sms: DeepEP's normal kernels run on an even number of SMs (channels of two), from 2 to the 132 of GPU 'h100'; got 7" \
+  "${base[@]}" --topk 4 --kernel deepep-normal --sms 7
+# Fewer SMs, a slower DeepEP normal kernel; the low-latency kernels ignore them.
+t2=$("$bin" "${base[@]}" --topk 4 --kernel deepep-normal --sms 2 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["dispatch_us"])')
+t24=$("$bin" "${base[@]}" --topk 4 --kernel deepep-normal --json | python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["sms"] == 24; print(j["dispatch_us"])')
+if python3 -c "import sys; sys.exit(0 if float('$t2') > float('$t24') else 1)"; then ok; else bad "--sms 2 ($t2 us) not slower than 24 ($t24 us)"; fi
 refused "--topk: 20 experts per token but the 1 node(s) --topk-groups allows hold only 16" moe-dispatch \
   -t topologies/h800-cluster.yaml --ranks 16 --tokens 64 --hidden 1024 --experts 32 --topk 20 --topk-groups 1 \
   --kernel deepep-normal

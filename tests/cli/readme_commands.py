@@ -169,6 +169,8 @@ CHECKS = [
     (r"^build/parmsim validate moe-dispatch$", "all 226 rows (~10 min); tests/cli/moe_dispatch.sh runs it on a few"),
     (r"^build/parmsim validate moe-dispatch --json", "all 226 rows (~10 min), as above"),
     (r"moe-dispatch .*--kernel deepep-ll --json", moe_dispatch_json),
+    (r"moe-dispatch -t topologies/dgx-b200\.yaml .*--kernel deepep-normal --sms 16$",
+     has(r"^moe-dispatch deepep-normal on dgx-b200", r"^dispatch\s+528\.1\s+-\s+310\.79$")),
     (r"moe-dispatch .*--kernel deepep-normal", has(r"^moe-dispatch deepep-normal on h800-cluster", r"^dispatch\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+$",
                                                 r"^combine\s+[0-9.]+")),
     (r"validate moe", has(r"^MAPE over the \d+ rows of modelled systems", r"^  tutel-ut ")),
