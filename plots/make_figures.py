@@ -7,6 +7,7 @@ Reads, when present in --results:
   paper-grid.csv                      speedup CDFs, box plots per parameter, S1/S2 wins,
                                       model-vs-simulator agreement, time breakdown
   whatif-*.csv                        S2 over S1 against NIC / NVLink bandwidth, clusters
+  whatif-today.csv                    today's layers: TP=8 with S1/S2 against the EP-only layout
   bert-moe.json, gpt2-moe.json        end-to-end iteration breakdown (parmsim model --json)
   *.trace*.csv                        timeline (Gantt per rank and stream) of a task trace; a
                                       `layer --trace` CSV (run and pass columns) gives one per
@@ -327,6 +328,41 @@ def whatif(path, out, made):
     save(fig, out, f"{name}.png", made)
 
 
+def today(path, out, made):
+    """Today's layers (experiments/whatif-today.yaml): per layer and machine, S1 and S2 with mp=8 at
+    B=8, and the mp=8 baseline, as time relative to the fastest expert-parallel-only layout (mp=1,
+    B=1): the same tokens either way (scripts/today_table.py makes the table)."""
+    rows = read_csv(path)
+    t = defaultdict(dict)
+    for r in rows:
+        mp, b = int(r["mp"]), int(r["B"])
+        if (mp, b) not in ((1, 1), (8, 8)):
+            continue
+        key = (r["case"], r["topology"])
+        if mp == 1:
+            if r["schedule"] == "baseline":
+                t[key]["ep"] = min(t[key].get("ep", float("inf")), float(r["total_us"]))
+        else:
+            t[key][r["schedule"]] = float(r["total_us"])
+    keys = [k for k in t if "ep" in t[k] and "s1" in t[k]]
+    if not keys:
+        return
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    xs = range(len(keys))
+    for i, s in enumerate(("baseline", "s1", "s2")):
+        ax.bar([x + (i - 1) * 0.27 for x in xs], [t[k][s] / t[k]["ep"] for k in keys], width=0.27,
+               color=SCHED_COLORS.get(s, "0.6"), label=f"mp=8 {s}")
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")  # the EP-only layout
+    ax.set_yscale("log")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([f"{c}\n{m}" for c, m in keys], fontsize=6, rotation=90)
+    ax.set_ylabel("time / EP-only layout's (below 1: TP=8 pays)")
+    ax.legend(fontsize=8)
+    ax.set_title("Today's MoE layers on 32 GPUs: tensor parallelism (mp=8) with Parm's S1/S2 against EP only",
+                 fontsize=9)
+    save(fig, out, "today.png", made)
+
+
 def models(paths, out, made):
     fig, axes = plt.subplots(1, len(paths), figsize=(5.5 * len(paths), 3.8), squeeze=False)
     for ax, p in zip(axes[0], paths):
@@ -481,7 +517,7 @@ def main():
     pg = os.path.join(a.results, "paper-grid.csv")
     sweep_figures(pg, out, made) if os.path.exists(pg) else skipped.append("paper-grid.csv")
     for p in sorted(glob.glob(os.path.join(a.results, "whatif-*.csv"))):
-        whatif(p, out, made)
+        (today if os.path.basename(p) == "whatif-today.csv" else whatif)(p, out, made)
     mj = [p for p in (os.path.join(a.results, "bert-moe.json"), os.path.join(a.results, "gpt2-moe.json"))
           if os.path.exists(p)]
     models(mj, out, made) if mj else skipped.append("bert-moe.json/gpt2-moe.json")

@@ -20,6 +20,9 @@ for s in whatif-clusters whatif-nic-bandwidth whatif-nvlink-bandwidth; do
   echo "== what-if: $s"
   $bin sweep experiments/$s.yaml -o "$out/$s.csv"
 done
+echo "== what-if today: five published MoE layers, expert-parallel only against TP=8 with S1/S2"
+$bin sweep experiments/whatif-today.yaml -o "$out/whatif-today.csv"
+/usr/bin/python3 scripts/today_table.py --csv "$out/whatif-today.csv" --out "$out/today.md"
 for m in bert-moe gpt2-moe; do
   echo "== model: $m"
   $bin model experiments/$m.yaml

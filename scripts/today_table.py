@@ -3,9 +3,10 @@
 
 Reads a `parmsim sweep experiments/whatif-today.yaml` CSV (a `case` per model layer, each
 on several topologies, with mp = 1 at several expert-parallel sizes and mp = 8) and writes
-Markdown: per model and machine, the fastest expert-parallel-only layout (mp = 1, the
+Markdown: per model and machine, the fastest expert-parallel-only layout (mp = 1, B = 1, the
 layout Megatron-Core and DeepSeek train MoE layers with), and with tensor parallelism
-(mp = 8) the baseline, S1 and S2, each against that layout.
+(mp = 8, B = 8: an MP group's GPUs hold the same tokens, so both move the same tokens) the
+baseline, S1 and S2, each against that layout.
 
     scripts/today_table.py --csv out/whatif-today.csv --out out/today.md
 """
@@ -28,7 +29,10 @@ def load(path):
     with open(path, newline="") as f:
         for line, r in enumerate(csv.DictReader(f), start=2):
             try:
-                key = (r["case"], r["topology"], int(r["mp"]), int(r["ep"]))
+                mp, b = int(r["mp"]), int(r["B"])
+                if (mp, b) not in ((1, 1), (8, 8)):  # the pairs that move the same tokens
+                    continue
+                key = (r["case"], r["topology"], mp, int(r["ep"]))
                 rows[key][r["schedule"]] = float(r["total_us"])
             except (KeyError, ValueError) as e:
                 fail(f"{path}:{line}: {e}")
@@ -43,7 +47,7 @@ def table(rows):
         if t not in topos:
             topos.append(t)
     out = [
-        "| layer | machine | EP only (mp=1): best ep, ms | mp=8: baseline, ms | S1 | S2 | best of S1/S2 against EP only |",
+        "| layer | machine | EP only (mp=1, B=1): best ep, ms | mp=8, B=8: baseline, ms | S1 | S2 | best of S1/S2 against EP only |",
         "|---|---|---|---:|---:|---:|---:|",
     ]
     pays = []
