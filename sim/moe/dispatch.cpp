@@ -532,6 +532,32 @@ std::vector<double> load_weights(const LoadModel& load, int E, std::uint64_t see
   }
   return weight;
 }
+
+// One token's k distinct experts into `chosen` (cleared first), drawn with `gen`: by weight among
+// those not taken (a taken expert drawn again is drawn anew: the same law) when `cdf` holds the
+// weights' running sums, else uniformly by Floyd's method (for j = E-k .. E-1, draw x in [0, j];
+// take x, or j if x was taken). `taken` (E zeros) is left all zeros.
+void draw_k(std::mt19937_64& gen, int E, int k, const std::vector<double>& weight, const std::vector<double>& cdf,
+            std::vector<char>& taken, std::vector<int>& chosen) {
+  chosen.clear();
+  if (!cdf.empty()) {
+    while (static_cast<int>(chosen.size()) < k) {
+      const double u = static_cast<double>(gen() >> 11) * 0x1.0p-53 * cdf.back();
+      const int e = static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+      if (e >= E || taken[e] || !(weight[e] > 0)) continue;
+      taken[e] = 1;
+      chosen.push_back(e);
+    }
+  } else {
+    for (int j = E - k; j < E; ++j) {
+      const int x = static_cast<int>(below(gen, static_cast<std::uint64_t>(j) + 1));
+      const int e = taken[x] ? j : x;
+      taken[e] = 1;
+      chosen.push_back(e);
+    }
+  }
+  for (int e : chosen) taken[e] = 0;
+}
 }  // namespace
 
 std::vector<std::uint64_t> draw_expert_counts(const LoadModel& load, std::uint64_t seed, int sources,
@@ -557,28 +583,9 @@ std::vector<std::uint64_t> draw_expert_counts(const LoadModel& load, std::uint64
     // As route_tokens draws: the source's own generator, k distinct experts per token.
     std::mt19937_64 gen(splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(src) + 1)));
     for (std::int64_t tok = 0; tok < tokens; ++tok) {
-      chosen.clear();
-      if (!cdf.empty()) {
-        while (static_cast<int>(chosen.size()) < k) {
-          const double u = static_cast<double>(gen() >> 11) * 0x1.0p-53 * cdf.back();
-          const int e = static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
-          if (e >= E || taken[e] || !(weight[e] > 0)) continue;
-          taken[e] = 1;
-          chosen.push_back(e);
-        }
-      } else {
-        for (int j = E - k; j < E; ++j) {
-          const int x = static_cast<int>(below(gen, static_cast<std::uint64_t>(j) + 1));
-          const int e = taken[x] ? j : x;
-          taken[e] = 1;
-          chosen.push_back(e);
-        }
-      }
+      draw_k(gen, E, k, weight, cdf, taken, chosen);
       const std::size_t row = (static_cast<std::size_t>(src) * parts + static_cast<std::size_t>(tok / per_part)) * E;
-      for (int e : chosen) {
-        taken[e] = 0;
-        ++out[row + static_cast<std::size_t>(e)];
-      }
+      for (int e : chosen) ++out[row + static_cast<std::size_t>(e)];
     }
   }
   return out;
@@ -611,27 +618,8 @@ DispatchTraffic route_tokens(const DispatchSpec& s, int group) {
   for (int src = 0; src < R; ++src) {
     std::mt19937_64 gen(splitmix64(s.seed ^ splitmix64(static_cast<std::uint64_t>(src) + 1)));
     for (int tok = 0; tok < s.tokens; ++tok) {
-      chosen.clear();
-      if (!cdf.empty()) {
-        // k distinct experts, each drawn by weight among those not taken
-        // (a taken expert drawn again is drawn anew: the same law).
-        while (static_cast<int>(chosen.size()) < k) {
-          const double u = static_cast<double>(gen() >> 11) * 0x1.0p-53 * cdf.back();
-          const int e = static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
-          if (e >= E || taken[e] || !(weight[e] > 0)) continue;
-          taken[e] = 1;
-          chosen.push_back(e);
-        }
-        for (int e : chosen) taken[e] = 0;
-      } else if (!limited) {
-        // Floyd: for j = E-k .. E-1, draw x in [0, j]; take x, or j if x was taken.
-        for (int j = E - k; j < E; ++j) {
-          const int x = static_cast<int>(below(gen, static_cast<std::uint64_t>(j) + 1));
-          const int e = taken[x] ? j : x;
-          taken[e] = 1;
-          chosen.push_back(e);
-        }
-        for (int e : chosen) taken[e] = 0;
+      if (!limited || !cdf.empty()) {
+        draw_k(gen, E, k, weight, cdf, taken, chosen);
       } else {
         for (int e = 0; e < E; ++e) score[e] = gen();
         // Nodes by their best expert's score, best first (ties: lower index).
