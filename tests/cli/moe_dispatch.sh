@@ -34,17 +34,6 @@ assert ll["dispatch_nvl_GBps"] is None and ll["combine_nvl_GBps"] is None
 assert a2a["wire_rdma_bytes"] > a["wire_rdma_bytes"]
 PY
 
-refused() {  # expected text, then the command's arguments
-  local want=$1
-  shift
-  "$bin" "$@" > "$tmp/out" 2> "$tmp/err"
-  local rc=$?
-  if [ "$rc" -ne 0 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -qF -- "$want" "$tmp/err"; then
-    ok
-  else
-    bad "refusal '$want' (exit $rc): $(cat "$tmp/err")"
-  fi
-}
 base=(moe-dispatch -t topologies/dgx-h100.yaml --ranks 8 --tokens 64 --hidden 1024 --experts 32)
 refused "--kernel: unknown dispatcher 'deepep': expected deepep-normal, deepep-ll, deepep-ll-nvlink or nccl-alltoall" "${base[@]}" \
   --topk 4 --kernel deepep

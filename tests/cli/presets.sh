@@ -26,17 +26,6 @@ done
 # DeepSeek-V3 names its shared expert.
 grep -q '"layer": ".*,shared_H=2048"' "$tmp/deepseek-v3.json" && ok || bad "deepseek-v3: shared_H=2048"
 
-refused() {  # expected text, then the command's arguments
-  local want=$1
-  shift
-  "$bin" "$@" > "$tmp/out" 2> "$tmp/err"
-  local rc=$?
-  if [ "$rc" -ne 0 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -qF -- "$want" "$tmp/err"; then
-    ok
-  else
-    bad "refusal '$want' (exit $rc): $(cat "$tmp/err")"
-  fi
-}
 refused "--set glu: the executors (verify, execute) run ungated routed experts only" verify --set glu=true
 refused "--set shared_H: the executors" execute --set shared_H=32 --trace "$tmp/exec.json"
 [ ! -e "$tmp/exec.json" ] && ok || bad "execute refused but wrote its trace"
