@@ -393,7 +393,13 @@ LayerSpec model_layer(const ModelSpec& m, const Topology& topo) {
   // experts_per_gpu: E = experts_per_gpu * P, the EP block being the world;
   // with `ep`, E = experts_per_gpu * mp * ep (one block of mp*ep GPUs).
   if (m.experts_per_gpu > 0) s.E = m.experts_per_gpu * (s.ep > 0 ? static_cast<std::int64_t>(s.mp) * s.ep : topo.num_gpus());
-  const Dims d = make_dims(s, topo.num_gpus(), topo.gpus_per_node());
+  Dims d;
+  try {
+    d = make_dims(s, topo.num_gpus(), topo.gpus_per_node());
+  } catch (const UserError& e) {  // the layout or the layer's counts: name the spec, and the stage
+    throw UserError(fmt::format("{}: {}{}", m.file, e.what(),
+                                m.pp > 1 ? fmt::format(" (the GPUs of one pipeline stage, pp={})", m.pp) : ""));
+  }
   // The model's products beyond the layer's (make_dims checks those): the
   // output head's S*V and the word embedding's V*M, the attention scores'
   // B*heads*L*L; bytes at most 4x and a factor 3 leave them below 2^63.

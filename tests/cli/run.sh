@@ -85,6 +85,7 @@ if ! "$bin" layer -t topologies/h200-cluster.yaml --topo-set nodes=12 --set ep=1
 check layer-file "$bin" layer -t topologies/dgx-h100.yaml --layer tests/data/layer.yaml --schedule auto -n analytical
 check layer-file-typo "$bin" layer -t topologies/dgx-h100.yaml --layer tests/data/layer-typo.yaml
 check model-bert "$bin" model experiments/bert-moe.yaml
+check model-deepseek-v3 "$bin" model experiments/deepseek-v3.yaml
 check verify-small "$bin" verify --gpus 8 --node-gpus 4 --set mp=4,E=16,f=0.5
 
 # layer --json has the documented keys for every schedule.
