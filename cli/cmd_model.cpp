@@ -33,8 +33,11 @@ void print_pipelined(const moe::ModelSpec& m, const Topology& full, const Topolo
              m.pp, stage.num_gpus(), stage.num_gpus() / stage.gpus_per_node(),
              moe::pipeline_schedules()[static_cast<int>(m.pipeline_schedule)].name, p0.micro_batches, layer.B,
              stage.num_gpus() / layer.mp, split);
-  fmt::print("P2P: one micro-batch's activations between adjacent stages, {:.1f} us (simulated on two stages' GPUs)\n",
-             p0.p2p.to_us());
+  if (m.pp > 1)
+    fmt::print("P2P: one micro-batch's activations between adjacent stages, {:.1f} us (simulated on two stages' GPUs)\n",
+               p0.p2p.to_us());
+  else
+    fmt::print("P2P: none (one stage)\n");
   fmt::print("baseline: {}\n", moe::baseline_system(layer));
   fmt::print("gradient AllReduce: per stage, {}; dp_grad_allreduce below is the most exposed stage's\n",
              m.grad_bucket > 0 ? fmt::format("buckets of at most {} elements, overlapped with the last "
@@ -87,14 +90,14 @@ void print_pipelined(const moe::ModelSpec& m, const Topology& full, const Topolo
 
 void add_model(CLI::App& app) {
   auto* c = app.add_subcommand("model",
-                               "predict a whole training iteration of an MoE transformer (BERT-MoE, GPT-2-MoE) "
+                               "predict a whole training iteration of an MoE transformer (BERT-MoE, GPT-2-MoE, DeepSeek-V3 with pipeline stages) "
                                "under baseline, S1 and S2");
   struct Args {
     std::string spec, network, calibration, overlay, max_memory;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
-  c->add_option("spec", a->spec, "model YAML (experiments/bert-moe.yaml, experiments/gpt2-moe.yaml)")
+  c->add_option("spec", a->spec, "model YAML (experiments/bert-moe.yaml, experiments/gpt2-moe.yaml, experiments/deepseek-v3.yaml)")
       ->required()
       ->check(CLI::ExistingFile);
   c->add_option("-n,--network", a->network, fmt::format("override the spec's network model ({})", network_model_names(" | ", " | ")));

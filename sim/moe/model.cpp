@@ -32,7 +32,7 @@ std::string pipeline_schedule_help() {
 }
 
 const Section kModel{"model",
-                     "A model spec for `parmsim model` (experiments/bert-moe.yaml, gpt2-moe.yaml).",
+                     "A model spec for `parmsim model` (experiments/bert-moe.yaml, gpt2-moe.yaml, deepseek-v3.yaml).",
                      {{"name", "string", "required", ""},
                       {"description", "string", "\"\"", ""},
                       {"topology", "string", "required", "topology YAML, relative to this file"},
@@ -73,7 +73,7 @@ const Section kModel{"model",
                       {"v_head_dim", "int", "128", "mla: per-head value dimensions"},
                       {"pp", "int", "1",
                        "pipeline stages: consecutive blocks on GPUs/pp consecutive GPUs each (Megatron-Core's order "
-                       "tp-cp-ep-dp-pp), the stage simulated on its own GPUs (docs/models.md, \"Pipelines\")"},
+                       "tp-cp-ep-dp-pp), the stage simulated on its own GPUs (docs/models.md, \"Pipelines, MLA and DeepSeek-V3\")"},
                       {"first_stage_layers", "int", "layers/pp", "blocks on the first stage (Megatron-Core's num_layers_in_first_pipeline_stage)"},
                       {"last_stage_layers", "int", "layers/pp", "blocks on the last stage (num_layers_in_last_pipeline_stage)"},
                       {"micro_batches", "int", "1", "micro-batches per iteration and data-parallel replica (or give global_batch)"},
