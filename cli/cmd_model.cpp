@@ -22,9 +22,10 @@ namespace {
 void print_pipelined(const moe::ModelSpec& m, const Topology& full, const Topology& stage, const moe::LayerSpec& layer,
                      const std::vector<moe::IterationResult>& res) {
   const moe::PipelineResult& p0 = res.front().pipeline;
-  fmt::print("model {} on {} ({} GPUs), {} network: {} blocks ({} dense first, then one FFN in {} an MoE layer), "
+  fmt::print("model {} on {} ({} GPUs), {} network: {} blocks ({} dense first, then {} an MoE layer), "
              "attention {}, {} MTP module(s) ({})\n",
-             m.name, full.name(), full.num_gpus(), m.network, m.layers, m.first_dense, m.moe_every,
+             m.name, full.name(), full.num_gpus(), m.network, m.layers, m.first_dense,
+             m.moe_every == 1 ? std::string("every FFN") : fmt::format("one FFN in {}", m.moe_every),
              moe::attention_kinds()[static_cast<int>(m.attention)].name, m.mtp_depth, moe::spec_string(layer));
   std::string split;
   for (const auto& t : p0.stage_times) split += (split.empty() ? "" : ",") + std::to_string(t.stage.blocks);
@@ -54,6 +55,12 @@ void print_pipelined(const moe::ModelSpec& m, const Topology& full, const Topolo
     }
     fmt::print("\n");
   }
+  fmt::print("{:<28}", "slowest stage: F / B / W us");
+  for (const auto& r : res) {
+    const auto& t = r.pipeline.stage_times[static_cast<std::size_t>(r.pipeline.slowest)];
+    fmt::print(" {}", fmt::format("{:.0f}/{:.0f}/{:.0f}", t.forward.to_us(), t.backward.to_us(), t.weight_grad.to_us()));
+  }
+  fmt::print("\n");
   fmt::print("iteration by component (the slowest stage, *; count per iteration), us:\n");
   fmt::print("{:<20} {:>6} {:>14} {:>14} {:>14}\n", "component", "count", "baseline_us", "s1_us", "s2_us");
   for (std::size_t i = 0; i < res.front().parts.size(); ++i) {
@@ -170,7 +177,7 @@ void add_model(CLI::App& app) {
         j["pipeline"] = {{"pp", m.pp},
                          {"stage_gpus", topo.num_gpus()},
                          {"gpus", full.num_gpus()},
-                         {"schedule", std::string(moe::pipeline_schedules()[0].name)},
+                         {"schedule", std::string(moe::pipeline_schedules()[static_cast<int>(m.pipeline_schedule)].name)},
                          {"micro_batches", p0.micro_batches},
                          {"p2p_send_us", p0.p2p.to_us()},
                          {"attention", std::string(moe::attention_kinds()[static_cast<int>(m.attention)].name)},
@@ -183,6 +190,7 @@ void add_model(CLI::App& app) {
                           {"blocks", t.stage.blocks},
                           {"forward_us", t.forward.to_us()},
                           {"backward_us", t.backward.to_us()},
+                          {"weight_grad_us", t.weight_grad.to_us()},
                           {"dp_grad_allreduce_exposed_us", t.grad_sync.exposed().to_us()}});
           nlohmann::json ph = nlohmann::json::object();
           for (std::size_t i = 0; i < moe::kPhases; ++i)

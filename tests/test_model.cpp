@@ -333,3 +333,52 @@ TEST_CASE("pipelined iteration: 1F1B of the slowest stage, simulated P2P", "[mod
     CHECK(p.moe_phases.total() == moe);
   }
 }
+
+TEST_CASE("DualPipe's bubble by hand (Table 2, F&B = F + B)", "[model][pipeline]") {
+  // m = 8 micro-batches on p = 4 stages, F = 10 us, B = 20 us, W = 5 us, P2P 1 us:
+  // bubble (4/2 - 1) x (10 + 2 x 20 - 3 x 5 + 2 x 1) = 37; steady 8 x 30 = 240; P2P 8 x 2 = 16; 293 in all.
+  const PipelineTime t = dualpipe(8, 4, Time::us(10), Time::us(20), Time::us(5), Time::us(1));
+  CHECK(t.bubble == Time::us(37));
+  CHECK(t.steady == Time::us(240));
+  CHECK(t.p2p == Time::us(16));
+  CHECK(t.total() == Time::us(293));
+  // Below 1F1B's bubble, (4 - 1) x 32 = 96, on the same stage times.
+  CHECK(t.bubble < one_f_one_b(8, 4, Time::us(10), Time::us(20), Time::us(1)).bubble);
+  // Two stages: no bubble at all (PP/2 - 1 = 0).
+  CHECK(dualpipe(4, 2, Time::us(10), Time::us(20), Time::us(5), Time::us(1)).bubble == Time::zero());
+  // DualPipe's own checks: even pp, even micro-batches, at least 2 x pp.
+  CHECK_THROWS(dualpipe(6, 3, Time::us(10), Time::us(20), Time::us(5), Time::us(1)));
+  CHECK_THROWS(dualpipe(6, 4, Time::us(10), Time::us(20), Time::us(5), Time::us(1)));
+}
+
+TEST_CASE("pipelined iteration under DualPipe: W and the refusals", "[model][pipeline]") {
+  const std::string spec = std::string(kSmallPipeline) + "pipeline_schedule: dualpipe\n";
+  const ModelSpec m = parse_model_spec_text(spec, std::string(PARMSIM_SOURCE_DIR) + "/x.yaml");
+  const Topology full = load_topology(m.topology_file, {"nodes=4"});
+  const Topology stage = load_topology(m.topology_file, {"nodes=4", stage_nodes_override(m, full, 1)[0]});
+  const Topology pair = load_topology(m.topology_file, {"nodes=4", stage_nodes_override(m, full, 2)[0]});
+  // 64 sequences over 16 replicas: 4 micro-batches = 2 x pp, even: DualPipe runs.
+  const auto res = run_model(m, stage, nullptr, &pair);
+  for (const IterationResult& r : res) {
+    CAPTURE(r.schedule);
+    const PipelineResult& p = r.pipeline;
+    const StageTime& z = p.stage_times[static_cast<std::size_t>(p.slowest)];
+    // W is a part of the backward pass; with pp = 2 the bubble is (2/2 - 1) x ... = 0.
+    CHECK(z.weight_grad > Time::zero());
+    CHECK(z.weight_grad < z.backward);
+    CHECK(p.time.bubble == Time::zero());
+    CHECK(r.total() == (z.forward + z.backward + p.p2p * 2) * 4 + r.grad_sync.exposed());
+  }
+  // 32 sequences: 2 micro-batches, fewer than 2 x pp.
+  std::string few = spec;
+  few.replace(few.find("global_batch: 64"), 16, "global_batch: 32");
+  CHECK_THROWS_WITH(run_model(parse_model_spec_text(few, std::string(PARMSIM_SOURCE_DIR) + "/x.yaml"), stage, nullptr,
+                              &pair),
+                    Catch::Contains("key 'pipeline_schedule'") && Catch::Contains("at least 2 x pp = 4"));
+  // An odd pp: refused when the spec is read.
+  std::string odd = spec;
+  odd.replace(odd.find("pp: 2"), 5, "pp: 3");
+  odd.replace(odd.find("layers: 6"), 9, "layers: 9");
+  CHECK_THROWS_WITH(parse_model_spec_text(odd, "odd.yaml"),
+                    Catch::Contains("key 'pipeline_schedule'") && Catch::Contains("an even pp"));
+}

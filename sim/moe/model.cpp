@@ -8,7 +8,9 @@
 
 #include "sim/core/error.hpp"
 #include "sim/core/registry.hpp"
+#include "sim/compute/gpu_profile.hpp"
 #include "sim/io/yaml_reader.hpp"
+#include "sim/moe/layer_kernels.hpp"
 #include "sim/net/network_model.hpp"
 
 namespace parmsim::moe {
@@ -20,7 +22,11 @@ constexpr AttentionKindEntry kAttentionKinds[] = {
     {"mla", "multi-head latent attention (DeepSeek-V2/V3) with the mla keys' dimensions", AttentionKind::mla}};
 constexpr PipelineScheduleEntry kPipelineSchedules[] = {
     {"1f1b", "one forward, one backward (Megatron-Core, no interleaving): (m + p - 1) slots of the slowest stage",
-     PipelineSchedule::one_f_one_b}};
+     PipelineSchedule::one_f_one_b},
+    {"dualpipe",
+     "DeepSeek's DualPipe: m slots and a bubble of (p/2 - 1)(F&B + B - 3W) with F&B = F + B (no overlap "
+     "modelled); even pp, an even number of micro-batches, at least 2 x pp",
+     PipelineSchedule::dualpipe}};
 
 std::string attention_kind_help() {
   return join_names(names_of(std::span<const AttentionKindEntry>(kAttentionKinds)), " | ", " | ");
@@ -198,6 +204,7 @@ ModelSpec build_model_spec(const YamlReader& r) {
     const PipelineScheduleEntry* e = find_named(pipeline_schedules(), a.as_string());
     if (!e) a.fail(join_names(names_of(pipeline_schedules()), ", ", " or "));
     m.pipeline_schedule = e->kind;
+    m.schedule_where = a.where();
   }
   if (r.has("first_stage_layers")) m.first_stage_layers = static_cast<int>(r.at("first_stage_layers").as_int(1, m.layers));
   if (r.has("last_stage_layers")) m.last_stage_layers = static_cast<int>(r.at("last_stage_layers").as_int(1, m.layers));
@@ -225,6 +232,10 @@ ModelSpec build_model_spec(const YamlReader& r) {
   if (m.first_dense >= m.layers)
     r.at("first_dense").fail(fmt::format("below layers={} (else no block has an MoE layer)", m.layers));
   if (m.pp > m.layers) r.at("pp").fail(fmt::format("at most layers={} (every stage holds a block)", m.layers));
+  // DualPipe's own checks (deepseek-ai/DualPipe@3da1bbea dualpipe/dualpipe.py L332-333); the
+  // micro-batches from global_batch are checked once the topology gives the replicas (run_model).
+  if (m.pipeline_schedule == PipelineSchedule::dualpipe && m.pp % 2 != 0)
+    r.at("pipeline_schedule").fail(fmt::format("an even pp for dualpipe (pp={}), or 1f1b", m.pp));
   try {
     (void)pipeline_stages(m);
   } catch (const UserError& e) {
@@ -269,6 +280,19 @@ PipelineTime one_f_one_b(int micro_batches, int stages, Time forward, Time backw
   t.steady = (forward + backward) * micro_batches;
   t.p2p = p2p * 2 * micro_batches;
   t.bubble = t.slot * (stages - 1);
+  return t;
+}
+
+PipelineTime dualpipe(int micro_batches, int stages, Time forward, Time backward, Time weight_grad, Time p2p) {
+  if (stages % 2 != 0 || micro_batches % 2 != 0 || micro_batches < 2 * stages)
+    throw InternalError("dualpipe: needs an even pp and an even number of micro-batches, at least 2 x pp");
+  PipelineTime t;
+  t.slot = forward + backward + p2p * 2;
+  t.steady = (forward + backward) * micro_batches;
+  t.p2p = p2p * 2 * micro_batches;
+  // F&B + B - 3W with F&B = F + B, and the slot's P2P; never below zero.
+  const Time w3 = weight_grad * 3, all = forward + backward * 2 + p2p * 2;
+  t.bubble = (all > w3 ? all - w3 : Time::zero()) * (stages / 2 - 1);
   return t;
 }
 
@@ -621,6 +645,10 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
                                   m.global_batch_where, s.B, replicas, topo.num_gpus() * p, p * s.mp, m.global_batch));
     micro = static_cast<int>(m.global_batch / (replicas * s.B));
   }
+  if (m.pipeline_schedule == PipelineSchedule::dualpipe && (micro % 2 != 0 || micro < 2 * p))
+    throw UserError(fmt::format("{}: key 'pipeline_schedule': expected an even number of micro-batches, at least 2 x "
+                                "pp = {}, for dualpipe (deepseek-ai/DualPipe dualpipe.py L333), got dualpipe with {}",
+                                m.schedule_where, 2 * p, micro));
   // One micro-batch's activations (forward) or their gradients (backward),
   // S x M per GPU, from each GPU of a stage to the same GPU of the next:
   // every GPU of the stage at once, simulated on two stages' GPUs.
@@ -642,6 +670,27 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
     const TaskGraph g = std::move(gb).build();
     p2p = simulate(g, *pair, SimOptions{m.network, cal}, ws).makespan;
   }
+  // DualPipe's W: each backward's weight-gradient GEMMs (kernels named *_wgrad), one after
+  // another on the GPU's model (the experts' once per local expert when run one by one).
+  // The lean gate's and experts' backward GEMMs are the data and weight gradients as one
+  // batch of two equal GEMMs (layer_kernels.cpp): half of each is W.
+  const GpuProfile& gpu = topo.gpu();
+  const bool lean = s.ds_moe == DsMoe::lean;
+  const auto wgrad = [&](std::span<const MoeOp> ops) {
+    Time t;
+    for (const MoeOp& o : ops)
+      for (const Kernel& k : kernel_list(o, s, d)) {
+        const bool lean_pair = lean && o.backward && k.op == OpKind::gemm &&
+                               (o.kind == MoeStep::experts || o.kind == MoeStep::gate);
+        if (!lean_pair && !std::string_view(k.name).ends_with("_wgrad")) continue;
+        Time one = kernel_time(k, s.dtype, gpu, nullptr, {});
+        if (lean_pair) one = Time::ps(one.count_ps() / 2);
+        t += o.kind == MoeStep::experts ? one * expert_repeats(s, d) : one;
+      }
+    return t;
+  };
+  const Time attn_w = wgrad(attention(true)), ffn_w = wgrad(dense_ffn(true)), head_w = wgrad(head(true)),
+             mtp_in_w = wgrad(mtp_in(true));
   const Time emb_f = simulate_ops(embedding(), s, d, topo, m.network, cal, ws);
   const Time head_f = simulate_ops(head(false), s, d, topo, m.network, cal, ws);
   const Time head_b = simulate_ops(head(true), s, d, topo, m.network, cal, ws);
@@ -650,6 +699,10 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   const std::int64_t head_params = i64(V * M / G);  // the last stage's copy of the output head
   for (const std::string& name : preset_names()) {
     const ScheduleResult r = run_schedule(run, preset(name));
+    OpList fops, bops;
+    forward_ops(s, d, preset(name), &fops);
+    backward_ops(std::span<const MoeOp>(fops.data(), fops.size()), s, d, preset(name), &bops);
+    const Time moe_w = wgrad(std::span<const MoeOp>(bops.data(), bops.size()));
     IterationResult it;
     it.schedule = name;
     PipelineResult& pr = it.pipeline;
@@ -666,14 +719,15 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
       StageTime t;
       t.stage = st;
       t.parts = {{"embedding", first ? 1 : 0, emb_f, emb_b},
-                 {"attention", st.blocks, attn_f, attn_b},
-                 {"dense_ffn", st.blocks - moe, ffn_f, ffn_b},
-                 {"moe_layer", moe, r.forward, r.backward},
-                 {"output_head", last ? 1 : 0, head_f, head_b},
-                 {"mtp_module", last ? m.mtp_depth : 0, mtp_f, mtp_b}};
+                 {"attention", st.blocks, attn_f, attn_b, attn_w},
+                 {"dense_ffn", st.blocks - moe, ffn_f, ffn_b, ffn_w},
+                 {"moe_layer", moe, r.forward, r.backward, moe_w},
+                 {"output_head", last ? 1 : 0, head_f, head_b, head_w},
+                 {"mtp_module", last ? m.mtp_depth : 0, mtp_f, mtp_b, mtp_in_w + attn_w + moe_w + head_w}};
       for (const Component& c : t.parts) {
         t.forward += c.forward * c.count;
         t.backward += c.backward * c.count;
+        t.weight_grad += c.weight_grad * c.count;
       }
       // The stage's backward of its last micro-batch, in order, and the gradients each step leaves:
       // the MTP module's own are its projection 2M x M and two RMSNorms (2M), its block's attention,
@@ -708,12 +762,17 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
     }
     pr.slowest = slow;
     const StageTime& z = pr.stage_times[static_cast<std::size_t>(slow)];
-    pr.time = one_f_one_b(micro, p, z.forward, z.backward, p2p);
+    pr.time = m.pipeline_schedule == PipelineSchedule::dualpipe
+                  ? dualpipe(micro, p, z.forward, z.backward, z.weight_grad, p2p)
+                  : one_f_one_b(micro, p, z.forward, z.backward, p2p);
     it.grad_sync = pr.stage_times[static_cast<std::size_t>(sync)].grad_sync;
     for (const Component& c : z.parts) it.parts.push_back({c.name, c.count * micro, c.forward, c.backward});
     const Time p2p_slot = p > 1 ? p2p : Time::zero();
     it.parts.push_back({"p2p", p > 1 ? 2 * micro : 0, p2p_slot, Time::zero()});
-    it.parts.push_back({"pipeline_bubble", p - 1, z.forward + p2p_slot, z.backward + p2p_slot});
+    if (m.pipeline_schedule == PipelineSchedule::dualpipe)  // the bubble as one part: (p/2 - 1) x (F + 2B - 3W + 2 P2P)
+      it.parts.push_back({"pipeline_bubble", 1, Time::zero(), pr.time.bubble});
+    else
+      it.parts.push_back({"pipeline_bubble", p - 1, z.forward + p2p_slot, z.backward + p2p_slot});
     it.parts.push_back({"dp_grad_allreduce", 1, Time::zero(), it.grad_sync.exposed()});
     out.push_back(std::move(it));
   }

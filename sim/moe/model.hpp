@@ -47,8 +47,9 @@ struct AttentionFlops {
 AttentionFlops mla_flops(std::uint64_t M, std::uint64_t heads_local, std::uint64_t L, const MlaDims& d);
 
 // Pipeline schedules (key `pipeline_schedule`), a registry.
-//   1f1b  Megatron-Core's one-forward-one-backward schedule without interleaving
-enum class PipelineSchedule { one_f_one_b };
+//   1f1b      Megatron-Core's one-forward-one-backward schedule without interleaving
+//   dualpipe  DeepSeek's DualPipe (DeepSeek-V3 report Sec. 3.2.1 and Table 2), its bubble
+enum class PipelineSchedule { one_f_one_b, dualpipe };
 struct PipelineScheduleEntry {
   std::string_view name;
   std::string_view help;
@@ -68,6 +69,14 @@ struct PipelineTime {
   Time total() const { return steady + bubble + p2p; }
 };
 PipelineTime one_f_one_b(int micro_batches, int stages, Time forward, Time backward, Time p2p);
+// DualPipe's bubble, (PP/2 - 1)(F&B + B - 3W) (DeepSeek-V3 report Table 2;
+// deepseek-ai/DualPipe@3da1bbea README.md), W the weight-gradient part of B.
+// F&B, a forward and a backward chunk overlapped, is taken as F + B: the
+// overlap of one chunk's communication with the other's computation is not
+// modelled, so this is DualPipe's bubble at no overlap. Each of its slots also
+// waits on the two P2P exchanges, as 1F1B's; the steady part is 1F1B's (each
+// device runs every micro-batch's forward and backward once).
+PipelineTime dualpipe(int micro_batches, int stages, Time forward, Time backward, Time weight_grad, Time p2p);
 
 struct ModelSpec {
   std::string name, description, file;
@@ -88,7 +97,7 @@ struct ModelSpec {
   std::int64_t global_batch = 0;  // sequences per iteration (when given: micro_batches = global_batch / (batch * DP))
   int mtp_depth = 0;        // multi-token prediction modules on the last stage (DeepSeek-V3 Sec. 2.2)
   PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;
-  std::string pp_where, global_batch_where;  // "file:line:col" of the keys, for refusals that need the topology
+  std::string pp_where, global_batch_where, schedule_where;  // "file:line:col" of the keys, for refusals that need the topology
   // Whether the spec runs as a pipeline (any of pp, micro_batches, global_batch,
   // mtp_depth given): the iteration is the pipeline schedule's and the output
   // says so; otherwise parts sum to the iteration as before.
@@ -122,6 +131,7 @@ struct Component {
   std::string name;
   int count = 0;           // times per iteration
   Time forward, backward;  // one instance
+  Time weight_grad;        // of backward: its weight-gradient GEMMs, one after another (DualPipe's W)
 };
 
 // One step of the backward pass on the compute stream, in the order it runs
@@ -177,7 +187,7 @@ std::vector<std::string> stage_nodes_override(const ModelSpec& m, const Topology
 // of each component, and its gradient AllReduce.
 struct StageTime {
   Stage stage;
-  Time forward, backward;
+  Time forward, backward, weight_grad;
   std::vector<Component> parts;  // per micro-batch
   GradSync grad_sync;
 };

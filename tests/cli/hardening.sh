@@ -485,6 +485,10 @@ dsv3 's/^ep: .*/ep: 48/' pp-layout
 refused model-pp-layout "pp-layout.yaml:" "ep=48 * mp=1 = 48 does not divide P=128" "pp=16" -- "$bin" model "$tmp/pp-layout.yaml"
 dsv3 's/^global_batch: .*/global_batch: 15000/' pp-batch
 refused model-global-batch "pp-batch.yaml:" "key 'global_batch'" "128 data-parallel replicas" -- "$bin" model "$tmp/pp-batch.yaml"
+dsv3 's/^pp: .*/pp: 15/' dualpipe-odd
+refused model-dualpipe-odd-pp "dualpipe-odd.yaml:" "key 'pipeline_schedule'" "an even pp" -- "$bin" model "$tmp/dualpipe-odd.yaml"
+dsv3 's/^global_batch: .*/global_batch: 3840/' dualpipe-few
+refused model-dualpipe-micro-batches "dualpipe-few.yaml:" "key 'pipeline_schedule'" "at least 2 x pp = 32" "with 30" -- "$bin" model "$tmp/dualpipe-few.yaml"
 dsv3 's/^attention: .*/attention: gqa/' attn-kind
 refused model-attention-kind "attn-kind.yaml:" "key 'attention'" "mha or mla" -- "$bin" model "$tmp/attn-kind.yaml"
 dsv3 's/^attention: .*/attention: mha/' mla-dims
