@@ -442,6 +442,16 @@ LayerSpec model_layer(const ModelSpec& m, const Topology& topo) {
   check(2 * S * s.M * s.H, "'ffn', 'hidden', 'batch', 'seq'", "the FFN GEMMs' FLOPs 2*batch*seq*hidden*ffn");
   check(2 * S * s.M * m.vocab, "'vocab', 'hidden', 'batch', 'seq'", "the output head's FLOPs 2*batch*seq*hidden*vocab");
   check(2 * S * s.L * s.M, "'seq', 'hidden', 'batch'", "the attention's FLOPs 2*batch*seq^2*hidden");
+  if (m.attention == AttentionKind::mla) {  // mla_flops' terms, each times 2*batch*seq (6 for backward's two GEMMs)
+    const i128 hl = m.heads, rq = m.mla.q_lora_rank, rkv = m.mla.kv_lora_rank, dn = m.mla.qk_nope_head_dim,
+               dr = m.mla.qk_rope_head_dim, dv = m.mla.v_head_dim, Mi = s.M;
+    const i128 per_token = Mi * rq + rq * hl * (dn + dr) + Mi * hl * (dn + dr) + Mi * (rkv + dr) + rkv * hl * (dn + dv) +
+                           hl * dv * Mi;
+    check(6 * S * per_token, "'heads', 'hidden', 'batch', 'seq' and the mla dimensions",
+          "MLA's projection FLOPs 6*batch*seq*(its weights)");
+    check(6 * S * s.L * hl * (dn + dr + dv), "'heads', 'seq', 'batch' and the mla head dimensions",
+          "MLA's scores and context FLOPs 6*batch*seq^2*heads*(dn+dr+dv)");
+  }
   return s;
 }
 

@@ -489,6 +489,8 @@ dsv3 's/^pp: .*/pp: 15/' dualpipe-odd
 refused model-dualpipe-odd-pp "dualpipe-odd.yaml:" "key 'pipeline_schedule'" "an even pp" -- "$bin" model "$tmp/dualpipe-odd.yaml"
 dsv3 's/^global_batch: .*/global_batch: 3840/' dualpipe-few
 refused model-dualpipe-micro-batches "dualpipe-few.yaml:" "key 'pipeline_schedule'" "at least 2 x pp = 32" "with 30" -- "$bin" model "$tmp/dualpipe-few.yaml"
+dsv3 's/^kv_lora_rank: .*/kv_lora_rank: 1048576/; s/^heads: .*/heads: 65536/; s/^v_head_dim: .*/v_head_dim: 1048576/' mla-big
+refused model-mla-flops-wrap "mla-big.yaml: model too large:" "MLA's projection FLOPs" -- "$bin" model "$tmp/mla-big.yaml"
 dsv3 's/^attention: .*/attention: gqa/' attn-kind
 refused model-attention-kind "attn-kind.yaml:" "key 'attention'" "mha or mla" -- "$bin" model "$tmp/attn-kind.yaml"
 dsv3 's/^attention: .*/attention: mha/' mla-dims
