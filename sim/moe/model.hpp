@@ -62,7 +62,10 @@ std::span<const PipelineScheduleEntry> pipeline_schedules();
 // them; the DeepSeek-V3 report, Table 2, gives the same bubble, (PP - 1)(F + B)).
 // A slot is the slowest stage's forward and backward of one micro-batch plus the
 // two blocking P2P exchanges Megatron-Core's 1F1B waits on in each
-// (send_forward_recv_backward, send_backward_recv_forward): (m + p - 1) x (F + B + 2 x p2p).
+// (send_forward_recv_backward, send_backward_recv_forward; NVIDIA/Megatron-LM
+// megatron/core/pipeline_parallel/p2p_communication.py, called from schedules.py's
+// forward_backward_pipelining_without_interleaving):
+// (m + p - 1) x (F + B + 2 x p2p).
 struct PipelineTime {
   Time slot;                 // F + B + 2 x p2p
   Time steady, bubble, p2p;  // m x (F + B), (p - 1) x slot, m x 2 x p2p
