@@ -2,8 +2,9 @@
 # The main job: installs what is missing, builds, sweeps the 1296-layer paper
 # grid and the what-if specs, runs the BERT-MoE and GPT-2-MoE models (and their
 # moe_every/batch range) and DeepSeek-V3's pipelined iteration, writes a layer
-# timeline, and draws every figure. Results in out/ (override: OUT=dir), and nowhere else: the tracked files stay as they are. It then says
-# which of the docs' generated blocks differ from this run's; `scripts/readme_blocks.py
+# timeline, and draws every figure. Results in out/ (override: OUT=dir), and
+# nowhere else: the tracked files stay as they are. It then says which of the
+# docs' generated blocks differ from this run's; `scripts/readme_blocks.py
 # --update out` copies them into docs/ (the explicit refresh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
