@@ -33,7 +33,8 @@ std::string attention_kind_help() {
 }
 std::string pipeline_schedule_help() {
   std::string h;
-  for (const PipelineScheduleEntry& e : kPipelineSchedules) h += (h.empty() ? "" : "; ") + std::string(e.name) + ": " + std::string(e.help);
+  for (const PipelineScheduleEntry& e : kPipelineSchedules)
+    h += (h.empty() ? "" : "; ") + std::string(e.name) + ": " + std::string(e.help);
   return h;
 }
 
