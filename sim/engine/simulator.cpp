@@ -70,8 +70,6 @@ struct Pools : Workspace::Part {
   bool busy = false;  // an engine holds them
 };
 
-bool plans_map(const CollPlan& a, const CollPlan& b, const std::vector<int>& pi, const NodeShift& sh, int P);
-
 // What the engine's symmetry has checked (its part of a Workspace): each
 // topology's server shifts (null: not a symmetry), and which pairs of plans
 // map onto each other under which member map. Entries hold weak pointers to
@@ -711,75 +709,6 @@ void Engine::setup_symmetry() {
   }
 }
 
-// Whether plan b is plan a under member map pi (a's member m is b's pi[m]):
-// the same steps member by member, in order, with the same dependencies
-// (each on a step of its own member), and each transfer the same bytes and
-// latency between the mapped steps, its custom route mapped link by link and
-// its PXN GPU shifted.
-bool plans_map(const CollPlan& pa, const CollPlan& pb, const std::vector<int>& pi, const NodeShift& sh, int P) {
-  if (pa.steps.size() != pb.steps.size() || pa.xfers.size() != pb.xfers.size() || pa.barrier != pb.barrier ||
-      pa.min_duration != pb.min_duration)
-    return false;
-  const int M = static_cast<int>(pi.size());
-  for (int m : pi)
-    if (m < 0 || m >= M) return false;
-  // Each plan's steps by member, in order.
-  auto by_member = [M](const CollPlan& p, std::vector<int>& start, std::vector<int>& list) {
-    start.assign(M + 1, 0);
-    for (const CollStep& st : p.steps) {
-      if (st.member < 0 || st.member >= M) return false;
-      ++start[st.member + 1];
-    }
-    for (int m = 0; m < M; ++m) start[m + 1] += start[m];
-    list.resize(p.steps.size());
-    std::vector<int> fill(start.begin(), start.end() - 1);
-    for (std::size_t i = 0; i < p.steps.size(); ++i) list[fill[p.steps[i].member]++] = static_cast<int>(i);
-    return true;
-  };
-  std::vector<int> as, al, bs, bl;
-  if (!by_member(pa, as, al) || !by_member(pb, bs, bl)) return false;
-  std::vector<int> sm(pa.steps.size(), -1);
-  for (int m = 0; m < M; ++m) {
-    if (as[m + 1] - as[m] != bs[pi[m] + 1] - bs[pi[m]]) return false;
-    for (int i = 0; i < as[m + 1] - as[m]; ++i) sm[al[as[m] + i]] = bl[bs[pi[m]] + i];
-  }
-  for (std::size_t st = 0; st < pa.steps.size(); ++st) {
-    const CollStep &x = pa.steps[st], &y = pb.steps[sm[st]];
-    for (int k = 0; k < 2; ++k) {
-      if ((x.deps[k] < 0) != (y.deps[k] < 0)) return false;
-      if (x.deps[k] < 0) continue;
-      if (pa.steps[x.deps[k]].member != x.member || sm[x.deps[k]] != y.deps[k]) return false;
-    }
-  }
-  // b's transfers by sending step.
-  std::vector<int> start(pb.steps.size() + 1, 0), list(pb.xfers.size());
-  for (const CollXfer& y : pb.xfers) ++start[y.send_step + 1];
-  for (std::size_t i = 0; i < pb.steps.size(); ++i) start[i + 1] += start[i];
-  {
-    std::vector<int> fill(start.begin(), start.end() - 1);
-    for (std::size_t i = 0; i < pb.xfers.size(); ++i) list[fill[pb.xfers[i].send_step]++] = static_cast<int>(i);
-  }
-  // Transfers between the same two steps (NVLS's up and down) pair in plan order.
-  std::vector<char> taken(pb.xfers.size(), 0);
-  for (const CollXfer& x : pa.xfers) {
-    const int s2 = sm[x.send_step], r2 = sm[x.recv_step];
-    const CollXfer* y = nullptr;
-    for (int i = start[s2]; i < start[s2 + 1] && !y; ++i)
-      if (!taken[list[i]] && pb.xfers[list[i]].recv_step == r2) y = &pb.xfers[list[i]], taken[list[i]] = 1;
-    if (!y || y->src != pi[x.src] || y->dst != pi[x.dst] || y->bytes != x.bytes) return false;
-    if ((x.lat < 0) != (y->lat < 0) || (x.lat >= 0 && pa.latencies[x.lat] != pb.latencies[y->lat])) return false;
-    if ((x.via < 0) != (y->via < 0) || (x.via >= 0 && y->via != sh.shift_gpu(x.via, P))) return false;
-    if ((x.route < 0) != (y->route < 0)) return false;
-    if (x.route >= 0) {
-      const auto &ra = pa.routes[x.route], &rb = pb.routes[y->route];
-      if (ra.size() != rb.size()) return false;
-      for (std::size_t i = 0; i < ra.size(); ++i)
-        if (sh.link[ra[i]] != rb[i]) return false;
-    }
-  }
-  return true;
-}
-
 std::shared_ptr<NodeShift> SymmetryCache::shift(const Topology& t, std::uint64_t topo_key, int nodes) {
   for (const Shift& s : shifts)
     if (s.topo == topo_key && s.nodes == nodes) return s.shift;
@@ -797,7 +726,7 @@ bool SymmetryCache::plans_map(const std::shared_ptr<const CollPlan>& a, const st
     if (it->second.shift.lock() == sh && it->second.a.lock() == a && it->second.b.lock() == b && it->second.pi == pi)
       return it->second.ok;
   if (checks.size() >= kMaxChecks) checks.clear();
-  const bool ok = parmsim::plans_map(*a, *b, pi, *sh, P);
+  const bool ok = plan_maps_onto(*a, *b, pi, *sh, P);
   checks.emplace(key, Check{a, b, sh, pi, ok});
   return ok;
 }
