@@ -802,6 +802,10 @@ std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology&
   auto [a, b] = C.map.equal_range(h);
   for (auto it = a; it != b; ++it)
     if (it->second.topo == topo_key && same_plan_inputs(it->second.key, c)) return it->second.plan;
+  // A plan above the limit (kept alone, after a clear) is dropped before the
+  // next is built, not after: two such plans (a 1024-GPU SAA's are 360 MB
+  // each) are never held by the cache at once.
+  if (C.bytes > PlanCache::kMaxBytes) C.map.clear(), C.bytes = 0;
   auto plan = std::make_shared<const CollPlan>(make_plan(c, topo, ws));
   const std::size_t n = plan_bytes(*plan);
   if (C.bytes + n > PlanCache::kMaxBytes) C.map.clear(), C.bytes = 0;

@@ -76,8 +76,13 @@ bool plan_maps_onto(const CollPlan& pa, const CollPlan& pb, const std::vector<in
     for (std::size_t i = 0; i < p.steps.size(); ++i) list[fill[p.steps[i].member]++] = static_cast<int>(i);
     return true;
   };
-  std::vector<int> as, al, bs, bl;
-  if (!by_member(pa, as, al) || !by_member(pb, bs, bl)) return false;
+  std::vector<int> as, al, bs_own, bl_own;
+  if (!by_member(pa, as, al)) return false;
+  // A plan against itself (a collective its shift maps onto itself) is listed once.
+  const bool self = &pa == &pb;
+  if (!self && !by_member(pb, bs_own, bl_own)) return false;
+  const std::vector<int>& bs = self ? as : bs_own;
+  const std::vector<int>& bl = self ? al : bl_own;
   std::vector<int> sm(pa.steps.size(), -1);
   for (int m = 0; m < M; ++m) {
     if (as[m + 1] - as[m] != bs[pi[m] + 1] - bs[pi[m]]) return false;
