@@ -163,6 +163,12 @@ class Builder {
   }
   int last(int m) const { return last_[m]; }
   void set_last(int m, int s) { last_[m] = s; }
+  // Room for a plan whose size is known (no copies as it grows: an SAA over
+  // 1024 GPUs has 8.4 million transfers).
+  void reserve(std::size_t steps, std::size_t xfers) {
+    plan_.steps.reserve(steps);
+    plan_.xfers.reserve(xfers);
+  }
   CollPlan take() { return std::move(plan_); }
 
   // k-member ring over `ring` (member indices): `nsteps` steps of `chunk` bytes.
@@ -465,6 +471,8 @@ CollPlan step_plan(const Collective& c, const Topology& topo, const std::string&
     const bool released = algo == "released";
     const int W = released ? p : p / G;
     const std::uint64_t chunk = ceil_div(S, static_cast<std::uint64_t>(W));
+    // W x p steps on each chain; at most W x p AlltoAll and W x p x (G-1) gather transfers.
+    b.reserve(2 * static_cast<std::size_t>(W) * p, static_cast<std::size_t>(W) * p * G);
     // AlltoAll chain (stream 0): x[i][m], chained on b.last; round 0 is the
     // member's own chunk (no transfer).
     std::vector<std::vector<int>> x(W, std::vector<int>(p)), g(W, std::vector<int>(p));
