@@ -200,12 +200,14 @@ class Engine {
         deps += st.num_deps();
         ++s.member_steps_left[st.member];
       }
-      for (const CollXfer& xf : s.plan->xfers) {
-        s.step_xfers_left[xf.send_step]++;
-        s.step_xfers_left[xf.recv_step]++;
-        s.member_sent[xf.src] += xf.bytes;
-        ++s.member_in_left[xf.dst];
-      }
+      // With symmetry setup_symmetry counts these for the representatives' transfers only.
+      if (q_.order == 1)
+        for (const CollXfer& xf : s.plan->xfers) {
+          s.step_xfers_left[xf.send_step]++;
+          s.step_xfers_left[xf.recv_step]++;
+          s.member_sent[xf.src] += xf.bytes;
+          ++s.member_in_left[xf.dst];
+        }
       const auto& steps = s.plan->steps;
       const auto& xfers = s.plan->xfers;
       s.step_succ = csr(S, deps, [&steps](auto&& add) {
@@ -685,11 +687,12 @@ void Engine::setup_symmetry() {
     }
     s.qrecv.assign(xfers.size(), -1);
     s.qstart.assign(S + 1, 0);
-    std::fill(s.member_in_left, s.member_in_left + M, 0);
-    std::fill(s.step_xfers_left, s.step_xfers_left + S, 0);
+    // The counts start at 0 (the constructor left them for this). Bytes sent
+    // are read as a member's task starts: representatives' only.
     for (std::size_t x = 0; x < xfers.size(); ++x) {
       const CollXfer& xf = xfers[x];
       if (col.group[xf.src] >= R) continue;
+      s.member_sent[xf.src] += xf.bytes;
       const int rs = s.member_steps.of(s.member_rep[s.plan->steps[xf.recv_step].member])[place[xf.recv_step]];
       s.qrecv[x] = rs;
       ++s.qstart[xf.send_step + 1];
