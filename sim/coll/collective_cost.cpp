@@ -433,22 +433,18 @@ bool symmetric_form(const Collective& c, const CollPlan& plan, const std::vector
   // An edge from each node whose envelope another's reads.
   const int V = 2 * Sr;
   std::vector<std::pair<int, int>> succ;
-  auto need_rep_step = [&](int s) {  // the rid of s's representative, or throw to the general path
-    const int r = rep_of(s);
-    return r;
-  };
   for (int i = 0; i < Sr; ++i) {
     const int s = rsteps[i];
     for (int d : plan.steps[s].deps)
       if (d >= 0) {
-        const int r = need_rep_step(d);
+        const int r = rep_of(d);
         if (r < 0) return false;
         succ.emplace_back(2 * r + 1, 2 * i);
       }
     succ.emplace_back(2 * i, 2 * i + 1);
     for (const int* it = step_need.begin(i); it != step_need.end(i); ++it) {
       const CollXfer& xf = plan.xfers[need[*it]];
-      const int a = need_rep_step(xf.send_step), b = need_rep_step(xf.recv_step);
+      const int a = rep_of(xf.send_step), b = rep_of(xf.recv_step);
       if (a < 0 || b < 0) return false;
       succ.emplace_back(2 * a, 2 * i + 1);
       if (xf.recv_step != xf.send_step) succ.emplace_back(2 * b, 2 * i + 1);
