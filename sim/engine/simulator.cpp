@@ -35,7 +35,11 @@ struct Csr {
 // are carved from three pools (Pools below; a graph has dozens of
 // collectives: no allocations per collective for them).
 struct CollState {
-  std::shared_ptr<const CollPlan> plan;  // shared with other simulations of the workspace (shared_plan)
+  // Shared with other simulations of the workspace (shared_plan); or, with
+  // symmetry, for a collective with members on and off the representatives,
+  // its representatives' part (compact: Engine::compact_plan).
+  std::shared_ptr<const CollPlan> plan;
+  bool compact = false;
   Csr step_xfers;    // xfers touching each step
   Csr step_succ;     // steps depending on each step
   Csr member_steps;  // steps of each member
@@ -124,9 +128,13 @@ class Engine {
     // member on the representatives), to size the pools; then each running
     // collective's arrays are carved from them (the pools never grow after that).
     const std::uint64_t topo_key = C > 0 ? topology_fingerprint(topo) : 0;
+    topo_key_ = topo_key;
+    // With symmetry tried, find_symmetry takes the plans one at a time (and
+    // keeps a large one only as its representatives' part); else here, in order.
+    const bool try_symmetry = opt.symmetry && net_->name() == "flow" && C > 0;
     for (int c = 0; c < C; ++c) {
       CollState& s = coll_[c];
-      s.plan = shared_plan(g.collective(c), topo, topo_key, ws);
+      if (!try_symmetry) s.plan = shared_plan(g.collective(c), topo, topo_key, ws);
       s.members = static_cast<int>(g.collective(c).group.size());
       s.rep_members = s.members;
       if (opt.calibration) {
@@ -141,7 +149,20 @@ class Engine {
       const auto& parts = g.parts(c);
       for (std::size_t m = 0; m < parts.size(); ++m) member_index_[parts[m]] = static_cast<int>(m);
     }
-    if (opt.symmetry && net_->name() == "flow" && C > 0) find_symmetry(topo_key);
+    if (try_symmetry) {
+      try {
+        find_symmetry(topo_key);
+      } catch (...) {
+        // A plan that throws: no symmetry; the loop below takes the plans in
+        // order and throws the first collective's error, as without symmetry.
+        q_ = Quotient{};
+      }
+      for (int c = 0; c < C; ++c) {
+        CollState& s = coll_[c];
+        if (q_.order == 1 && s.compact) s.plan = nullptr, s.compact = false;
+        if (!s.plan) s.plan = shared_plan(g.collective(c), topo, topo_key, ws);
+      }
+    }
     auto runs = [this](int c) {
       if (q_.order == 1) return true;
       for (int r : g_.collective(c).group)
@@ -541,6 +562,16 @@ class Engine {
     sh.pairs_ok.insert(key);
   }
   void setup_symmetry();
+  // The plan of collective c as shared_plan gives it (again, if it was compacted).
+  void full_plan(int c) {
+    CollState& s = coll_[c];
+    if (s.plan && !s.compact) return;
+    s.plan = nullptr;  // first: the plan cache may then drop a large plan before building this one
+    s.plan = shared_plan(g_.collective(c), topo_, topo_key_, ws_);
+    s.compact = false;
+  }
+  void compact_plan(int c, int R);
+  std::uint64_t topo_key_ = 0;
   struct KernelMemo {
     bool valid = false;
     OpKind op{};
@@ -631,10 +662,17 @@ void Engine::find_symmetry(std::uint64_t topo_key) {
       const Collective& cb = g_.collective(gamma[c]);
       int reps = 0;
       for (int r : ca.group) reps += r < R;
-      ok = (gamma[c] == c || reps == 0 || reps == static_cast<int>(ca.group.size())) && ca.op == cb.op &&
-           ca.bytes == cb.bytes && ca.group.size() == cb.group.size() &&
-           (coll_[c].calibrated == nullptr) == (coll_[gamma[c]].calibrated == nullptr) &&
-           cache.plans_map(coll_[c].plan, coll_[gamma[c]].plan, pi[c], sh, P);
+      const bool spans = reps > 0 && reps < static_cast<int>(ca.group.size());
+      ok = (gamma[c] == c || !spans) && ca.op == cb.op && ca.bytes == cb.bytes && ca.group.size() == cb.group.size() &&
+           (coll_[c].calibrated == nullptr) == (coll_[gamma[c]].calibrated == nullptr);
+      if (!ok) break;
+      full_plan(c);
+      full_plan(gamma[c]);
+      ok = cache.plans_map(coll_[c].plan, coll_[gamma[c]].plan, pi[c], sh, P);
+      // Members on and off the representatives: mapped onto itself, and from
+      // here on only its representatives' part is kept (setup_symmetry and
+      // the run read no other).
+      if (ok && spans) compact_plan(c, R);
     }
     if (!ok) continue;
     q_.order = sh->order;
@@ -644,6 +682,67 @@ void Engine::find_symmetry(std::uint64_t topo_key) {
     for (int t = 0; t < T; ++t) q_.task_rep[t] = rank_list[rank_start[g_.task(t).rank % R] + pos[t]];
     return;
   }
+}
+
+// The representatives' part of collective c's plan, which a shift of R ranks
+// maps onto itself (checked): the steps of the members on ranks [0, R), in
+// order, their dependencies renumbered (each is on a step of its own member:
+// plan_maps_onto), and the transfers they send, in order, each received by
+// its receiving step's representative (the step at its place among its
+// member's representative's: what setup_symmetry's qrecv would name). Every
+// order the engine iterates in (steps, transfers, members' steps) is the full
+// plan's, restricted, and setup_symmetry reads nothing else: the simulation
+// is the same to the picosecond.
+void Engine::compact_plan(int c, int R) {
+  CollState& s = coll_[c];
+  const CollPlan& p = *s.plan;
+  const Collective& col = g_.collective(c);
+  const int M = s.members, S = static_cast<int>(p.steps.size());
+  std::vector<int> member_of(topo_.num_gpus(), -1), mrep(M), place(S), cid(S, -1), count(M, 0);
+  for (int m = 0; m < M; ++m) member_of[col.group[m]] = m;
+  for (int m = 0; m < M; ++m) mrep[m] = member_of[col.group[m] % R];
+  auto out = std::make_shared<CollPlan>();
+  CollPlan& q = *out;
+  int kept = 0;
+  for (int st = 0; st < S; ++st) {
+    const CollStep& x = p.steps[st];
+    place[st] = count[x.member]++;
+    if (col.group[x.member] < R) cid[st] = kept++;
+  }
+  q.steps.reserve(kept);
+  for (int st = 0; st < S; ++st) {
+    if (cid[st] < 0) continue;
+    CollStep y = p.steps[st];
+    for (int& d : y.deps)
+      if (d >= 0) d = cid[d];  // on a step of its own member (plan_maps_onto): kept
+    q.steps.push_back(y);
+  }
+  // The compact steps of each member, by place.
+  std::vector<int> start(M + 1, 0), list(q.steps.size());
+  for (const CollStep& x : q.steps) ++start[x.member + 1];
+  for (int m = 0; m < M; ++m) start[m + 1] += start[m];
+  {
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (std::size_t i = 0; i < q.steps.size(); ++i) list[fill[q.steps[i].member]++] = static_cast<int>(i);
+  }
+  std::size_t sent = 0;
+  for (const CollXfer& x : p.xfers) sent += col.group[x.src] < R;
+  q.xfers.reserve(sent);
+  for (const CollXfer& x : p.xfers) {
+    if (col.group[x.src] >= R) continue;
+    CollXfer y = x;
+    y.send_step = cid[x.send_step];
+    const int rm = mrep[p.steps[x.recv_step].member];
+    y.recv_step = list[start[rm] + place[x.recv_step]];
+    q.xfers.push_back(y);
+  }
+  q.routes = p.routes;
+  q.latencies = p.latencies;
+  q.barrier = p.barrier;
+  q.min_duration = p.min_duration;
+  q.choice = p.choice;
+  s.plan = std::move(out);
+  s.compact = true;
 }
 
 // With symmetry: the successors of other ranks' tasks that are
