@@ -359,3 +359,36 @@ TEST_CASE("cost forms fall back to every transfer where no shift is proved", "[s
   t.finalize();
   CHECK(same_form_both_ways(coll(CollOp::alltoall, "direct", ranks(0, 8)), t) == 1);
 }
+
+TEST_CASE("a plan that throws under symmetry gives the error it gives rank by rank", "[symmetry]") {
+  // 32 ranks on parm-32gpu: an AlltoAll over all (fine, mapped onto itself by
+  // a one-server shift), then a direct AlltoAll given a protocol, which only
+  // NCCL's algorithms take (the plan refuses it). With symmetry the plans are
+  // taken as they are checked; the error must be the one every plan taken in
+  // order gives.
+  const Topology t = topo("parm-32gpu");
+  std::string s = "ranks: 32\ncollectives:\n  - {name: a2a, op: alltoall, bytes: 4MiB, group: [";
+  for (int r = 0; r < 32; ++r) s += fmt::format("{}{}", r ? ", " : "", r);
+  s += "]}\n  - {name: bad, op: alltoall, algo: direct, proto: ll, bytes: 4MiB, group: [";
+  for (int r = 0; r < 32; ++r) s += fmt::format("{}{}", r ? ", " : "", r);
+  s += "]}\ntasks:\n";
+  for (int r = 0; r < 32; ++r) {
+    s += fmt::format("  - {{name: a{}, rank: {}, collective: a2a}}\n", r, r);
+    s += fmt::format("  - {{name: b{}, rank: {}, collective: bad, deps: [a{}]}}\n", r, r, r);
+  }
+  const TaskGraph g = parse_task_graph_text(s, "g.yaml");
+  auto message = [&](bool symmetry) {
+    Workspace ws;
+    SimOptions o;
+    o.symmetry = symmetry;
+    try {
+      simulate(g, t, o, ws);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string off = message(false);
+  CHECK(off.find("proto and channels apply to NCCL's algorithms") != std::string::npos);
+  CHECK(message(true) == off);
+}
