@@ -21,7 +21,7 @@ namespace parmsim::moe {
 
 // ---------------------------------------------------------------- closed form
 
-AlphaBeta alpha_beta_from_topology(const Topology& t, Workspace* ws) {
+AlphaBeta alpha_beta_from_topology(const Topology& t, Workspace* ws, bool symmetry) {
   AlphaBeta ab;
   const int gpn = t.gpus_per_node();
   const Route intra = gpn > 1 ? t.route(0, 1) : (t.num_gpus() > 1 ? t.route(0, 1) : Route{});
@@ -43,7 +43,7 @@ AlphaBeta alpha_beta_from_topology(const Topology& t, Workspace* ws) {
     ab.beta_inter = ab.beta_intra;
   }
   ab.topo = &t;
-  ab.costs = std::make_shared<const CollectiveCosts>(t, ws);
+  ab.costs = std::make_shared<const CollectiveCosts>(t, ws, symmetry);
   ab.handles = std::make_shared<BoundHandles>();
   return ab;
 }

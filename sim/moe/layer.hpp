@@ -357,8 +357,11 @@ struct AlphaBeta {
 };
 // ws: the workspace its collectives' forms are kept in (the caller's; the
 // model is then for that workspace's thread only, and must not outlive it);
-// null: one of its own, and the model may be shared by threads.
-AlphaBeta alpha_beta_from_topology(const Topology& t, Workspace* ws = nullptr);
+// null: one of its own, and the model may be shared by threads. symmetry:
+// whether its collectives' cost forms may be built on the representatives of
+// a server shift (FormSymmetry, sim/coll/collective_cost.hpp; the same forms
+// either way); `--no-symmetry` turns it off.
+AlphaBeta alpha_beta_from_topology(const Topology& t, Workspace* ws = nullptr, bool symmetry = true);
 
 struct ModelTime {
   double forward_s = 0, backward_s = 0;
