@@ -19,6 +19,27 @@ namespace {
 
 // The text report of a pipelined spec: stages, the slowest stage's components
 // over the iteration, the MoE layer's phases, the pipeline's parts.
+// The rows every model's text ends with (a pipelined one also gives the bubble's share).
+void print_totals(const std::vector<moe::IterationResult>& res, bool pipelined) {
+  const double base = res.front().total().to_seconds();
+  fmt::print("{:<27}", "dp allreduce, all_us");
+  for (const auto& r : res) fmt::print(" {:>14.1f}", r.grad_sync.allreduce.to_us());
+  fmt::print("\n{:<27}", "dp allreduce, hidden_us");
+  for (const auto& r : res) fmt::print(" {:>14.1f}", r.grad_sync.hidden().to_us());
+  fmt::print("\n{:<27}", "iteration_us");
+  for (const auto& r : res) fmt::print(" {:>14.1f}", r.total().to_us());
+  fmt::print("\n{:<27}", "speedup vs baseline");
+  for (const auto& r : res) fmt::print(" {:>13.2f}x", base / r.total().to_seconds());
+  if (pipelined) {
+    fmt::print("\n{:<27}", "bubble share of iteration");
+    for (const auto& r : res)
+      fmt::print(" {:>13.1f}%", 100.0 * r.pipeline.time.bubble.to_seconds() / r.total().to_seconds());
+  }
+  fmt::print("\n{:<27}", "MoE share of iteration");
+  for (const auto& r : res) fmt::print(" {:>13.1f}%", 100.0 * r.moe_time().to_seconds() / r.total().to_seconds());
+  fmt::print("\n");
+}
+
 void print_pipelined(const moe::ModelSpec& m, const Topology& full, const Topology& stage, const moe::LayerSpec& layer,
                      const std::vector<moe::IterationResult>& res) {
   const moe::PipelineResult& p0 = res.front().pipeline;
@@ -77,20 +98,7 @@ void print_pipelined(const moe::ModelSpec& m, const Topology& full, const Topolo
     for (const auto& r : res) fmt::print(" {:>14.1f}", r.pipeline.moe_phases.t[ph].to_us());
     fmt::print("\n");
   }
-  const double base = res.front().total().to_seconds();
-  fmt::print("{:<27}", "dp allreduce, all_us");
-  for (const auto& r : res) fmt::print(" {:>14.1f}", r.grad_sync.allreduce.to_us());
-  fmt::print("\n{:<27}", "dp allreduce, hidden_us");
-  for (const auto& r : res) fmt::print(" {:>14.1f}", r.grad_sync.hidden().to_us());
-  fmt::print("\n{:<27}", "iteration_us");
-  for (const auto& r : res) fmt::print(" {:>14.1f}", r.total().to_us());
-  fmt::print("\n{:<27}", "speedup vs baseline");
-  for (const auto& r : res) fmt::print(" {:>13.2f}x", base / r.total().to_seconds());
-  fmt::print("\n{:<27}", "bubble share of iteration");
-  for (const auto& r : res) fmt::print(" {:>13.1f}%", 100.0 * r.pipeline.time.bubble.to_seconds() / r.total().to_seconds());
-  fmt::print("\n{:<27}", "MoE share of iteration");
-  for (const auto& r : res) fmt::print(" {:>13.1f}%", 100.0 * r.moe_time().to_seconds() / r.total().to_seconds());
-  fmt::print("\n");
+  print_totals(res, true);
 }
 
 }  // namespace
@@ -224,17 +232,7 @@ void add_model(CLI::App& app) {
       for (const auto& r : res) fmt::print(" {:>14.1f}", (r.parts[i].forward + r.parts[i].backward).to_us());
       fmt::print("\n");
     }
-    fmt::print("{:<27}", "dp allreduce, all_us");
-    for (const auto& r : res) fmt::print(" {:>14.1f}", r.grad_sync.allreduce.to_us());
-    fmt::print("\n{:<27}", "dp allreduce, hidden_us");
-    for (const auto& r : res) fmt::print(" {:>14.1f}", r.grad_sync.hidden().to_us());
-    fmt::print("\n{:<27}", "iteration_us");
-    for (const auto& r : res) fmt::print(" {:>14.1f}", r.total().to_us());
-    fmt::print("\n{:<27}", "speedup vs baseline");
-    for (const auto& r : res) fmt::print(" {:>13.2f}x", base / r.total().to_seconds());
-    fmt::print("\n{:<27}", "MoE share of iteration");
-    for (const auto& r : res) fmt::print(" {:>13.1f}%", 100.0 * r.moe_time().to_seconds() / r.total().to_seconds());
-    fmt::print("\n");
+    print_totals(res, false);
   });
 }
 
