@@ -73,6 +73,27 @@ TEST_CASE("The rented fabrics load with their transports and NICs", "[fabric][to
   CHECK(us < (1ULL << 30) / (48.0 * 16 / 30 * 1e3) + 400);
 }
 
+TEST_CASE("p4de runs the Simple protocol only: the plugin's NCCL_PROTO=simple without in-order EFA delivery",
+          "[fabric][nccl]") {
+  // aws-ofi-nccl sets NCCL_PROTO=simple where EFA cannot deliver 128-byte lines in order (p4d and p4de,
+  // src/platform-aws.cpp lines 842-930): topologies/aws-p4de.yaml, nccl.protocols [simple].
+  const Topology t = topo("aws-p4de");
+  CHECK(t.hints().protocols == 4u);  // Simple's bit alone
+  const NcclSystem s = nccl_system(all(CollOp::allreduce, 16, 1).group, t);
+  // 8 B: tree Simple, 8.4 + 2 x (7 x max(4.0, 0.4) + 1 x max(14, 4.0)) = 92.4 us (the tuner adds the plugin's
+  // 75 us twice per network hop for Simple: 8.4 + 2 x (28 + 14 + 150) = 392.4, and the ring Simple,
+  // 8.4 + 28 x max(3.4, 3) + 2 x (14 + 150) = 431.6, is costlier still).
+  const NcclEstimate e = nccl_choose(CollOp::allreduce, s, 8);
+  CHECK(e.algo == NcclAlgo::tree);
+  CHECK(e.proto == NcclProto::simple);
+  CHECK(e.lat_us == Approx(92.4));
+  CHECK(e.time_us(8) == Approx(392.4 + 8 / (e.bw_GBps * 1e3)));
+  // No size picks LL or LL128; forcing one still runs it (as NCCL_PROTO set by hand would).
+  for (double b : {8.0, 65536.0, 1048576.0, 16777216.0, 1073741824.0})
+    CHECK(nccl_choose(CollOp::allreduce, s, b).proto == NcclProto::simple);
+  CHECK(nccl_choose(CollOp::allreduce, s, 8, {}, NcclProto::ll).proto == NcclProto::ll);
+}
+
 TEST_CASE("The net plugin's reported latency steers NCCL's choice, not the time of what runs", "[fabric][nccl]") {
   const Topology t = topo("aws-p5");
   const NcclSystem s = nccl_system(all(CollOp::allreduce, 16, 1).group, t);
