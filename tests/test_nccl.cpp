@@ -297,6 +297,10 @@ TEST_CASE("Validation against published nccl-tests runs does not regress", "[ncc
   CHECK(v.mape_band_class.at("large (>= 16 MiB) / InfiniBand and NVSwitch") < 10.5);
   CHECK(v.mape_band_class.at("large (>= 16 MiB) / EFA and GCP") < 35.5);
   CHECK(v.mape_fabric.at("efa") < 50.5);
+  // p4de with the Simple protocol alone (aws-p4de.yaml, nccl.protocols): 42.8% (58.6% with NCCL's LL and
+  // LL128 choices); EFA 39.6% (47.5%).
+  CHECK(v.mape_system.at("aws-p4de-2node") < 46);
+  CHECK(v.mape_fabric.at("efa") < 42.5);
   // 4 KiB - 16 MiB, InfiniBand and NVSwitch: 27.4% (28.3% before NCCL's plain tree pattern on Hopper).
   CHECK(v.mape_band_class.at("middle (4 KiB - 16 MiB) / InfiniBand and NVSwitch") < 30);
   // TCPXO 51.7% (57.8% before the profile's NCCL_PROTO=Simple,LL128 left LL out of NCCL's choice);
