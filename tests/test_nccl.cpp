@@ -153,6 +153,23 @@ TEST_CASE("NCCL's tree takes the plain pattern where no two GPUs share a NIC's P
   CHECK_FALSE(sys(topo("aws-p4de", {"gpu=h100"}), 16).tree_pattern_simple);
   // DGX H100 with A100s: one GPU per switch, but Ampere widens the path type instead: balanced.
   CHECK_FALSE(sys(topo("dgx-h100", {"nodes=2", "gpu=a100"}), 16).tree_pattern_simple);
+  // Two H100s and their NIC on one CPU's root ports: both GPUs reach the NIC at the same path type
+  // (through the host bridge), so the balanced tree finds its second GPU.
+  const std::string shared = R"(name: root-ports
+gpu: h100
+nodes: 2
+node:
+  gpus: 2
+  devices:
+    - {name: nvswitch, kind: nvswitch}
+    - {name: cpu0, kind: host_bridge}
+    - {name: nic0, kind: nic}
+  links:
+    - {a: [gpu0, gpu1], b: nvswitch, bandwidth: 450GBps, latency: 200ns}
+    - {a: [gpu0, gpu1, nic0], b: cpu0, bandwidth: 64GBps, latency: 500ns}
+fabric: {kind: switch, bandwidth: 400Gbps, latency: 1us}
+)";
+  CHECK_FALSE(sys(parse_topology_text(shared, "root-ports.yaml"), 4).tree_pattern_simple);
 }
 
 TEST_CASE("NCCL's choice on two DGX H100: tree LL, then tree LL128, then NVLS-Tree", "[nccl]") {

@@ -247,8 +247,9 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Work
     s.nic_bw = 0;
     bool first = true;
     // The first device each GPU's route to the network leaves it for: two GPUs
-    // whose routes start at one PCIe switch share their NICs' closest path
-    // type, so NCCL's balanced tree finds its second GPU (tree_pattern_simple).
+    // whose routes start at one PCIe switch (or one CPU root complex) share
+    // their NICs' closest path type, so NCCL's balanced tree finds its second
+    // GPU (tree_pattern_simple).
     std::vector<int> first_hop;
     bool shared_switch = false;
     for (std::size_t i = 0; i < std::min(v0.size(), v1.size()); ++i) {
@@ -258,7 +259,8 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Work
       first = false;
       if (!r.links.empty()) {
         const int d = topo.link_to(r.links.front());
-        if (topo.device(d).kind == DeviceKind::pcie_switch) {
+        const DeviceKind k = topo.device(d).kind;
+        if (k == DeviceKind::pcie_switch || k == DeviceKind::host_bridge) {
           shared_switch = shared_switch || std::find(first_hop.begin(), first_hop.end(), d) != first_hop.end();
           first_hop.push_back(d);
         }
