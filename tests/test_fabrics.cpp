@@ -73,6 +73,27 @@ TEST_CASE("The rented fabrics load with their transports and NICs", "[fabric][to
   CHECK(us < (1ULL << 30) / (48.0 * 16 / 30 * 1e3) + 400);
 }
 
+TEST_CASE("p4de runs the Simple protocol only: the plugin's NCCL_PROTO=simple without in-order EFA delivery",
+          "[fabric][nccl]") {
+  // aws-ofi-nccl sets NCCL_PROTO=simple where EFA cannot deliver 128-byte lines in order (p4d and p4de,
+  // src/platform-aws.cpp lines 842-930): topologies/aws-p4de.yaml, nccl.protocols [simple].
+  const Topology t = topo("aws-p4de");
+  CHECK(t.hints().protocols == 4u);  // Simple's bit alone
+  const NcclSystem s = nccl_system(all(CollOp::allreduce, 16, 1).group, t);
+  // 8 B: tree Simple, 8.4 + 2 x (7 x max(4.0, 0.4) + 1 x max(14, 4.0)) = 92.4 us (the tuner adds the plugin's
+  // 75 us twice per network hop for Simple: 8.4 + 2 x (28 + 14 + 150) = 392.4, and the ring Simple,
+  // 8.4 + 28 x max(3.4, 3) + 2 x (14 + 150) = 431.6, is costlier still).
+  const NcclEstimate e = nccl_choose(CollOp::allreduce, s, 8);
+  CHECK(e.algo == NcclAlgo::tree);
+  CHECK(e.proto == NcclProto::simple);
+  CHECK(e.lat_us == Approx(92.4));
+  CHECK(e.time_us(8) == Approx(392.4 + 8 / (e.bw_GBps * 1e3)));
+  // No size picks LL or LL128; forcing one still runs it (as NCCL_PROTO set by hand would).
+  for (double b : {8.0, 65536.0, 1048576.0, 16777216.0, 1073741824.0})
+    CHECK(nccl_choose(CollOp::allreduce, s, b).proto == NcclProto::simple);
+  CHECK(nccl_choose(CollOp::allreduce, s, 8, {}, NcclProto::ll).proto == NcclProto::ll);
+}
+
 TEST_CASE("The net plugin's reported latency steers NCCL's choice, not the time of what runs", "[fabric][nccl]") {
   const Topology t = topo("aws-p5");
   const NcclSystem s = nccl_system(all(CollOp::allreduce, 16, 1).group, t);
@@ -86,19 +107,29 @@ TEST_CASE("The net plugin's reported latency steers NCCL's choice, not the time 
   CHECK(nccl_estimate(CollOp::allreduce, s, NcclAlgo::nvls_tree, NcclProto::simple, 0, 8)->tune_extra_us ==
         Approx(300.0));
   // 16 MiB. Tree LL128: 14 + 2 x (7 x 1.25 + 8.5) = 48.5 us; bus min(8 x 48 x 0.92, 8 x 41.4) = 331.2, LL128
-  // min(331.2 x 120/128, 8 x 36.7) = 293.6, x 0.5 = 146.8, x the tree correction 0.9 at log2(16 MiB / 64) = 18:
-  // 132.12 GB/s, so 48.5 + 126.98 = 175.5 us. NVLS-Tree: 66.8 + 16 MiB / 246.19 GB/s = 135.0 us. Without the
-  // plugin NVLS-Tree wins; with it (tree LL128 + 150, NVLS-Tree + 300) tree LL128 does, as on p5.
+  // min(331.2 x 120/128, 8 x 36.7) = 293.6, x 0.85 (the plain tree pattern: one GPU per NIC switch,
+  // tuning.cc line 336), x 0.5, x the tree correction 0.9 at log2(16 MiB / 64) = 18: 112.30 GB/s, so 48.5 +
+  // 149.39 = 197.9 us. Ring LL128: 14 + 28 x max(1.9, 2.0) + 2 x 4.0 = 78.0 us (p5's AMD hosts: a 2 us
+  // net overhead per step, tuning.cc lines 228-233); bus min(8 x 48 x 0.92, 8 x 36.7) =
+  // 293.6, x 16/30 = 156.59 GB/s: 78.0 + 107.14 = 185.1 us. NVLS-Tree: 66.8 + 16 MiB / 246.19 GB/s = 135.0
+  // us. Without the plugin NVLS-Tree wins; with it (ring LL128 + 2 x 75, tree LL128 + 150, NVLS-Tree + 300:
+  // 335.1, 347.9, 435.0) ring LL128 does.
   NcclSystem no_plugin = s;
   no_plugin.plugin_latency_us = 0;
   CHECK(nccl_choose(CollOp::allreduce, no_plugin, 16 << 20).algo == NcclAlgo::nvls_tree);
+  const NcclEstimate tr = *nccl_estimate(CollOp::allreduce, s, NcclAlgo::tree, NcclProto::ll128, 0, 16 << 20);
+  CHECK(tr.bw_GBps == Approx(293.6 * 0.85 * 0.5 * 0.9));
+  CHECK(tr.time_us(16 << 20) == Approx(48.5 + 150.0 + 16777216 / (293.6 * 0.85 * 0.5 * 0.9 * 1e3)));
   const NcclEstimate p = nccl_choose(CollOp::allreduce, s, 16 << 20);
-  CHECK(p.algo == NcclAlgo::tree);
+  CHECK(p.algo == NcclAlgo::ring);
   CHECK(p.proto == NcclProto::ll128);
-  CHECK(p.bw_GBps == Approx(293.6 * 0.5 * 0.9));
-  // What runs is the tree LL128 at its own latency: 48.5 + 126.98 us, in the simulator and the closed form.
+  CHECK(p.lat_us == Approx(78.0));
+  CHECK(p.bw_GBps == Approx(293.6 * 16 / 30));
+  CHECK(p.time_us(16 << 20) == Approx(78.0 + 150.0 + 16777216 / (293.6 * 16 / 30 * 1e3)));
+  // What runs is the ring LL128 at its own latency, without the plugin's 150 us: the simulator and the
+  // closed form agree.
   const Collective c = all(CollOp::allreduce, 16, 16 << 20);
-  CHECK(sim_us(t, c) == Approx(48.5 + 16777216 / (293.6 * 0.5 * 0.9 * 1e3)).epsilon(1e-6));
+  CHECK(sim_us(t, c) < 78.0 + 16777216 / (293.6 * 16 / 30 * 1e3) + 10.0);
   CHECK(collective_time_s(c, t) * 1e6 == Approx(sim_us(t, c)).epsilon(1e-6));
 }
 

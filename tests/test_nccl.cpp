@@ -121,6 +121,57 @@ TEST_CASE("NVLS's loop: NCCL's chunk ladder and the pipeline fill of scatter, he
   CHECK(eb.fill_us == Approx(2.0 * (16 << 20) / (eb.bw_GBps * 1e3)));
 }
 
+TEST_CASE("NCCL's tree takes the plain pattern where no two GPUs share a NIC's PCIe switch, on Hopper and newer",
+          "[nccl]") {
+  // NCCL searches a balanced tree first (a channel's NIC traffic through two GPUs on one NIC); on Hopper and
+  // newer it falls back to the plain tree when that finds nothing at the closest path type (search.cc
+  // lines 1215-1219), and the tuner then costs the tree at 0.85 of its bandwidth (tuning.cc line 336).
+  auto sys = [](const Topology& t, int ranks) {
+    std::vector<int> g;
+    for (int r = 0; r < ranks; ++r) g.push_back(r);
+    return nccl_system(g, t);
+  };
+  // DGX H100: each NIC's switch holds one GPU. Two nodes: plain; one node: no NIC in the tree.
+  const NcclSystem h2 = sys(topo("dgx-h100", {"nodes=2"}), 16);
+  CHECK(h2.tree_pattern_simple);
+  CHECK_FALSE(sys(topo("dgx-h100"), 8).tree_pattern_simple);
+  // Tree Simple AllReduce at 1 GiB on two nodes: min(8 x 48 x 0.92, 8 x 41.4) = 331.2, x 0.85, x 1/2 (no
+  // tree correction: log2(1 GiB / 64) = 24 is past its table): 140.76 GB/s.
+  const auto e = nccl_estimate(CollOp::allreduce, h2, NcclAlgo::tree, NcclProto::simple, 0, 1ULL << 30);
+  REQUIRE(e.has_value());
+  CHECK(e->bw_GBps == Approx(331.2 * 0.85 / 2));
+  NcclSystem balanced = h2;
+  balanced.tree_pattern_simple = false;
+  CHECK(nccl_estimate(CollOp::allreduce, balanced, NcclAlgo::tree, NcclProto::simple, 0, 1ULL << 30)->bw_GBps ==
+        Approx(331.2 / 2));
+  // The ring is not a tree: unchanged.
+  CHECK(nccl_estimate(CollOp::allreduce, h2, NcclAlgo::ring, NcclProto::simple, 0, 1ULL << 30)->bw_GBps ==
+        Approx(nccl_estimate(CollOp::allreduce, balanced, NcclAlgo::ring, NcclProto::simple, 0, 1ULL << 30)->bw_GBps));
+  // AWS p4de: two A100s share each NIC's switch, so the balanced tree is found (and Ampere never falls back).
+  CHECK_FALSE(sys(topo("aws-p4de"), 16).tree_pattern_simple);
+  // The same p4de with H100s: still two GPUs per NIC switch, balanced.
+  CHECK_FALSE(sys(topo("aws-p4de", {"gpu=h100"}), 16).tree_pattern_simple);
+  // DGX H100 with A100s: one GPU per switch, but Ampere widens the path type instead: balanced.
+  CHECK_FALSE(sys(topo("dgx-h100", {"nodes=2", "gpu=a100"}), 16).tree_pattern_simple);
+  // Two H100s and their NIC on one CPU's root ports: both GPUs reach the NIC at the same path type
+  // (through the host bridge), so the balanced tree finds its second GPU.
+  const std::string shared = R"(name: root-ports
+gpu: h100
+nodes: 2
+node:
+  gpus: 2
+  devices:
+    - {name: nvswitch, kind: nvswitch}
+    - {name: cpu0, kind: host_bridge}
+    - {name: nic0, kind: nic}
+  links:
+    - {a: [gpu0, gpu1], b: nvswitch, bandwidth: 450GBps, latency: 200ns}
+    - {a: [gpu0, gpu1, nic0], b: cpu0, bandwidth: 64GBps, latency: 500ns}
+fabric: {kind: switch, bandwidth: 400Gbps, latency: 1us}
+)";
+  CHECK_FALSE(sys(parse_topology_text(shared, "root-ports.yaml"), 4).tree_pattern_simple);
+}
+
 TEST_CASE("NCCL's choice on two DGX H100: tree LL, then tree LL128, then NVLS-Tree", "[nccl]") {
   const Topology t = topo("dgx-h100", {"nodes=2"});
   const NcclSystem s = nccl_system(all(CollOp::allreduce, 16, 1).group, t);
@@ -135,7 +186,17 @@ TEST_CASE("NCCL's choice on two DGX H100: tree LL, then tree LL128, then NVLS-Tr
   CHECK(e8.algo == NcclAlgo::tree);
   CHECK(e8.proto == NcclProto::ll);
   CHECK(e8.lat_us == Approx(25.2));
-  CHECK(nccl_choose(CollOp::allreduce, s, 2 << 20).proto == NcclProto::ll128);
+  CHECK(nccl_choose(CollOp::allreduce, s, 1 << 20).proto == NcclProto::ll128);
+  // 2 MiB. Tree LL128: bus min(8 x 48 x 0.92, 8 x 41.4) = 331.2, LL128 min(331.2 x 120/128, 8 x 36.7) =
+  // 293.6, x 0.85 (the plain tree pattern: each NIC's PCIe switch holds one GPU, tuning.cc line 336) =
+  // 249.56, x 0.5, x the tree correction 0.6 at log2(2 MiB / 64) = 15: 74.87 GB/s, so 48.5 + 28.01 =
+  // 76.51 us. NVLS-Tree: 66.8 + 2097152 / 246.19e3 = 75.32 us: NVLS-Tree (without the 0.85, tree LL128
+  // would take 48.5 + 23.81 = 72.31 us and win).
+  REQUIRE(s.tree_pattern_simple);
+  const NcclEstimate t2 = *nccl_estimate(CollOp::allreduce, s, NcclAlgo::tree, NcclProto::ll128, 0, 2 << 20);
+  CHECK(t2.bw_GBps == Approx(293.6 * 0.85 * 0.5 * 0.6));
+  CHECK(t2.time_us(2 << 20) == Approx(48.5 + 2097152 / (293.6 * 0.85 * 0.5 * 0.6 * 1e3)));
+  CHECK(nccl_choose(CollOp::allreduce, s, 2 << 20).algo == NcclAlgo::nvls_tree);
   // NVLS-Tree: 25 + 2 x 1 x 20.9 = 66.8 us; 8 x min(59.5, 2 x 48, 57.7) = 461.6 bus, x 16/30 = 246.19 alg.
   const NcclEstimate e1g = nccl_choose(CollOp::allreduce, s, 1ULL << 30);
   CHECK(e1g.algo == NcclAlgo::nvls_tree);
@@ -253,6 +314,12 @@ TEST_CASE("Validation against published nccl-tests runs does not regress", "[ncc
   CHECK(v.mape_band_class.at("large (>= 16 MiB) / InfiniBand and NVSwitch") < 10.5);
   CHECK(v.mape_band_class.at("large (>= 16 MiB) / EFA and GCP") < 35.5);
   CHECK(v.mape_fabric.at("efa") < 50.5);
+  // p4de with the Simple protocol alone (aws-p4de.yaml, nccl.protocols): 42.8% (58.6% with NCCL's LL and
+  // LL128 choices); EFA 39.6% (47.5%).
+  CHECK(v.mape_system.at("aws-p4de-2node") < 46);
+  CHECK(v.mape_fabric.at("efa") < 42.5);
+  // 4 KiB - 16 MiB, InfiniBand and NVSwitch: 27.4% (28.3% before NCCL's plain tree pattern on Hopper).
+  CHECK(v.mape_band_class.at("middle (4 KiB - 16 MiB) / InfiniBand and NVSwitch") < 30);
   // TCPXO 51.7% (57.8% before the profile's NCCL_PROTO=Simple,LL128 left LL out of NCCL's choice);
   // EFA and GCP at <= 4 KiB 69.6% (76.5% before).
   CHECK(v.mape_fabric.at("tcpxo") < 54.5);

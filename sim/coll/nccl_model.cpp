@@ -54,6 +54,9 @@ constexpr double kPerChMaxTreeLL128[4][3] = {{20, 20, 20}, {20, 20, 20}, {36.7, 
 constexpr double kPerChMaxTree[4][3] = {{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}};
 constexpr double kPerChMaxNvlsTree[4][3] = {{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {0.0, 57.7, 45.5}, {0.0, 96.0, 80.0}};
 constexpr double kNvlsEfficiency[4] = {0, 0, 0.85, 0.74};
+// A tree of NCCL_TOPO_PATTERN_TREE (NcclSystem::tree_pattern_simple) runs at
+// this fraction of its bandwidth (tuning.cc line 336).
+constexpr double kTreePatternFactor = 0.85;
 // The runtime's channel tuning (nccl_runtime_channels), NVIDIA/nccl@5067397c:
 // MAXCHANNELS (src/include/device.h line 91), NCCL_LL_MAX_NTHREADS,
 // NCCL_LL128_MAX_NTHREADS, NCCL_SIMPLE_MAX_NTHREADS (device.h lines 95-114),
@@ -243,11 +246,30 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Work
     const auto& vl = by_node.rbegin()->second;
     s.nic_bw = 0;
     bool first = true;
+    // The first device each GPU's route to the network leaves it for: two GPUs
+    // whose routes start at one PCIe switch (or one CPU root complex) share
+    // their NICs' closest path type, so NCCL's balanced tree finds its second
+    // GPU (tree_pattern_simple).
+    std::vector<int> first_hop;
+    bool shared_switch = false;
     for (std::size_t i = 0; i < std::min(v0.size(), v1.size()); ++i) {
-      const double bw = static_cast<double>(topo.route(v0[i], v1[i], ws).bottleneck) / 1e9;
+      const Route& r = topo.route(v0[i], v1[i], ws);
+      const double bw = static_cast<double>(r.bottleneck) / 1e9;
       s.nic_bw = first ? bw : std::min(s.nic_bw, bw);
       first = false;
+      if (!r.links.empty()) {
+        const int d = topo.link_to(r.links.front());
+        const DeviceKind k = topo.device(d).kind;
+        if (k == DeviceKind::pcie_switch || k == DeviceKind::host_bridge) {
+          shared_switch = shared_switch || std::find(first_hop.begin(), first_hop.end(), d) != first_hop.end();
+          first_hop.push_back(d);
+        }
+      }
     }
+    // Hopper and newer fall back to the plain tree when the balanced one finds
+    // no second GPU on the NIC's switch (search.cc lines 1215-1219); older
+    // GPUs widen the path type instead and keep the balanced tree.
+    s.tree_pattern_simple = s.arch >= 2 && !shared_switch;
     // One ring's charges on the first node's links: its edges inside the
     // node, the last GPU's path out to the next node and the path in to the
     // first GPU. With gdr off both pass through the CPU (paths.cc lines
@@ -419,6 +441,8 @@ double bus_at(const NcclBusTerms& t, double c) {
   if (algo == NcclAlgo::tree && p == kLL) bus = std::min(bus / 3.8, kLLMaxBw[t.i1][t.i2]);
   if (algo == NcclAlgo::tree && p == kLL128)
     bus = std::min(bus * (t.N == 1 ? 7.0 / 9.0 : 120.0 / 128.0), c * kPerChMaxTreeLL128[t.arch][t.i2]);
+  // The plain tree pattern's penalty (tuning.cc line 336; NcclSystem::tree_pattern_simple).
+  if (algo == NcclAlgo::tree && t.tree_pattern_simple) bus *= kTreePatternFactor;
   // Bus bandwidth to algorithm bandwidth: ring and NVLS by ranks / steps,
   // tree AllReduce by 1/2; non-ring AllGather/ReduceScatter unconverted.
   if (!(algo != NcclAlgo::ring && !t.ar)) {
@@ -485,7 +509,7 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
   }
   // The bus bandwidth of `c` graph channels (fractional when the runtime
   // runs fewer than its 2 x graph channels, nccl_finish).
-  const NcclBusTerms bt{algo, p, ar, N, n, nsteps, s.arch, i1, i2, bw};
+  const NcclBusTerms bt{algo, p, ar, N, n, nsteps, s.arch, i1, i2, bw, s.tree_pattern_simple};
   double bus = bus_at(bt, g.channels);
   if (!(bus > 0)) return no("zero bandwidth");
 

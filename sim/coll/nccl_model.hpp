@@ -67,6 +67,18 @@ struct NcclSystem {
   // hand): NCCL's constants alone.
   double intra_hop_us = 0;
   double inter_hop_us = 0;
+  // The tree graph's pattern is NCCL_TOPO_PATTERN_TREE (all of a channel's
+  // NIC traffic through one GPU) rather than the balanced tree NCCL searches
+  // first (NVIDIA/nccl@5067397c src/init.cc line 1183). The balanced tree
+  // sends a channel's NIC traffic through two GPUs and takes the same NIC for
+  // the second (src/graph/search.cc lines 614-617, 658-675); where no two of
+  // a node's GPUs share a NIC's PCIe switch, the first searches (at the
+  // closest GPU-NIC path type, minTypeInter) find nothing, and on Hopper and
+  // newer the search then tries the plain tree before a longer path type
+  // ("Try a simpler tree", search.cc lines 1215-1219), which finds every
+  // channel. NCCL's tuner then costs the tree at 0.85 of its bandwidth
+  // (comm->maxTreePattern, init.cc line 1447; tuning.cc line 336).
+  bool tree_pattern_simple = false;
   // The channel graphs, searched once by nccl_system() (they depend on the
   // fields above only): nccl_ring_graph() and nccl_nvls_graph() of this system.
   struct Graph {
@@ -166,6 +178,7 @@ struct NcclBusTerms {
   bool ar = false;
   int N = 1, n = 1, nsteps = 1, arch = 0, i1 = 0, i2 = 0;
   double bw = 0;  // per graph channel, GB/s
+  bool tree_pattern_simple = false;  // NcclSystem::tree_pattern_simple: tree bandwidth x 0.85
 };
 
 // NCCL's tuner for one collective on one system, resolved once: the pairs

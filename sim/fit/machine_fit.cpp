@@ -166,9 +166,12 @@ struct Fitter {
     for (std::size_t i = 0; i < r.size(); ++i) {
       s11 += w[i], s1k += w[i] * k[i], skk += w[i] * k[i] * k[i], s1r += w[i] * r[i], skr += w[i] * k[i] * r[i];
     }
+    // Singular when every k_i is the same (each size crosses the network as often, as a 2-node
+    // tree does): det is then 0 up to rounding, and dividing by that rounding gives any pair.
     const double det = s11 * skk - s1k * s1k;
-    double l = det > 0 ? (skk * s1r - s1k * skr) / det : -1, n = det > 0 ? (s11 * skr - s1k * s1r) / det : -1;
-    if (det <= 0 || l < 0 || n < 0) {
+    const bool singular = !(det > 1e-9 * s11 * skk);
+    double l = singular ? -1 : (skk * s1r - s1k * skr) / det, n = singular ? -1 : (s11 * skr - s1k * s1r) / det;
+    if (singular || l < 0 || n < 0) {
       // Clamp the negative one to 0 and refit the other alone.
       const double n_alone = skk > 0 ? std::max(0.0, skr / skk) : 0.0;
       const double l_alone = launch_only();

@@ -24,7 +24,9 @@
 //      adds 1 us per us to every collective; `nccl.net_latency` adds k_i us
 //      per us, k_i measured on the model (its network hops, twice for
 //      Simple); not negative (a negative solution is clamped to 0 and the
-//      other refitted);
+//      other refitted); when every k_i is the same (each small size crosses
+//      the network as often, as a 2-node tree does) the two are one
+//      direction, and the better of launch alone and net latency alone is kept;
 //   3. steps 1 and 2 once more, each with the other's result.
 //
 // A parameter that ends at an end of its search range (an efficiency at 0.30
