@@ -37,7 +37,9 @@ const Section kModel{"model",
                       {"ep", "int", "GPUs/mp",
                        "expert-parallel size; below GPUs/mp the experts are replicated over GPUs/(mp*ep) "
                        "data-parallel copies (Megatron-Core's layout, docs/parm.md)"},
-                      {"dtype", "string", "fp32", "fp32 | fp16 | bf16"},
+                      {"dtype", "string", "fp32",
+                       "fp32 | fp16 | bf16 | fp8 (fp8: the MoE layers as the layer key dtype=fp8; the dense blocks "
+                       "in bf16)"},
                       {"glu", "bool", "false",
                        "gated FFNs (SwiGLU) in the dense blocks and the experts: fc1 M -> 2*ffn (layer key glu)"},
                       {"grad_bucket", "int | none", "500000000",
