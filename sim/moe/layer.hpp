@@ -204,6 +204,10 @@ struct LayerLoad {
 };
 // The spec's drawn routing (s.load must be set); the same spec, the same draws.
 std::shared_ptr<const LayerLoad> draw_layer_load(const LayerSpec& s, const Dims& d);
+// The share of a drawn routing's selections whose expert sits on another node than the
+// token (nodes of `gpus_per_node` GPUs): what the layer's AlltoAll(v), one copy per
+// selection, sends between nodes.
+double inter_node_share(const LayerLoad& l, const Dims& d, int gpus_per_node);
 
 // What one step of a schedule does: a compute op of the layer (gate, order,
 // iorder, experts, slot_slice, kernel), a view (split, mp_gather_free) or a

@@ -302,6 +302,24 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
   return d;
 }
 
+double inter_node_share(const LayerLoad& l, const Dims& d, int gpus_per_node) {
+  // MP group i holds ranks i*G .. i*G+G-1, one node's (mp divides a node); its block
+  // b = i / N_EP; expert e sits on EP rank q = e / E_local of the block, rank
+  // b*G*N_EP + G*q + t, on the same node for every MP index t (G divides a node).
+  std::uint64_t all = 0, away = 0;
+  for (int i = 0; i < l.groups; ++i) {
+    const std::int64_t b = i / d.n_ep, node = static_cast<std::int64_t>(i) * d.G / gpus_per_node;
+    for (int t = 0; t < l.parts; ++t)
+      for (int e = 0; e < l.E; ++e) {
+        const std::uint64_t c = l.count(i, t, e);
+        const std::int64_t rank = b * d.G * d.n_ep + d.G * (e / d.E_local);
+        all += c;
+        if (rank / gpus_per_node != node) away += c;
+      }
+  }
+  return all ? static_cast<double>(away) / static_cast<double>(all) : 0.0;
+}
+
 bool fp8_wire(const Dims& d, MoeStep kind, CollData data, bool experts_seen) {
   return d.fp8 && !experts_seen && data == CollData::current &&
          (kind == MoeStep::a2a || kind == MoeStep::ag || kind == MoeStep::saa);
