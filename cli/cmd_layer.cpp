@@ -149,7 +149,7 @@ Output, per schedule (forward + backward of one layer):
                      "`parmsim layer --estimate` prints each schedule's share");
     }
     const auto cal = load_calibration_arg(a->calibration);
-    moe::AlphaBeta ab = moe::alpha_beta_from_topology(topo);
+    moe::AlphaBeta ab = moe::alpha_beta_from_topology(topo, nullptr, !a->no_symmetry);
     ab.calibration = cal.get();
     // A time past 2^63 ps comes from the layer's keys against the topology's rates: name them (a calibration
     // entry, when it is the cause, is named inside).

@@ -177,8 +177,8 @@ CLI::Validator finite_at_least(double lo) {
 void add_no_symmetry_option(CLI::App* c, bool& value) {
   c->add_flag("--no-symmetry", value,
               "simulate every rank: never run one class of symmetric ranks for all (where shifting the servers maps "
-              "topology, routes, task graph and plans onto themselves; docs/performance.md, Symmetry); for checks, "
-              "the results are the same");
+              "topology, routes, task graph and plans onto themselves; docs/performance.md, Symmetry), and build "
+              "the closed form's collective costs from every transfer; for checks, the results are the same");
 }
 
 void add_max_memory_option(CLI::App* c, std::string& value) {

@@ -125,6 +125,17 @@ def main():
                      f"{wall:.1f} s wall ({cpu:.1f} s CPU), {rss / 1024:.0f} MiB peak RSS",
                      "`/usr/bin/time -v build/parmsim sweep experiments/paper-grid.yaml -o out/pg.csv -q`"))
 
+        # One layer on 1024 GPUs, all three schedules (docs/performance.md, "Symmetry"): median of 3.
+        layer = [bin_, "layer", "-t", "topologies/fat-tree-1024.yaml", "--set",
+                 "B=8,L=2048,M=4096,H=14336,E=1024,k=2,f=1.25,mp=8,dtype=bf16"]
+        runs = [run_timed(layer, cpu=True) for _ in range(3)]
+        rows.append(("one layer on 1024 GPUs (fat-tree, E=1024, mp=8), baseline + S1 + S2, forward + backward, `flow`, "
+                     "median of 3",
+                     f"{statistics.median(r[0] for r in runs):.1f} s wall ({statistics.median(r[2] for r in runs):.1f} s "
+                     f"CPU), {max(r[1] for r in runs) / 1024:.0f} MiB peak RSS",
+                     "`/usr/bin/time -v build/parmsim layer -t topologies/fat-tree-1024.yaml --set "
+                     "B=8,L=2048,M=4096,H=14336,E=1024,k=2,f=1.25,mp=8,dtype=bf16`"))
+
         wall, rss = run_timed([bin_, "collective", "-t", "topologies/fat-tree-1024.yaml", "--op", "allreduce", "-b",
                                "64MiB"])
         rows.append(("AllReduce of 64 MiB over 1024 GPUs (fat-tree), NCCL's choice, `flow`",

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, sweeps the 1296-layer paper
 # grid and the what-if specs, runs the BERT-MoE and GPT-2-MoE models (and their
-# moe_every/batch range), writes a layer timeline, and draws every figure. Results in out/
-# (override: OUT=dir), and nowhere else: the tracked files stay as they are. It then says
-# which of the docs' generated blocks differ from this run's; `scripts/readme_blocks.py
+# moe_every/batch range) and DeepSeek-V3's pipelined iteration, writes a layer
+# timeline, and draws every figure. Results in out/ (override: OUT=dir), and
+# nowhere else: the tracked files stay as they are. It then says which of the
+# docs' generated blocks differ from this run's; `scripts/readme_blocks.py
 # --update out` copies them into docs/ (the explicit refresh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,9 @@ for m in bert-moe gpt2-moe; do
   $bin model experiments/$m.yaml
   $bin model experiments/$m.yaml --json > "$out/$m.json.tmp" && mv "$out/$m.json.tmp" "$out/$m.json"
 done
+echo "== model: deepseek-v3 (2048 H800: PP 16 under DualPipe's bubble, EP 64, MLA, MTP; docs/models.md; 0.1 s)"
+$bin model experiments/deepseek-v3.yaml
+$bin model experiments/deepseek-v3.yaml --json > "$out/deepseek-v3.json.tmp" && mv "$out/deepseek-v3.json.tmp" "$out/deepseek-v3.json"
 echo "== the models' own choices as a range: moe_every {1, 2} x batch {2, 4, 8}, without and with GPU P2P"
 /usr/bin/python3 scripts/model_range.py --bin "$bin" --out "$out/model-range.csv"
 echo "== the paper-like layer on the 32-GPU cluster, with every schedule's timeline (S1's drawn in figures/)"

@@ -20,6 +20,7 @@
 #include "sim/moe/layer_keys.hpp"
 #include "sim/moe/dispatch.hpp"
 #include "sim/moe/layer_sim.hpp"
+#include "sim/moe/model.hpp"
 #include "sim/net/network_model.hpp"
 #include "sim/sweep/runner.hpp"
 #include "sim/sweep/sweep_spec.hpp"
@@ -367,4 +368,31 @@ TEST_CASE("every dispatcher runs; the registry is every list of them", "[registr
   // fp8 where the profile says so: H100, H200, H800, B200 (sourced peaks), not A100 or older.
   for (const GpuProfile& g : gpu_profiles())
     CHECK((g.peak_fp8 > 0) == (g.name == "h100" || g.name == "h200" || g.name == "h800" || g.name == "b200"));
+}
+
+TEST_CASE("every attention kind and pipeline schedule runs a model; --help-config lists them", "[registry][model]") {
+  // 4 blocks, pp 2 on 2 nodes of DGX H100 (8 GPUs a stage), 8 sequences: 8 micro-batches (DualPipe
+  // needs an even number, at least 2 x pp).
+  const std::string base = "name: r\ntopology: topologies/dgx-h100.yaml\ntopology_set: {nodes: 2}\nlayers: 4\n"
+                           "moe_every: 1\nheads: 4\nvocab: 500\nhidden: 128\nffn: 256\nseq: 64\nbatch: 1\nE: 8\n"
+                           "k: 2\nmp: 1\ndtype: bf16\npp: 2\nglobal_batch: 64\nnetwork: analytical\n";
+  const std::string help = help_config();
+  for (const moe::AttentionKindEntry& a : moe::attention_kinds())
+    for (const moe::PipelineScheduleEntry& p : moe::pipeline_schedules()) {
+      CAPTURE(a.name, p.name);
+      const moe::ModelSpec m = moe::parse_model_spec_text(
+          base + fmt::format("attention: {}\npipeline_schedule: {}\n", a.name, p.name),
+          std::string(PARMSIM_SOURCE_DIR) + "/r.yaml");
+      CHECK(m.attention == a.kind);
+      CHECK(m.pipeline_schedule == p.kind);
+      const Topology full = load_topology(m.topology_file, {"nodes=2"});
+      const Topology stage = load_topology(m.topology_file, {"nodes=2", moe::stage_nodes_override(m, full, 1)[0]});
+      const Topology pair = load_topology(m.topology_file, {"nodes=2", moe::stage_nodes_override(m, full, 2)[0]});
+      const auto res = moe::run_model(m, stage, nullptr, &pair);
+      REQUIRE(res.size() == moe::preset_names().size());
+      CHECK(res.front().pipeline.micro_batches == 8);
+      CHECK(res.front().total() > Time::zero());
+      CHECK(help.find(std::string(p.name) + ": ") != std::string::npos);
+    }
+  CHECK(help.find("attention kind: mha | mla") != std::string::npos);
 }

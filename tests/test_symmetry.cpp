@@ -5,8 +5,10 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <cstring>
 #include <sstream>
 
+#include "sim/coll/collective_cost.hpp"
 #include "sim/engine/simulator.hpp"
 #include "sim/engine/trace_writer.hpp"
 #include "sim/graph/graph_io.hpp"
@@ -272,4 +274,121 @@ TEST_CASE("a trace of representatives writes the ranks the simulation ran, and s
   const TracePart part{"s1", "forward", &g, &r, Time::zero(), 4};
   write_chrome_trace(js, std::span<const TracePart>(&part, 1));
   CHECK(js.str().find("ranks 0-3 of 32, one per class of symmetric ranks: each stands for 8") != std::string::npos);
+}
+
+namespace {
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// The form of c built on the representatives (whatever the plan's size) and
+// by the general path; they must agree bit for bit. Returns the order used.
+int same_form_both_ways(const Collective& c, const Topology& t) {
+  Workspace ws;
+  const CostForm on = make_cost_form(c, t, {}, ws, FormSymmetry{true, 0});
+  const CostForm off = make_cost_form(c, t, {}, ws, FormSymmetry{false, 0});
+  CHECK(off.symmetry == 1);
+  CHECK(on.trivial == off.trivial);
+  CHECK(on.rounds == off.rounds);
+  CHECK(on.transfers == off.transfers);
+  REQUIRE(on.envelope.size() == off.envelope.size());
+  for (std::size_t i = 0; i < on.envelope.size(); ++i) {
+    CHECK(same_bits(on.envelope[i].alpha, off.envelope[i].alpha));
+    CHECK(same_bits(on.envelope[i].beta, off.envelope[i].beta));
+  }
+  // And the default (symmetry above 2^16 transfers) gives the same times.
+  const CostForm dflt = make_cost_form(c, t, {}, ws);
+  for (double n : {1.0, 4096.0, 1e6, 3.3e8})
+    CHECK(same_bits(dflt.time_s(n), off.time_s(n)));
+  return on.symmetry;
+}
+
+Collective coll(CollOp op, const std::string& algo, std::vector<int> group, int inner = 0) {
+  Collective c;
+  c.op = op;
+  c.algo = algo;
+  c.name = "c";
+  c.bytes = 1 << 20;
+  c.group = std::move(group);
+  c.inner = inner;
+  return c;
+}
+std::vector<int> ranks(int from, int to, int step = 1) {
+  std::vector<int> g;
+  for (int r = from; r < to; r += step) g.push_back(r);
+  return g;
+}
+}  // namespace
+
+TEST_CASE("cost forms on the representatives of a server shift equal the general path's", "[symmetry][form]") {
+  // fat-tree of 16 servers, 4 per leaf: a shift by a leaf (32 GPUs), order 4,
+  // each link its own orbit (weight 1).
+  const Topology ft = topo("fat-tree-1024", {"nodes=16", "fabric.nodes_per_leaf=4", "fabric.spines=4"});
+  CHECK(same_form_both_ways(coll(CollOp::saa, "released", ranks(0, 128), 8), ft) == 4);
+  CHECK(same_form_both_ways(coll(CollOp::saa, "pipelined", ranks(0, 128), 8), ft) == 4);
+  CHECK(same_form_both_ways(coll(CollOp::alltoall, "p2p", ranks(0, 128)), ft) == 4);
+  CHECK(same_form_both_ways(coll(CollOp::alltoall, "direct", ranks(0, 128)), ft) == 4);
+  CHECK(same_form_both_ways(coll(CollOp::allreduce, "ring", ranks(0, 128)), ft) == 4);
+  // An EP group (every 8th rank): closed under the shift by 32 ranks.
+  CHECK(same_form_both_ways(coll(CollOp::alltoall, "p2p", ranks(0, 128, 8)), ft) == 4);
+  // A rail fabric: rails and spines fixed by a one-server shift, their links
+  // orbits of one link carrying 4 times the representatives' load (weight 4).
+  const Topology rail = topo("h200-cluster", {"nodes=4"});
+  CHECK(same_form_both_ways(coll(CollOp::saa, "released", ranks(0, 32), 8), rail) == 4);
+  CHECK(same_form_both_ways(coll(CollOp::alltoall, "p2p", ranks(0, 32)), rail) == 4);
+  CHECK(same_form_both_ways(coll(CollOp::alltoall, "p2p", ranks(0, 32, 8)), rail) == 4);
+  // parm-32gpu: 8 servers on one switch, order 8.
+  CHECK(same_form_both_ways(coll(CollOp::saa, "released", ranks(0, 32), 4), topo("parm-32gpu")) == 8);
+}
+
+TEST_CASE("cost forms fall back to every transfer where no shift is proved", "[symmetry][form]") {
+  // A group on part of the servers: no shift maps it onto itself.
+  CHECK(same_form_both_ways(coll(CollOp::alltoall, "p2p", ranks(0, 6)), topo("parm-32gpu")) == 1);
+  CHECK(same_form_both_ways(coll(CollOp::alltoall, "p2p", ranks(0, 16)), topo("parm-32gpu")) == 1);
+  // ECMP picks that do not follow the shift (384 GPUs, 3 spines; see above):
+  // caught by the routes' check.
+  const Topology ft3 = topo("fat-tree-1024", {"nodes=48", "fabric.nodes_per_leaf=4", "fabric.spines=3"});
+  CHECK(same_form_both_ways(coll(CollOp::alltoall, "p2p", ranks(0, 384, 4)), ft3) == 1);
+  // A slower link on one server: no shift of the topology.
+  Topology t("t", "h100", 2);
+  const int sw = t.add_device({"sw", DeviceKind::network_switch});
+  for (int n = 0; n < 4; ++n)
+    for (int i = 0; i < 2; ++i) {
+      const int g = t.add_device({"n" + std::to_string(n) + ".gpu" + std::to_string(i), DeviceKind::gpu, n, 2 * n + i});
+      const std::uint64_t bw = n == 3 && i == 0 ? 25'000'000'000ULL : 50'000'000'000ULL;
+      t.add_link(g, sw, bw, bw, Time::us(1));
+    }
+  t.finalize();
+  CHECK(same_form_both_ways(coll(CollOp::alltoall, "direct", ranks(0, 8)), t) == 1);
+}
+
+TEST_CASE("a plan that throws under symmetry gives the error it gives rank by rank", "[symmetry]") {
+  // 32 ranks on parm-32gpu: an AlltoAll over all (fine, mapped onto itself by
+  // a one-server shift), then a direct AlltoAll given a protocol, which only
+  // NCCL's algorithms take (the plan refuses it). With symmetry the plans are
+  // taken as they are checked; the error must be the one every plan taken in
+  // order gives.
+  const Topology t = topo("parm-32gpu");
+  std::string s = "ranks: 32\ncollectives:\n  - {name: a2a, op: alltoall, bytes: 4MiB, group: [";
+  for (int r = 0; r < 32; ++r) s += fmt::format("{}{}", r ? ", " : "", r);
+  s += "]}\n  - {name: bad, op: alltoall, algo: direct, proto: ll, bytes: 4MiB, group: [";
+  for (int r = 0; r < 32; ++r) s += fmt::format("{}{}", r ? ", " : "", r);
+  s += "]}\ntasks:\n";
+  for (int r = 0; r < 32; ++r) {
+    s += fmt::format("  - {{name: a{}, rank: {}, collective: a2a}}\n", r, r);
+    s += fmt::format("  - {{name: b{}, rank: {}, collective: bad, deps: [a{}]}}\n", r, r, r);
+  }
+  const TaskGraph g = parse_task_graph_text(s, "g.yaml");
+  auto message = [&](bool symmetry) {
+    Workspace ws;
+    SimOptions o;
+    o.symmetry = symmetry;
+    try {
+      simulate(g, t, o, ws);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string off = message(false);
+  CHECK(off.find("proto and channels apply to NCCL's algorithms") != std::string::npos);
+  CHECK(message(true) == off);
 }

@@ -146,6 +146,7 @@ struct FormCache : Workspace::Part {
   // Assigned, not constructed: it keeps its buffers, so the closed form's
   // lookups allocate nothing.
   Collective scratch;
+  bool symmetry = true;  // FormSymmetry::on for the forms built here
 };
 
 bool matches(const Entry& e, const Collective& c, const std::string& algo, std::uint64_t topo, Concurrent k) {
@@ -260,6 +261,252 @@ double timed(const Collective& c, const Topology& topo, std::uint64_t tkey, doub
   return cached_form(c, topo, tkey, k, ws)->time_s(n);
 }
 
+// make_cost_form on the representatives of a server shift (FormSymmetry):
+// fills f and returns true when a shift is proved, else returns false with f
+// untouched. `plan` is the plan make_cost_form times (latencies already
+// zeroed for NCCL's algorithms), `depth` its steps' depths.
+//
+// Why it gives the general path's form bit for bit. The shift s maps every
+// member m to pi[m], every step to the step at its place among pi[m]'s
+// (plan_maps_onto), every transfer to one of the same bytes and latency, and
+// (shift_route_ok, or the route table's check in node_shift) every route to
+// the image of its links, each of the same bandwidth. Its powers form a
+// group of order K that moves every rank, so every orbit of transfers has K
+// transfers, exactly one of them sent from the first R = s.gpus ranks.
+//  - Loads. A round's load on link l is the same as on its image, so on an
+//    orbit O of links each carries 1/|O| of the orbit's total, which is K
+//    times what the representatives' transfers put on O: load(l) = sum over
+//    those transfers' links l' in O of bytes x K/|O| (NodeShift::weight).
+//    Summed as integers; every partial sum of the general path's doubles is
+//    an integer no larger, so below 2^53 both are exact and equal.
+//  - Lines. A transfer's line is its latency and max over its links of
+//    load / bandwidth: equal for a transfer and its images.
+//  - The step DAG. By induction in topological order, a step's ready and
+//    complete envelopes equal its image's: each is prune() of the same
+//    multiset of lines (its dependencies' and transfers' images), and prune
+//    depends on the multiset only (it sorts first; equal lines are
+//    indistinguishable). So every step takes its representative's (the step
+//    at its place among its member's representative's), and only the
+//    representatives' steps are walked, in an order where each comes after
+//    the representatives it reads (the DAG's levels are kept by the shift,
+//    so that order exists; were it not found, the general path runs).
+//  - The envelope. The sinks' envelopes are their representatives', each K
+//    times; prune of a multiset with copies equals prune of one of each (a
+//    copy of the last line kept pops it and ends where it ended).
+bool symmetric_form(const Collective& c, const CollPlan& plan, const std::vector<int>& depth, double scale,
+                    const Topology& topo, Workspace& ws, CostForm& f) {
+  const int P = topo.num_gpus(), N = topo.num_nodes(), M = static_cast<int>(c.group.size());
+  const int S = static_cast<int>(plan.steps.size()), X = static_cast<int>(plan.xfers.size());
+  if (N < 2 || S == 0 || X == 0) return false;
+  std::vector<int> member_of(P, -1);
+  for (int m = 0; m < M; ++m) {
+    const int r = c.group[m];
+    if (r < 0 || r >= P || member_of[r] >= 0) return false;
+    member_of[r] = m;
+  }
+  // The smallest shift that maps the group and the plan onto themselves.
+  std::optional<NodeShift> sh;
+  std::vector<int> pi(M);
+  for (int nodes = 1; nodes < N && !sh; ++nodes) {
+    if (N % nodes != 0) continue;
+    const int R = nodes * topo.gpus_per_node();
+    bool closed = true;
+    for (int m = 0; m < M && closed; ++m) {
+      pi[m] = member_of[(c.group[m] + R) % P];
+      closed = pi[m] >= 0;
+    }
+    if (!closed) continue;
+    std::optional<NodeShift> s = topo.node_shift(nodes);
+    if (s && plan_maps_onto(plan, plan, pi, *s, P)) sh = std::move(s);
+  }
+  if (!sh) return false;
+  const int R = sh->gpus, K = sh->order;
+  auto is_rep_member = [&](int m) { return c.group[m] < R; };
+  // Steps by member in step order, each step's place there, and each
+  // representative step's index among them (rid).
+  std::vector<int> mstart(M + 1, 0), mlist(S), place(S), rid(S, -1);
+  for (const CollStep& st : plan.steps) {
+    if (st.member < 0 || st.member >= M) return false;
+    ++mstart[st.member + 1];
+  }
+  for (int m = 0; m < M; ++m) mstart[m + 1] += mstart[m];
+  {
+    std::vector<int> fill(mstart.begin(), mstart.end() - 1);
+    for (int s = 0; s < S; ++s) {
+      const int m = plan.steps[s].member;
+      place[s] = fill[m] - mstart[m];
+      mlist[fill[m]++] = s;
+    }
+  }
+  std::vector<int> rsteps;  // representative steps, in step order
+  for (int s = 0; s < S; ++s)
+    if (is_rep_member(plan.steps[s].member)) {
+      rid[s] = static_cast<int>(rsteps.size());
+      rsteps.push_back(s);
+    }
+  // A step's representative (as rid): the step at its place among its member's representative's.
+  auto rep_of = [&](int s) {
+    const int m = member_of[c.group[plan.steps[s].member] % R];
+    if (mstart[m + 1] - mstart[m] <= place[s]) return -1;
+    return rid[mlist[mstart[m] + place[s]]];
+  };
+  // The transfers a representative step sends or receives (`need`, in
+  // transfer order), and each representative step's (CSR, as positions in need).
+  std::vector<int> need;
+  std::vector<std::pair<int, int>> touch;
+  for (int x = 0; x < X; ++x) {
+    const CollXfer& xf = plan.xfers[x];
+    const int a = rid[xf.send_step], b = rid[xf.recv_step];
+    if (a < 0 && b < 0) continue;
+    const int i = static_cast<int>(need.size());
+    need.push_back(x);
+    if (a >= 0) touch.emplace_back(a, i);
+    if (b >= 0) touch.emplace_back(b, i);
+  }
+  const int Sr = static_cast<int>(rsteps.size()), Xn = static_cast<int>(need.size());
+  Csr step_need;
+  step_need.build(Sr, touch);
+  touch = {};
+  // Routes: the representatives' (sent from the first R ranks) checked against the shift.
+  Route scratch;
+  if (!sh->all_routes_ok)
+    for (int x : need) {
+      const CollXfer& xf = plan.xfers[x];
+      if (!is_rep_member(xf.src) || xf.route >= 0) continue;
+      const int a = c.group[xf.src], b = c.group[xf.dst];
+      auto ok = [&](int u, int v) {
+        const std::uint64_t key = static_cast<std::uint64_t>(static_cast<std::uint32_t>(u)) << 32 | static_cast<std::uint32_t>(v);
+        if (sh->pairs_ok.count(key)) return true;
+        if (!topo.shift_route_ok(u, v, *sh, ws)) return false;
+        sh->pairs_ok.insert(key);
+        return true;
+      };
+      if (xf.via >= 0 ? !ok(a, xf.via) || !ok(xf.via, b) : !ok(a, b)) return false;
+    }
+  // Rounds: need by the depth of the sending step (a counting sort); per
+  // round the representatives' loads on link orbits, then each needed transfer's line.
+  int max_depth = 0;
+  for (int x : need) max_depth = std::max(max_depth, depth[plan.xfers[x].send_step]);
+  std::vector<int> order(Xn);
+  {
+    std::vector<int> start(static_cast<std::size_t>(max_depth) + 2, 0);
+    for (int x : need) ++start[depth[plan.xfers[x].send_step] + 1];
+    for (int dd = 0; dd <= max_depth; ++dd) start[dd + 1] += start[dd];
+    for (int i = 0; i < Xn; ++i) order[start[depth[plan.xfers[need[i]].send_step]]++] = i;
+  }
+  constexpr std::uint64_t kExact = std::uint64_t{1} << 53;
+  std::vector<std::uint64_t> load(topo.num_links(), 0);
+  std::vector<int> touched;
+  std::vector<CostLine> line(Xn);
+  int rounds = 0;
+  for (int lo = 0; lo < Xn;) {
+    const int d = depth[plan.xfers[need[order[lo]]].send_step];
+    int hi = lo;
+    while (hi < Xn && depth[plan.xfers[need[order[hi]]].send_step] == d) ++hi;
+    ++rounds;
+    for (int i = lo; i < hi; ++i) {
+      const CollXfer& xf = plan.xfers[need[order[i]]];
+      if (!is_rep_member(xf.src)) continue;
+      if (xf.bytes > kExact) return false;
+      const Route& r = xfer_route(plan, xf, c.group, topo, scratch, ws);
+      for (int l : r.links) {
+        const std::uint64_t w = static_cast<std::uint64_t>(sh->weight[l]);
+        std::uint64_t& v = load[sh->rep[l]];
+        if (xf.bytes != 0 && w > (kExact - v) / xf.bytes) return false;
+        if (v == 0) touched.push_back(sh->rep[l]);
+        v += xf.bytes * w;
+      }
+    }
+    for (int i = lo; i < hi; ++i) {
+      const CollXfer& xf = plan.xfers[need[order[i]]];
+      const Route& r = xfer_route(plan, xf, c.group, topo, scratch, ws);
+      double t = 0.0;
+      for (int l : r.links)
+        t = std::max(t, static_cast<double>(load[sh->rep[l]]) * (1.0 / static_cast<double>(topo.link(l).bandwidth)));
+      line[order[i]] = {r.latency.to_seconds(), t / scale};
+    }
+    for (int l : touched) load[l] = 0;
+    touched.clear();
+    lo = hi;
+  }
+  // The representatives' DAG: node 2i is step rsteps[i] ready, 2i+1 complete.
+  // An edge from each node whose envelope another's reads.
+  const int V = 2 * Sr;
+  std::vector<std::pair<int, int>> succ;
+  for (int i = 0; i < Sr; ++i) {
+    const int s = rsteps[i];
+    for (int d : plan.steps[s].deps)
+      if (d >= 0) {
+        const int r = rep_of(d);
+        if (r < 0) return false;
+        succ.emplace_back(2 * r + 1, 2 * i);
+      }
+    succ.emplace_back(2 * i, 2 * i + 1);
+    for (const int* it = step_need.begin(i); it != step_need.end(i); ++it) {
+      const CollXfer& xf = plan.xfers[need[*it]];
+      const int a = rep_of(xf.send_step), b = rep_of(xf.recv_step);
+      if (a < 0 || b < 0) return false;
+      succ.emplace_back(2 * a, 2 * i + 1);
+      if (xf.recv_step != xf.send_step) succ.emplace_back(2 * b, 2 * i + 1);
+    }
+  }
+  Csr out;
+  out.build(V, succ);
+  std::vector<int> indeg(V, 0);
+  for (const auto& e : succ) ++indeg[e.second];
+  succ = {};
+  std::vector<int> queue;
+  queue.reserve(V);
+  for (int v = 0; v < V; ++v)
+    if (indeg[v] == 0) queue.push_back(v);
+  std::vector<Envelope> val(V);
+  Envelope tmp;
+  for (std::size_t qi = 0; qi < queue.size(); ++qi) {
+    const int v = queue[qi];
+    const int i = v / 2, s = rsteps[i];
+    tmp.clear();
+    if (v % 2 == 0) {
+      for (int d : plan.steps[s].deps)
+        if (d >= 0) {
+          const Envelope& e = val[2 * rep_of(d) + 1];
+          tmp.insert(tmp.end(), e.begin(), e.end());
+        }
+      if (tmp.empty()) tmp.push_back({0.0, 0.0});
+    } else {
+      tmp = val[2 * i];
+      for (const int* it = step_need.begin(i); it != step_need.end(i); ++it) {
+        const CollXfer& xf = plan.xfers[need[*it]];
+        const std::size_t at = tmp.size();
+        const Envelope& a = val[2 * rep_of(xf.send_step)];
+        tmp.insert(tmp.end(), a.begin(), a.end());
+        if (xf.recv_step != xf.send_step) {
+          const Envelope& b = val[2 * rep_of(xf.recv_step)];
+          tmp.insert(tmp.end(), b.begin(), b.end());
+        }
+        const CostLine& ln = line[*it];
+        for (std::size_t k = at; k < tmp.size(); ++k) tmp[k].alpha += ln.alpha, tmp[k].beta += ln.beta;
+      }
+    }
+    prune(tmp);
+    val[v] = tmp;
+    for (const int* it = out.begin(v); it != out.end(v); ++it)
+      if (--indeg[*it] == 0) queue.push_back(*it);
+  }
+  if (static_cast<int>(queue.size()) != V) return false;
+  // Sinks: steps no step depends on (a step and its images alike).
+  std::vector<char> sink(Sr, 1);
+  for (const CollStep& st : plan.steps)
+    for (int d : st.deps)
+      if (d >= 0 && rid[d] >= 0) sink[rid[d]] = 0;
+  f.envelope.clear();
+  for (int i = 0; i < Sr; ++i)
+    if (sink[i]) f.envelope.insert(f.envelope.end(), val[2 * i + 1].begin(), val[2 * i + 1].end());
+  prune(f.envelope);
+  f.rounds = rounds;
+  f.symmetry = K;
+  return true;
+}
+
 }  // namespace
 
 CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent conc) {
@@ -267,7 +514,13 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
   return make_cost_form(c, topo, conc, ws);
 }
 
+void set_form_symmetry(Workspace& ws, bool on) { ws.get<FormCache>().symmetry = on; }
+
 CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent conc, Workspace& ws) {
+  return make_cost_form(c, topo, conc, ws, FormSymmetry{ws.get<FormCache>().symmetry});
+}
+
+CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent conc, Workspace& ws, FormSymmetry sym) {
   for (int j = 1; j < conc.copies; ++j)
     for (int r : c.group)
       if (r + j * conc.stride < 0 || r + j * conc.stride >= topo.num_gpus())
@@ -321,6 +574,10 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
         if (d >= s) throw InternalError(fmt::format("collective '{}': step {} depends on later step {}", c.name, s, d));
         depth[s] = std::max(depth[s], depth[d] + 1);
       }
+
+  if (sym.on && conc.copies == 1 && c.op != CollOp::alltoallv && plan.xfers.size() >= sym.min_transfers &&
+      symmetric_form(c, plan, depth, scale, topo, ws, f))
+    return f;
 
   // Routes (copied: above kRouteTableGpus the workspace reuses one buffer).
   std::vector<int> arena, off(X + 1, 0);
@@ -541,6 +798,10 @@ std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology&
   auto [a, b] = C.map.equal_range(h);
   for (auto it = a; it != b; ++it)
     if (it->second.topo == topo_key && same_plan_inputs(it->second.key, c)) return it->second.plan;
+  // A plan above the limit (kept alone, after a clear) is dropped before the
+  // next is built, not after: two such plans (a 1024-GPU SAA's are 360 MB
+  // each) are never held by the cache at once.
+  if (C.bytes > PlanCache::kMaxBytes) C.map.clear(), C.bytes = 0;
   auto plan = std::make_shared<const CollPlan>(make_plan(c, topo, ws));
   const std::size_t n = plan_bytes(*plan);
   if (C.bytes + n > PlanCache::kMaxBytes) C.map.clear(), C.bytes = 0;
@@ -657,9 +918,10 @@ struct CollectiveCosts::Bound {
   std::unordered_multimap<std::uint64_t, std::unique_ptr<BoundCollective>> map;
 };
 
-CollectiveCosts::CollectiveCosts(const Topology& topo, Workspace* ws)
+CollectiveCosts::CollectiveCosts(const Topology& topo, Workspace* ws, bool symmetry)
     : topo_(topo), key_(topology_fingerprint(topo)), shared_(std::make_unique<Shared>()), bound_(std::make_unique<Bound>()) {
   if (ws) shared_->ws = ws;
+  set_form_symmetry(*shared_->ws, symmetry);
 }
 CollectiveCosts::~CollectiveCosts() = default;
 

@@ -57,6 +57,7 @@ struct CostForm {
   bool trivial = false;  // fewer than two members, or no transfers: always 0
   int rounds = 0;        // distinct transfer rounds in the plan
   std::size_t transfers = 0;
+  int symmetry = 1;      // > 1: built on the representatives of a server shift of this order (FormSymmetry)
   // Seconds for a collective of n bytes (Collective::bytes convention); 0 for n <= 0.
   double time_s(double n) const {
     if (trivial || !(n > 0)) return 0.0;
@@ -75,9 +76,28 @@ struct Concurrent {
   int stride = 0;
 };
 
+// Whether make_cost_form may work on one class of symmetric members for all:
+// where a shift of s servers (Topology::node_shift) maps the group, the plan
+// (plan_maps_onto) and the routes (Topology::shift_route_ok) onto themselves,
+// only the transfers sent or received by the members on the first s servers
+// are routed and timed, and only their steps walked: every other transfer
+// and step is an image of one of them, with the same line and envelope. The
+// form is the same, bit for bit (link loads are summed exactly, as integers,
+// and must stay below 2^53, where the general path's double sums are exact
+// too); anything not proved takes the general path. Used only for plans of
+// at least `min_transfers` transfers without concurrent copies.
+struct FormSymmetry {
+  bool on = true;
+  std::size_t min_transfers = std::size_t{1} << 16;
+};
+
 // Builds the form from a fresh plan (no cache of forms; routes above
 // Topology::kRouteTableGpus from ws's). Throws UserError as make_plan does.
+// The first uses ws's symmetry setting (set_form_symmetry; on by default).
 CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent k, Workspace& ws);
+CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent k, Workspace& ws, FormSymmetry sym);
+// Whether the forms built in ws may use symmetry (FormSymmetry; `--no-symmetry` turns it off).
+void set_form_symmetry(Workspace& ws, bool on);
 CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent k = {});  // a fresh workspace
 
 // The form for c's (op, resolved algorithm, group, inner, window) on topo,
@@ -151,7 +171,8 @@ class BoundCollective {
 // (one thread), and not outlive it. Holds a reference: topo must outlive it.
 class CollectiveCosts {
  public:
-  explicit CollectiveCosts(const Topology& topo, Workspace* ws = nullptr);
+  // `symmetry`: set_form_symmetry on the workspace its forms are built in.
+  explicit CollectiveCosts(const Topology& topo, Workspace* ws = nullptr, bool symmetry = true);
   // c (its op, algorithm, protocol, channels, group, inner, window and name;
   // not its bytes) with `k`, bound: the same object for the same collective
   // for the life of this object. Thread-safe. Throws UserError for alltoallv.

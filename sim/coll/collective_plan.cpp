@@ -55,6 +55,76 @@ const Route& xfer_route(const CollPlan& plan, const CollXfer& x, const std::vect
   return scratch;
 }
 
+// (the header says what is compared; the engine's symmetry and the cost forms' use it)
+bool plan_maps_onto(const CollPlan& pa, const CollPlan& pb, const std::vector<int>& pi, const NodeShift& sh, int P) {
+  if (pa.steps.size() != pb.steps.size() || pa.xfers.size() != pb.xfers.size() || pa.barrier != pb.barrier ||
+      pa.min_duration != pb.min_duration)
+    return false;
+  const int M = static_cast<int>(pi.size());
+  for (int m : pi)
+    if (m < 0 || m >= M) return false;
+  // Each plan's steps by member, in order.
+  auto by_member = [M](const CollPlan& p, std::vector<int>& start, std::vector<int>& list) {
+    start.assign(M + 1, 0);
+    for (const CollStep& st : p.steps) {
+      if (st.member < 0 || st.member >= M) return false;
+      ++start[st.member + 1];
+    }
+    for (int m = 0; m < M; ++m) start[m + 1] += start[m];
+    list.resize(p.steps.size());
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (std::size_t i = 0; i < p.steps.size(); ++i) list[fill[p.steps[i].member]++] = static_cast<int>(i);
+    return true;
+  };
+  std::vector<int> as, al, bs_own, bl_own;
+  if (!by_member(pa, as, al)) return false;
+  // A plan against itself (a collective its shift maps onto itself) is listed once.
+  const bool self = &pa == &pb;
+  if (!self && !by_member(pb, bs_own, bl_own)) return false;
+  const std::vector<int>& bs = self ? as : bs_own;
+  const std::vector<int>& bl = self ? al : bl_own;
+  std::vector<int> sm(pa.steps.size(), -1);
+  for (int m = 0; m < M; ++m) {
+    if (as[m + 1] - as[m] != bs[pi[m] + 1] - bs[pi[m]]) return false;
+    for (int i = 0; i < as[m + 1] - as[m]; ++i) sm[al[as[m] + i]] = bl[bs[pi[m]] + i];
+  }
+  for (std::size_t st = 0; st < pa.steps.size(); ++st) {
+    const CollStep &x = pa.steps[st], &y = pb.steps[sm[st]];
+    for (int k = 0; k < 2; ++k) {
+      if ((x.deps[k] < 0) != (y.deps[k] < 0)) return false;
+      if (x.deps[k] < 0) continue;
+      if (pa.steps[x.deps[k]].member != x.member || sm[x.deps[k]] != y.deps[k]) return false;
+    }
+  }
+  // b's transfers by sending step.
+  std::vector<int> start(pb.steps.size() + 1, 0), list(pb.xfers.size());
+  for (const CollXfer& y : pb.xfers) ++start[y.send_step + 1];
+  for (std::size_t i = 0; i < pb.steps.size(); ++i) start[i + 1] += start[i];
+  {
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (std::size_t i = 0; i < pb.xfers.size(); ++i) list[fill[pb.xfers[i].send_step]++] = static_cast<int>(i);
+  }
+  // Transfers between the same two steps (NVLS's up and down) pair in plan order.
+  std::vector<char> taken(pb.xfers.size(), 0);
+  for (const CollXfer& x : pa.xfers) {
+    const int s2 = sm[x.send_step], r2 = sm[x.recv_step];
+    const CollXfer* y = nullptr;
+    for (int i = start[s2]; i < start[s2 + 1] && !y; ++i)
+      if (!taken[list[i]] && pb.xfers[list[i]].recv_step == r2) y = &pb.xfers[list[i]], taken[list[i]] = 1;
+    if (!y || y->src != pi[x.src] || y->dst != pi[x.dst] || y->bytes != x.bytes) return false;
+    if ((x.lat < 0) != (y->lat < 0) || (x.lat >= 0 && pa.latencies[x.lat] != pb.latencies[y->lat])) return false;
+    if ((x.via < 0) != (y->via < 0) || (x.via >= 0 && y->via != sh.shift_gpu(x.via, P))) return false;
+    if ((x.route < 0) != (y->route < 0)) return false;
+    if (x.route >= 0) {
+      const auto &ra = pa.routes[x.route], &rb = pb.routes[y->route];
+      if (ra.size() != rb.size()) return false;
+      for (std::size_t i = 0; i < ra.size(); ++i)
+        if (sh.link[ra[i]] != rb[i]) return false;
+    }
+  }
+  return true;
+}
+
 double xfer_cap(const CollPlan& plan, const CollXfer& x) {
   if (plan.min_duration <= Time{}) return 0.0;
   return static_cast<double>(x.bytes) / plan.min_duration.to_seconds();
@@ -93,6 +163,12 @@ class Builder {
   }
   int last(int m) const { return last_[m]; }
   void set_last(int m, int s) { last_[m] = s; }
+  // Room for a plan whose size is known (no copies as it grows: an SAA over
+  // 1024 GPUs has 8.4 million transfers).
+  void reserve(std::size_t steps, std::size_t xfers) {
+    plan_.steps.reserve(steps);
+    plan_.xfers.reserve(xfers);
+  }
   CollPlan take() { return std::move(plan_); }
 
   // k-member ring over `ring` (member indices): `nsteps` steps of `chunk` bytes.
@@ -395,6 +471,8 @@ CollPlan step_plan(const Collective& c, const Topology& topo, const std::string&
     const bool released = algo == "released";
     const int W = released ? p : p / G;
     const std::uint64_t chunk = ceil_div(S, static_cast<std::uint64_t>(W));
+    // W x p steps on each chain; at most W x p AlltoAll and W x p x (G-1) gather transfers.
+    b.reserve(2 * static_cast<std::size_t>(W) * p, static_cast<std::size_t>(W) * p * G);
     // AlltoAll chain (stream 0): x[i][m], chained on b.last; round 0 is the
     // member's own chunk (no transfer).
     std::vector<std::vector<int>> x(W, std::vector<int>(p)), g(W, std::vector<int>(p));

@@ -126,6 +126,14 @@ RouteView xfer_route_view(const CollPlan& plan, const CollXfer& x, const std::ve
                           Route& scratch, Workspace& ws);
 double xfer_cap(const CollPlan& plan, const CollXfer& x);
 
+// Whether plan b is plan a under the member map pi (a's member m is b's
+// pi[m]) and the server shift sh of a topology of P GPUs: the same steps
+// member by member, in order, with the same dependencies (each on a step of
+// its own member), and each transfer the same bytes and latency between the
+// mapped steps, its custom route mapped link by link and its PXN GPU shifted.
+// Routes of the topology itself are not compared (Topology::shift_route_ok).
+bool plan_maps_onto(const CollPlan& a, const CollPlan& b, const std::vector<int>& pi, const NodeShift& sh, int P);
+
 std::string default_algorithm(CollOp op);
 
 // The algorithm make_plan runs for c (auto resolved, NCCL's choice at c.bytes

@@ -35,7 +35,11 @@ struct Csr {
 // are carved from three pools (Pools below; a graph has dozens of
 // collectives: no allocations per collective for them).
 struct CollState {
-  std::shared_ptr<const CollPlan> plan;  // shared with other simulations of the workspace (shared_plan)
+  // Shared with other simulations of the workspace (shared_plan); or, with
+  // symmetry, for a collective with members on and off the representatives,
+  // its representatives' part (compact: Engine::compact_plan).
+  std::shared_ptr<const CollPlan> plan;
+  bool compact = false;
   Csr step_xfers;    // xfers touching each step
   Csr step_succ;     // steps depending on each step
   Csr member_steps;  // steps of each member
@@ -69,8 +73,6 @@ struct Pools : Workspace::Part {
   std::vector<std::uint64_t> u64;
   bool busy = false;  // an engine holds them
 };
-
-bool plans_map(const CollPlan& a, const CollPlan& b, const std::vector<int>& pi, const NodeShift& sh, int P);
 
 // What the engine's symmetry has checked (its part of a Workspace): each
 // topology's server shifts (null: not a symmetry), and which pairs of plans
@@ -126,9 +128,13 @@ class Engine {
     // member on the representatives), to size the pools; then each running
     // collective's arrays are carved from them (the pools never grow after that).
     const std::uint64_t topo_key = C > 0 ? topology_fingerprint(topo) : 0;
+    topo_key_ = topo_key;
+    // With symmetry tried, find_symmetry takes the plans one at a time (and
+    // keeps a large one only as its representatives' part); else here, in order.
+    const bool try_symmetry = opt.symmetry && net_->name() == "flow" && C > 0;
     for (int c = 0; c < C; ++c) {
       CollState& s = coll_[c];
-      s.plan = shared_plan(g.collective(c), topo, topo_key, ws);
+      if (!try_symmetry) s.plan = shared_plan(g.collective(c), topo, topo_key, ws);
       s.members = static_cast<int>(g.collective(c).group.size());
       s.rep_members = s.members;
       if (opt.calibration) {
@@ -143,7 +149,20 @@ class Engine {
       const auto& parts = g.parts(c);
       for (std::size_t m = 0; m < parts.size(); ++m) member_index_[parts[m]] = static_cast<int>(m);
     }
-    if (opt.symmetry && net_->name() == "flow" && C > 0) find_symmetry(topo_key);
+    if (try_symmetry) {
+      try {
+        find_symmetry(topo_key);
+      } catch (...) {
+        // A plan that throws: no symmetry; the loop below takes the plans in
+        // order and throws the first collective's error, as without symmetry.
+        q_ = Quotient{};
+      }
+      for (int c = 0; c < C; ++c) {
+        CollState& s = coll_[c];
+        if (q_.order == 1 && s.compact) s.plan = nullptr, s.compact = false;
+        if (!s.plan) s.plan = shared_plan(g.collective(c), topo, topo_key, ws);
+      }
+    }
     auto runs = [this](int c) {
       if (q_.order == 1) return true;
       for (int r : g_.collective(c).group)
@@ -202,12 +221,14 @@ class Engine {
         deps += st.num_deps();
         ++s.member_steps_left[st.member];
       }
-      for (const CollXfer& xf : s.plan->xfers) {
-        s.step_xfers_left[xf.send_step]++;
-        s.step_xfers_left[xf.recv_step]++;
-        s.member_sent[xf.src] += xf.bytes;
-        ++s.member_in_left[xf.dst];
-      }
+      // With symmetry setup_symmetry counts these for the representatives' transfers only.
+      if (q_.order == 1)
+        for (const CollXfer& xf : s.plan->xfers) {
+          s.step_xfers_left[xf.send_step]++;
+          s.step_xfers_left[xf.recv_step]++;
+          s.member_sent[xf.src] += xf.bytes;
+          ++s.member_in_left[xf.dst];
+        }
       const auto& steps = s.plan->steps;
       const auto& xfers = s.plan->xfers;
       s.step_succ = csr(S, deps, [&steps](auto&& add) {
@@ -541,6 +562,16 @@ class Engine {
     sh.pairs_ok.insert(key);
   }
   void setup_symmetry();
+  // The plan of collective c as shared_plan gives it (again, if it was compacted).
+  void full_plan(int c) {
+    CollState& s = coll_[c];
+    if (s.plan && !s.compact) return;
+    s.plan = nullptr;  // first: the plan cache may then drop a large plan before building this one
+    s.plan = shared_plan(g_.collective(c), topo_, topo_key_, ws_);
+    s.compact = false;
+  }
+  void compact_plan(int c, int R);
+  std::uint64_t topo_key_ = 0;
   struct KernelMemo {
     bool valid = false;
     OpKind op{};
@@ -631,10 +662,17 @@ void Engine::find_symmetry(std::uint64_t topo_key) {
       const Collective& cb = g_.collective(gamma[c]);
       int reps = 0;
       for (int r : ca.group) reps += r < R;
-      ok = (gamma[c] == c || reps == 0 || reps == static_cast<int>(ca.group.size())) && ca.op == cb.op &&
-           ca.bytes == cb.bytes && ca.group.size() == cb.group.size() &&
-           (coll_[c].calibrated == nullptr) == (coll_[gamma[c]].calibrated == nullptr) &&
-           cache.plans_map(coll_[c].plan, coll_[gamma[c]].plan, pi[c], sh, P);
+      const bool spans = reps > 0 && reps < static_cast<int>(ca.group.size());
+      ok = (gamma[c] == c || !spans) && ca.op == cb.op && ca.bytes == cb.bytes && ca.group.size() == cb.group.size() &&
+           (coll_[c].calibrated == nullptr) == (coll_[gamma[c]].calibrated == nullptr);
+      if (!ok) break;
+      full_plan(c);
+      full_plan(gamma[c]);
+      ok = cache.plans_map(coll_[c].plan, coll_[gamma[c]].plan, pi[c], sh, P);
+      // Members on and off the representatives: mapped onto itself, and from
+      // here on only its representatives' part is kept (setup_symmetry and
+      // the run read no other).
+      if (ok && spans) compact_plan(c, R);
     }
     if (!ok) continue;
     q_.order = sh->order;
@@ -644,6 +682,67 @@ void Engine::find_symmetry(std::uint64_t topo_key) {
     for (int t = 0; t < T; ++t) q_.task_rep[t] = rank_list[rank_start[g_.task(t).rank % R] + pos[t]];
     return;
   }
+}
+
+// The representatives' part of collective c's plan, which a shift of R ranks
+// maps onto itself (checked): the steps of the members on ranks [0, R), in
+// order, their dependencies renumbered (each is on a step of its own member:
+// plan_maps_onto), and the transfers they send, in order, each received by
+// its receiving step's representative (the step at its place among its
+// member's representative's: what setup_symmetry's qrecv would name). Every
+// order the engine iterates in (steps, transfers, members' steps) is the full
+// plan's, restricted, and setup_symmetry reads nothing else: the simulation
+// is the same to the picosecond.
+void Engine::compact_plan(int c, int R) {
+  CollState& s = coll_[c];
+  const CollPlan& p = *s.plan;
+  const Collective& col = g_.collective(c);
+  const int M = s.members, S = static_cast<int>(p.steps.size());
+  std::vector<int> member_of(topo_.num_gpus(), -1), mrep(M), place(S), cid(S, -1), count(M, 0);
+  for (int m = 0; m < M; ++m) member_of[col.group[m]] = m;
+  for (int m = 0; m < M; ++m) mrep[m] = member_of[col.group[m] % R];
+  auto out = std::make_shared<CollPlan>();
+  CollPlan& q = *out;
+  int kept = 0;
+  for (int st = 0; st < S; ++st) {
+    const CollStep& x = p.steps[st];
+    place[st] = count[x.member]++;
+    if (col.group[x.member] < R) cid[st] = kept++;
+  }
+  q.steps.reserve(kept);
+  for (int st = 0; st < S; ++st) {
+    if (cid[st] < 0) continue;
+    CollStep y = p.steps[st];
+    for (int& d : y.deps)
+      if (d >= 0) d = cid[d];  // on a step of its own member (plan_maps_onto): kept
+    q.steps.push_back(y);
+  }
+  // The compact steps of each member, by place.
+  std::vector<int> start(M + 1, 0), list(q.steps.size());
+  for (const CollStep& x : q.steps) ++start[x.member + 1];
+  for (int m = 0; m < M; ++m) start[m + 1] += start[m];
+  {
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (std::size_t i = 0; i < q.steps.size(); ++i) list[fill[q.steps[i].member]++] = static_cast<int>(i);
+  }
+  std::size_t sent = 0;
+  for (const CollXfer& x : p.xfers) sent += col.group[x.src] < R;
+  q.xfers.reserve(sent);
+  for (const CollXfer& x : p.xfers) {
+    if (col.group[x.src] >= R) continue;
+    CollXfer y = x;
+    y.send_step = cid[x.send_step];
+    const int rm = mrep[p.steps[x.recv_step].member];
+    y.recv_step = list[start[rm] + place[x.recv_step]];
+    q.xfers.push_back(y);
+  }
+  q.routes = p.routes;
+  q.latencies = p.latencies;
+  q.barrier = p.barrier;
+  q.min_duration = p.min_duration;
+  q.choice = p.choice;
+  s.plan = std::move(out);
+  s.compact = true;
 }
 
 // With symmetry: the successors of other ranks' tasks that are
@@ -687,11 +786,12 @@ void Engine::setup_symmetry() {
     }
     s.qrecv.assign(xfers.size(), -1);
     s.qstart.assign(S + 1, 0);
-    std::fill(s.member_in_left, s.member_in_left + M, 0);
-    std::fill(s.step_xfers_left, s.step_xfers_left + S, 0);
+    // The counts start at 0 (the constructor left them for this). Bytes sent
+    // are read as a member's task starts: representatives' only.
     for (std::size_t x = 0; x < xfers.size(); ++x) {
       const CollXfer& xf = xfers[x];
       if (col.group[xf.src] >= R) continue;
+      s.member_sent[xf.src] += xf.bytes;
       const int rs = s.member_steps.of(s.member_rep[s.plan->steps[xf.recv_step].member])[place[xf.recv_step]];
       s.qrecv[x] = rs;
       ++s.qstart[xf.send_step + 1];
@@ -711,75 +811,6 @@ void Engine::setup_symmetry() {
   }
 }
 
-// Whether plan b is plan a under member map pi (a's member m is b's pi[m]):
-// the same steps member by member, in order, with the same dependencies
-// (each on a step of its own member), and each transfer the same bytes and
-// latency between the mapped steps, its custom route mapped link by link and
-// its PXN GPU shifted.
-bool plans_map(const CollPlan& pa, const CollPlan& pb, const std::vector<int>& pi, const NodeShift& sh, int P) {
-  if (pa.steps.size() != pb.steps.size() || pa.xfers.size() != pb.xfers.size() || pa.barrier != pb.barrier ||
-      pa.min_duration != pb.min_duration)
-    return false;
-  const int M = static_cast<int>(pi.size());
-  for (int m : pi)
-    if (m < 0 || m >= M) return false;
-  // Each plan's steps by member, in order.
-  auto by_member = [M](const CollPlan& p, std::vector<int>& start, std::vector<int>& list) {
-    start.assign(M + 1, 0);
-    for (const CollStep& st : p.steps) {
-      if (st.member < 0 || st.member >= M) return false;
-      ++start[st.member + 1];
-    }
-    for (int m = 0; m < M; ++m) start[m + 1] += start[m];
-    list.resize(p.steps.size());
-    std::vector<int> fill(start.begin(), start.end() - 1);
-    for (std::size_t i = 0; i < p.steps.size(); ++i) list[fill[p.steps[i].member]++] = static_cast<int>(i);
-    return true;
-  };
-  std::vector<int> as, al, bs, bl;
-  if (!by_member(pa, as, al) || !by_member(pb, bs, bl)) return false;
-  std::vector<int> sm(pa.steps.size(), -1);
-  for (int m = 0; m < M; ++m) {
-    if (as[m + 1] - as[m] != bs[pi[m] + 1] - bs[pi[m]]) return false;
-    for (int i = 0; i < as[m + 1] - as[m]; ++i) sm[al[as[m] + i]] = bl[bs[pi[m]] + i];
-  }
-  for (std::size_t st = 0; st < pa.steps.size(); ++st) {
-    const CollStep &x = pa.steps[st], &y = pb.steps[sm[st]];
-    for (int k = 0; k < 2; ++k) {
-      if ((x.deps[k] < 0) != (y.deps[k] < 0)) return false;
-      if (x.deps[k] < 0) continue;
-      if (pa.steps[x.deps[k]].member != x.member || sm[x.deps[k]] != y.deps[k]) return false;
-    }
-  }
-  // b's transfers by sending step.
-  std::vector<int> start(pb.steps.size() + 1, 0), list(pb.xfers.size());
-  for (const CollXfer& y : pb.xfers) ++start[y.send_step + 1];
-  for (std::size_t i = 0; i < pb.steps.size(); ++i) start[i + 1] += start[i];
-  {
-    std::vector<int> fill(start.begin(), start.end() - 1);
-    for (std::size_t i = 0; i < pb.xfers.size(); ++i) list[fill[pb.xfers[i].send_step]++] = static_cast<int>(i);
-  }
-  // Transfers between the same two steps (NVLS's up and down) pair in plan order.
-  std::vector<char> taken(pb.xfers.size(), 0);
-  for (const CollXfer& x : pa.xfers) {
-    const int s2 = sm[x.send_step], r2 = sm[x.recv_step];
-    const CollXfer* y = nullptr;
-    for (int i = start[s2]; i < start[s2 + 1] && !y; ++i)
-      if (!taken[list[i]] && pb.xfers[list[i]].recv_step == r2) y = &pb.xfers[list[i]], taken[list[i]] = 1;
-    if (!y || y->src != pi[x.src] || y->dst != pi[x.dst] || y->bytes != x.bytes) return false;
-    if ((x.lat < 0) != (y->lat < 0) || (x.lat >= 0 && pa.latencies[x.lat] != pb.latencies[y->lat])) return false;
-    if ((x.via < 0) != (y->via < 0) || (x.via >= 0 && y->via != sh.shift_gpu(x.via, P))) return false;
-    if ((x.route < 0) != (y->route < 0)) return false;
-    if (x.route >= 0) {
-      const auto &ra = pa.routes[x.route], &rb = pb.routes[y->route];
-      if (ra.size() != rb.size()) return false;
-      for (std::size_t i = 0; i < ra.size(); ++i)
-        if (sh.link[ra[i]] != rb[i]) return false;
-    }
-  }
-  return true;
-}
-
 std::shared_ptr<NodeShift> SymmetryCache::shift(const Topology& t, std::uint64_t topo_key, int nodes) {
   for (const Shift& s : shifts)
     if (s.topo == topo_key && s.nodes == nodes) return s.shift;
@@ -797,7 +828,7 @@ bool SymmetryCache::plans_map(const std::shared_ptr<const CollPlan>& a, const st
     if (it->second.shift.lock() == sh && it->second.a.lock() == a && it->second.b.lock() == b && it->second.pi == pi)
       return it->second.ok;
   if (checks.size() >= kMaxChecks) checks.clear();
-  const bool ok = parmsim::plans_map(*a, *b, pi, *sh, P);
+  const bool ok = plan_maps_onto(*a, *b, pi, *sh, P);
   checks.emplace(key, Check{a, b, sh, pi, ok});
   return ok;
 }

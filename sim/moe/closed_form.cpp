@@ -21,7 +21,7 @@ namespace parmsim::moe {
 
 // ---------------------------------------------------------------- closed form
 
-AlphaBeta alpha_beta_from_topology(const Topology& t, Workspace* ws) {
+AlphaBeta alpha_beta_from_topology(const Topology& t, Workspace* ws, bool symmetry) {
   AlphaBeta ab;
   const int gpn = t.gpus_per_node();
   const Route intra = gpn > 1 ? t.route(0, 1) : (t.num_gpus() > 1 ? t.route(0, 1) : Route{});
@@ -43,7 +43,7 @@ AlphaBeta alpha_beta_from_topology(const Topology& t, Workspace* ws) {
     ab.beta_inter = ab.beta_intra;
   }
   ab.topo = &t;
-  ab.costs = std::make_shared<const CollectiveCosts>(t, ws);
+  ab.costs = std::make_shared<const CollectiveCosts>(t, ws, symmetry);
   ab.handles = std::make_shared<BoundHandles>();
   return ab;
 }
@@ -56,6 +56,7 @@ struct Costs {
   const std::string& a2a_algo;
   const std::string& saa_algo;
   bool ep_inter;  // EP groups cross nodes
+  bool block_gather = false;  // the AllGather dispatcher's block collectives are bound (kAgWorld, kRsWorld)
   double a(bool inter) const { return inter ? ab.alpha_inter : ab.alpha_intra; }
   double b(bool inter) const { return inter ? ab.beta_inter : ab.beta_intra; }
   // Ring-style forms with group size p, n bytes (docs/parm.md): the fallback without a topology.
@@ -68,14 +69,14 @@ struct Costs {
   // stride G), bound once per (CollectiveCosts, P, G, algorithms) and kept in
   // the AlphaBeta's table: a lookup per evaluation, then each collective is
   // timed by its bound form (no cache lookups, no NCCL tuner search).
-  enum Slot { kA2aEp, kAgMp, kRsMp, kArMp, kArEp, kSaa, kSlots };
+  enum Slot { kA2aEp, kAgMp, kRsMp, kArMp, kArEp, kSaa, kAgWorld, kRsWorld, kSlots };
   // Per slot, the bound collective where planned() times with it (a group of
   // two or more; the fused collective's world group always), else null. They
   // live as long as ab.costs.
   std::array<const BoundCollective*, kSlots> live{};
   void init_handles() {
     static_assert(kSlots == std::tuple_size_v<BoundHandles::Handles>);
-    BoundHandles::Key key{ab.costs.get(), d.P, d.G, d.n_ep, a2a_algo, saa_algo};
+    BoundHandles::Key key{ab.costs.get(), d.P, d.G, d.n_ep, a2a_algo, saa_algo, block_gather};
     if (ab.handles && ab.handles->find(key, live)) return;
     // Every group of a kind runs at once: EP groups are copies of group 0
     // shifted by 1 rank, MP groups by G ranks; they share NICs and PCIe links.
@@ -104,8 +105,15 @@ struct Costs {
     h[kRsMp] = bind(mp, CollOp::reducescatter, "", mp_k);
     h[kArMp] = bind(mp, CollOp::allreduce, "", mp_k);
     h[kSaa] = bind(world, CollOp::saa, saa_algo, world_k);
+    if (block_gather) {
+      Collective wa = world, wr = world;  // bind() sets op and algo on its copy
+      h[kAgWorld] = bind(wa, CollOp::allgather, "", world_k);
+      h[kRsWorld] = bind(wr, CollOp::reducescatter, "", world_k);
+    }
     for (int slot = 0; slot < kSlots; ++slot) {
-      const int size = slot == kA2aEp || slot == kArEp ? d.n_ep : d.G;  // the groups built above
+      const int size = slot == kA2aEp || slot == kArEp             ? d.n_ep
+                       : slot == kAgWorld || slot == kRsWorld ? block
+                                                              : d.G;  // the groups built above
       live[slot] = slot == kSaa || size >= 2 ? h[slot] : nullptr;
     }
     if (ab.handles) ab.handles->add(std::move(key), live);  // else an AlphaBeta made by hand: bound again next time
@@ -143,6 +151,16 @@ struct Costs {
     return measured(CollOp::allreduce, d.G, false, n,
                     planned(kArMp, n, [&] { return 2 * ring(n, d.G, false); }));
   }
+  // The block's (G*N_EP ranks) AllGather and ReduceScatter: the AllGather dispatcher's.
+  double ag_block(double n) const {
+    const int p = d.G * d.n_ep;
+    return measured(CollOp::allgather, p, ep_inter, n, planned(kAgWorld, n, [&] { return ring(n, p, ep_inter); }));
+  }
+  double rs_block(double n) const {
+    const int p = d.G * d.n_ep;
+    return measured(CollOp::reducescatter, p, ep_inter, n,
+                    planned(kRsWorld, n, [&] { return ring(n, p, ep_inter); }));
+  }
   double ar_ep(double n) const {
     return measured(CollOp::allreduce, d.n_ep, ep_inter, n,
                     planned(kArEp, n, [&] { return 2 * ring(n, d.n_ep, ep_inter); }));
@@ -169,7 +187,8 @@ struct Costs {
 namespace {
 
 Costs make_costs(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, const AlphaBeta& ab) {
-  Costs c{ab, d, o.a2a_algo, s.saa_algo, ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra};
+  Costs c{ab, d, o.a2a_algo, s.saa_algo, ab.alpha_inter != ab.alpha_intra || ab.beta_inter != ab.beta_intra,
+          !o.parm && s.token_dispatcher == TokenDispatcher::allgather};
   if (ab.costs) c.init_handles();
   return c;
 }
@@ -223,9 +242,9 @@ struct Clock {
       case MoeStep::a2a:
         return c.a2a(n);
       case MoeStep::ag:
-        return c.ag(n);
+        return group == GroupKind::world ? c.ag_block(n) : c.ag(n);
       case MoeStep::rs:
-        return c.rs(n);
+        return group == GroupKind::world ? c.rs_block(n) : c.rs(n);
       case MoeStep::ar:
         return group == GroupKind::ep ? c.ar_ep(n) : c.ar(n);
       case MoeStep::saa:

@@ -40,6 +40,9 @@ class GraphBuilder {
       b_.add_stream_all("host");
       sync_.assign(static_cast<std::size_t>(d.P), -1);
     }
+    if (allgather() && data_)
+      throw UserError("key 'token_dispatcher': allgather is simulated only; verify and execute run the AlltoAll "
+                      "dispatcher (token_dispatcher=alltoall)");
     if (s.load) {
       // Dropless routing is timed, not executed: the executors' kernels work on capacity buffers.
       if (data_)
@@ -59,6 +62,7 @@ class GraphBuilder {
     // fp8_wire: rows sent before a layer's experts (its gate starts a layer, forward and backward).
     if (op.kind == MoeStep::gate) wire_seen_ = false;
     if (op.kind == MoeStep::experts) wire_seen_ = true;
+    if (allgather()) return add_timed(op);
     switch (op.kind) {
       case MoeStep::gate:
         return op.backward ? gate_bwd(op) : gate(op);
@@ -115,6 +119,45 @@ class GraphBuilder {
     }
   }
 
+  // The baseline under Megatron-Core's AllGather token dispatcher
+  // (schedule_ops.cpp): simulated only (the constructor refuses data), so its
+  // ops are timed without buffers: kernels in order on the compute stream,
+  // collectives over their groups, each expert's kernels per local expert
+  // (the drawn rows under a load model).
+  bool allgather() const { return !o_.parm && s_.token_dispatcher == TokenDispatcher::allgather; }
+  void add_timed(const MoeOp& op) {
+    switch (op.kind) {
+      case MoeStep::split:
+      case MoeStep::mp_gather_free:
+        return;
+      case MoeStep::experts: {
+        const std::int64_t n = expert_repeats(s_, d_);
+        if (load_) return dropless_experts(op, n);
+        const auto ks = kernels(op, s_, d_);
+        for (std::int64_t e = 0; e < n; ++e) timing_only(ks, op.backward);
+        return;
+      }
+      case MoeStep::ag:
+      case MoeStep::rs:
+      case MoeStep::ar:
+        // fp8 layers: the token AllGather before the experts (and its backward counterpart,
+        // the ReduceScatter's adjoint) moves fp8 rows, as fp8_wire says of every dispatch.
+        wire_fp8_ = fp8_wire(d_, op.kind, op.data, wire_seen_);
+        collective(op.kind == MoeStep::ag   ? CollOp::allgather
+                   : op.kind == MoeStep::rs ? CollOp::reducescatter
+                                            : CollOp::allreduce,
+                   op.group, op.elems, "comm", op.label, "", "", 0, s_.M);
+        wire_fp8_ = false;
+        return;
+      case MoeStep::a2a:
+      case MoeStep::saa:
+      case MoeStep::rs_then:
+        throw InternalError(fmt::format("the AllGather dispatcher has no op '{}'", op.label));
+      default:
+        return timing_only(kernels(op, s_, d_), op.backward);
+    }
+  }
+
   TaskGraph build() && { return std::move(b_).build(); }
   // Dry: ops set up buffers and state but emit no tasks (a backward-only
   // graph replays its forward pass this way).
@@ -149,6 +192,7 @@ class GraphBuilder {
     cur_ = "dout";
     offset_next_ = false;
     experts_seen_ = false;
+    wire_seen_ = false;  // the backward pass's rows before its experts (the combine's adjoint) are fp8
   }
 
   void chain(int rank, int task) {

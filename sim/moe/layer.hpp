@@ -49,8 +49,19 @@ enum class DsMoe { v0_14_4, v0_14_5, lean };
 //   einsum  DeepSpeed-MoE's dense einsums over the [S, E, C] masks (GEMMs of 2*S*E*C*M FLOPs);
 //   index   gather/scatter kernels that move each token row once (Tutel, FSMoE): memory copies.
 enum class Dispatch { einsum, index };
+// How the baseline moves tokens to its experts, as Megatron-Core's token
+// dispatchers (megatron/core/transformer/moe/token_dispatcher.py@0014f137):
+//   alltoall   AlltoAll over the EP group (DeepSpeed-MoE's, and Megatron-Core's
+//              MoEAlltoAllTokenDispatcher): every schedule's dispatch so far;
+//   allgather  MoEAllGatherTokenDispatcher: each rank's share of the tokens
+//              AllGathered over the MP x EP block, each rank's local experts on
+//              the block's tokens routed to them, the outputs ReduceScattered
+//              back (docs/moe-costs.md, "The AllGather dispatcher"). The
+//              baseline's only; S1 and S2 are AlltoAll schedules.
+enum class TokenDispatcher { alltoall, allgather };
 const char* to_string(DsMoe v);
 const char* to_string(Dispatch v);
+const char* to_string(TokenDispatcher v);
 
 struct LayerSpec {
   std::int64_t B = 4, L = 512, M = 1024, H = 4096, E = 32, k = 2;
@@ -71,6 +82,7 @@ struct LayerSpec {
   DType dtype = DType::fp32;
   DsMoe ds_moe = DsMoe::v0_14_4;
   Dispatch dispatch = Dispatch::einsum;
+  TokenDispatcher token_dispatcher = TokenDispatcher::alltoall;
   // The fused AlltoAll+AllGather's algorithm (sim/coll): "released" (the Parm
   // authors' kernel) or "pipelined" (rail-wise rounds, parmsim's earlier reading).
   std::string saa_algo = "released";
@@ -321,9 +333,10 @@ struct BoundHandles {
     const CollectiveCosts* costs = nullptr;
     int P = 0, G = 0, n_ep = 0;
     std::string a2a_algo, saa_algo;
+    bool block_gather = false;  // the block's AllGather and ReduceScatter bound too (the AllGather dispatcher)
     auto operator<=>(const Key&) const = default;
   };
-  using Handles = std::array<const BoundCollective*, 6>;
+  using Handles = std::array<const BoundCollective*, 8>;
   // The first kFixed keys in an array read without a lock: an entry is
   // written once, under `mu`, before `count` is raised past it (release),
   // and read only below `count` (acquire). Later keys go in `more`, under `mu`.
@@ -378,8 +391,11 @@ struct AlphaBeta {
 };
 // ws: the workspace its collectives' forms are kept in (the caller's; the
 // model is then for that workspace's thread only, and must not outlive it);
-// null: one of its own, and the model may be shared by threads.
-AlphaBeta alpha_beta_from_topology(const Topology& t, Workspace* ws = nullptr);
+// null: one of its own, and the model may be shared by threads. symmetry:
+// whether its collectives' cost forms may be built on the representatives of
+// a server shift (FormSymmetry, sim/coll/collective_cost.hpp; the same forms
+// either way); `--no-symmetry` turns it off.
+AlphaBeta alpha_beta_from_topology(const Topology& t, Workspace* ws = nullptr, bool symmetry = true);
 
 struct ModelTime {
   double forward_s = 0, backward_s = 0;

@@ -105,6 +105,9 @@ void set_ds_moe(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string&
 void set_dispatch(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
   s.dispatch = static_cast<Dispatch>(choose(k, v, w));
 }
+void set_token_dispatcher(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.token_dispatcher = static_cast<TokenDispatcher>(choose(k, v, w));
+}
 void set_saa(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
   s.saa_algo = std::string(k.choices[choose(k, v, w)]);
 }
@@ -144,11 +147,13 @@ void set_a2a_algo(const Key& k, LayerSpec&, ScheduleOptions& o, const std::strin
 // In the order of the enums DsMoe, Dispatch, Split and Gather (layer.hpp).
 constexpr std::array<std::string_view, 3> kDsMoe = {"0.14.4", "0.14.5", "lean"};
 constexpr std::array<std::string_view, 2> kDispatch = {"einsum", "index"};
+constexpr std::array<std::string_view, 2> kTokenDispatcher = {"alltoall", "allgather"};
 constexpr std::array<std::string_view, 2> kSaa = {"released", "pipelined"};
 constexpr std::array<std::string_view, 2> kSplit = {"before_gate", "after_order"};
 constexpr std::array<std::string_view, 2> kGather = {"after_iorder", "before_iorder"};
 constexpr std::array<std::string_view, 3> kA2a = {"p2p", "pairwise", "direct"};
 static_assert(static_cast<int>(DsMoe::lean) == 2 && static_cast<int>(Dispatch::index) == 1 &&
+              static_cast<int>(TokenDispatcher::allgather) == 1 &&
               static_cast<int>(Split::after_order) == 1 && static_cast<int>(Gather::before_iorder) == 1);
 
 // Getters, one per key.
@@ -165,6 +170,7 @@ std::string get_f(const LayerSpec& s, const ScheduleOptions&) { return fmt::form
 std::string get_dtype(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.dtype); }
 std::string get_ds_moe(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.ds_moe); }
 std::string get_dispatch(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.dispatch); }
+std::string get_token_dispatcher(const LayerSpec& s, const ScheduleOptions&) { return to_string(s.token_dispatcher); }
 std::string get_saa(const LayerSpec& s, const ScheduleOptions&) { return s.saa_algo; }
 std::string get_host_op(const LayerSpec& s, const ScheduleOptions&) { return fmt::format("{}us", static_cast<double>(s.host_op.count_ps()) / 1e6); }
 std::string get_split(const LayerSpec&, const ScheduleOptions& o) { return std::string(kSplit[static_cast<int>(o.split)]); }
@@ -199,7 +205,7 @@ constexpr KeyScope L = KeyScope::layer, S = KeyScope::schedule;
 
 // The defaults shown are LayerSpec's and s1's (layer.hpp); tests/test_registries.cpp checks them.
 // The layer keys' order is the order of spec_string() and of the sweep CSV's columns.
-constexpr std::array<LayerKey, 26> kKeys = {{
+constexpr std::array<LayerKey, 27> kKeys = {{
     {"B", "int", "4", "samples per GPU (B*L tokens enter the layer on each GPU)", L, {}, set_count<&LayerSpec::B>, get_count<&LayerSpec::B>, true},
     {"L", "int", "512", "tokens per sample", L, {}, set_count<&LayerSpec::L>, get_count<&LayerSpec::L>, true},
     {"M", "int", "1024", "model (embedding) size", L, {}, set_count<&LayerSpec::M>, get_count<&LayerSpec::M>, true},
@@ -217,6 +223,11 @@ constexpr std::array<LayerKey, 26> kKeys = {{
     {"dispatch", "string", "einsum",
      "token dispatch/combine: einsum (DeepSpeed's dense einsums) | index (gather/scatter kernels)", L, kDispatch,
      set_dispatch, get_dispatch},
+    {"token_dispatcher", "string", "alltoall",
+     "the baseline's token dispatcher, as Megatron-Core's: alltoall (an AlltoAll over EP) | allgather (the tokens "
+     "AllGathered over the mp*ep block, local experts on the rows routed to them, a ReduceScatter back; "
+     "docs/moe-costs.md, \"The AllGather dispatcher\"); S1 and S2 dispatch by AlltoAll either way",
+     L, kTokenDispatcher, set_token_dispatcher, get_token_dispatcher, false, false, false},
     {"saa", "string", "released",
      "fused AlltoAll+AllGather: released (the Parm authors' kernel) | pipelined (rail-wise rounds)", L, kSaa,
      set_saa, get_saa},

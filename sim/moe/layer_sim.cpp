@@ -41,7 +41,7 @@ ScheduleResult run_schedule(const LayerRun& run, const ScheduleOptions& o, SimRe
   res.backward = br.makespan;
   AlphaBeta own;
   if (!run.model) {
-    own = alpha_beta_from_topology(run.topo, &ws);  // this call's: its forms kept in ws
+    own = alpha_beta_from_topology(run.topo, &ws, run.symmetry);  // this call's: its forms kept in ws
     own.calibration = run.calibration;
   }
   const AlphaBeta& ab = run.model ? *run.model : own;

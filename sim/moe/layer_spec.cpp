@@ -109,11 +109,17 @@ const char* to_string(DsMoe v) {
 const char* to_string(Dispatch v) {
   return v == Dispatch::einsum ? "einsum" : "index";
 }
+const char* to_string(TokenDispatcher v) {
+  return v == TokenDispatcher::alltoall ? "alltoall" : "allgather";
+}
 
 std::string baseline_system(const LayerSpec& s) {
   // lean: parmsim's idealised DeepSpeed-MoE (one ESP AllReduce, no host sync, batched experts).
   const std::string sys = s.ds_moe == DsMoe::lean ? "a lean DeepSpeed-MoE"
                                                   : fmt::format("DeepSpeed-MoE {}", to_string(s.ds_moe));
+  if (s.token_dispatcher == TokenDispatcher::allgather)
+    return fmt::format("{} with Megatron-Core's AllGather token dispatcher (ds_moe={}, token_dispatcher=allgather)", sys,
+                       to_string(s.ds_moe));
   return fmt::format("{} with {} dispatch (ds_moe={}, dispatch={})", sys,
                      s.dispatch == Dispatch::einsum ? "einsum" : "index", to_string(s.ds_moe), to_string(s.dispatch));
 }

@@ -101,9 +101,17 @@ OpMem describe(const MoeOp& o, const LayerSpec& s, const Dims& d, u128 in, bool 
       break;
     case MoeStep::split:
     case MoeStep::mp_gather_free:
-    case MoeStep::ar:      // NCCL AllReduce in place
-    case MoeStep::kernel:  // dense parts of whole models: not part of a layer's op list
+    case MoeStep::ar:  // NCCL AllReduce in place
       m.view = true;
+      break;
+    case MoeStep::kernel:
+      // The AllGather dispatcher's permute and unpermute (schedule_ops.cpp) give
+      // their output's size: a new tensor. Others (dense parts of whole models)
+      // are not part of a layer's op list.
+      if (n > 0)
+        m.out = n * b;
+      else
+        m.view = true;
       break;
     case MoeStep::a2a:
       // _AllToAll (L545, L559): torch all_to_all_single into a new tensor of the input's size.

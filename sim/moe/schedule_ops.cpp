@@ -75,6 +75,51 @@ template <class Ops>
 void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, Ops& v) {
   const std::int64_t M = s.M, G = d.G;
   add_shared(s, d, v);
+  if (!o.parm && s.token_dispatcher == TokenDispatcher::allgather) {
+    // Megatron-Core's MoEAllGatherTokenDispatcher
+    // (megatron/core/transformer/moe/token_dispatcher.py@0014f137, token_permutation
+    // and token_unpermutation; docs/moe-costs.md, "The AllGather dispatcher").
+    // Each MP member takes its S/G share of the MP group's S tokens (a view: the
+    // share sequence parallelism gives it, which Megatron-Core requires with
+    // TP and MoE), gates them, and the block of G*N_EP ranks (its tp_ep_group)
+    // AllGathers the routing map (bool), the probabilities (fp32) and the token
+    // rows. Every rank then permutes the block's N_EP*S rows routed to its local
+    // experts (every expert's G shards take the same rows, as the capacity
+    // buffers do: E*T_base rows in all), runs its experts, unpermutes into N_EP*S
+    // rows of partial sums (over its experts and over the expert's shards), and
+    // a ReduceScatter over the block returns each member its S/G rows. The
+    // layer ends there, as Megatron-Core's does under sequence parallelism: the
+    // other schedules end with all S rows on every MP rank, an AllGather over MP
+    // more, which a sequence-parallel model pays at the next block's attention
+    // (docs/moe-costs.md, "The AllGather dispatcher").
+    const std::int64_t Sb = d.n_ep * d.S;  // the block's tokens
+    // The rows a rank's local experts take: the capacity buffers' E*T_base, or
+    // dropless (a load model) the mean, k*S (the block's k*N_EP*S choices over
+    // N_EP ranks' experts); the experts' GEMMs then take each rank's drawn rows.
+    const std::int64_t D = (s.load ? s.k * d.S : s.E * d.T_base) * M;
+    add_coll(v, MoeStep::split, GroupKind::mp, d.S * M, "mp_split").data = CollData::token_rows;
+    add_compute(v, MoeStep::gate, d.S / G, 0, "gate");
+    // routing_map [tokens, E] bool and probs [tokens, E] fp32, in the layer's elements.
+    const std::int64_t route_elems = (Sb * s.E * 5 + d.dtype_bytes - 1) / d.dtype_bytes;
+    add_coll(v, MoeStep::ag, GroupKind::world, route_elems, "route_allgather").data = CollData::route;
+    add_coll(v, MoeStep::ag, GroupKind::world, Sb * M, "token_allgather");
+    // Kernel ops with elems: their output's size (sim/moe/memory.cpp).
+    // permute (moe_utils.permute: an index_select of the D/M routed rows) reads
+    // and writes them; unpermute (a zeroed [N_EP*S, M] output, the D/M rows
+    // scatter-added into it) writes the output and reads and writes the rows.
+    // Backward, their adjoints move the same bytes the other way.
+    const std::int64_t b = d.dtype_bytes;
+    MoeOp& perm = add_op(v, MoeStep::kernel, D, "permute");
+    perm.kernel_op = OpKind::order;
+    perm.bytes = static_cast<std::uint64_t>(2 * D * b);
+    MoeOp& ex = add_compute(v, MoeStep::experts, 0, D, "experts");
+    ex.allreduce_each = false;  // the shards' partial sums are reduced by the ReduceScatter below
+    MoeOp& unperm = add_op(v, MoeStep::kernel, Sb * M, "unpermute");
+    unperm.kernel_op = OpKind::iorder;
+    unperm.bytes = static_cast<std::uint64_t>((Sb * M + 2 * D) * b);
+    add_coll(v, MoeStep::rs, GroupKind::world, Sb * M, "token_reducescatter");
+    return;
+  }
   if (!o.parm) {
     // DeepSpeed-MoE (docs/moe-costs.md): every MP rank gates and dispatches
     // the same S tokens (MoE runs on the TP-replicated layernorm output).
@@ -196,11 +241,19 @@ void plan_backward(std::span<const MoeOp> fwd, const LayerSpec& spec, const Dims
         take(f);
         // With MP split before the gate, each MP rank saw other tokens: the
         // replicated gate weights' gradient is summed over the MP group.
-        if (o.parm && o.split == Split::before_gate)
+        if ((o.parm && o.split == Split::before_gate) ||
+            (!o.parm && spec.token_dispatcher == TokenDispatcher::allgather && G > 1))
           coll(MoeStep::ar, GroupKind::mp, spec.M * spec.E, "gate_grad_allreduce", false, CollData::gate_grad);
         break;
       }
       case MoeStep::ag:
+        if (f.data == CollData::route && f.group == GroupKind::world) {
+          // The AllGather dispatcher's routing: the map has no gradient; the
+          // probabilities' (fp32, 4 of the 5 bytes per [token, expert]) are
+          // ReduceScattered back over the block.
+          coll(MoeStep::rs, GroupKind::world, f.elems * 4 / 5, "bwd_probs_reducescatter");
+          break;
+        }
         if (f.group == GroupKind::mp)
           coll(MoeStep::mp_gather_free, GroupKind::mp, f.elems, "bwd_mp_allgather_slice");
         else

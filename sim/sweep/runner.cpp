@@ -99,7 +99,7 @@ std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::Alp
   if (!ws) ws = &fresh;
   moe::AlphaBeta own;
   if (!model) {
-    own = moe::alpha_beta_from_topology(topo, ws);
+    own = moe::alpha_beta_from_topology(topo, ws, spec.symmetry);
     own.calibration = spec.calibration.get();
     model = &own;
   }
@@ -568,7 +568,7 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
         auto& m = models[static_cast<std::size_t>(spec.configs[i].topology)];
         if (m) continue;
         m = std::make_unique<moe::AlphaBeta>(
-            moe::alpha_beta_from_topology(*spec.topologies[spec.configs[i].topology].topo));
+            moe::alpha_beta_from_topology(*spec.topologies[spec.configs[i].topology].topo, nullptr, spec.symmetry));
         m->calibration = spec.calibration.get();
       }
 

@@ -471,8 +471,9 @@ Topology build(const YamlReader& top) {
 // on any topology: --topo-set gpu_memory=48GiB or compute.gemm_efficiency=0.9, a sweep's set or
 // grid); every other key must exist already (a typo is reported, never added).
 bool adds_allowed(const std::string& o) {
-  for (const char* k : {"gpu_memory=", "compute.gemm_efficiency=", "compute.launch="})
-    if (o.rfind(k, 0) == 0) return true;
+  if (o.rfind("gpu_memory=", 0) == 0) return true;
+  for (const KeyDoc& k : kCompute.keys)
+    if (o.rfind(fmt::format("compute.{}=", k.key), 0) == 0) return true;
   return false;
 }
 

@@ -28,6 +28,11 @@ namespace {
 // in about 7 us (the simplest op with autograd, pytorch/pytorch#41383; docs/moe-costs.md, "The host").
 constexpr std::string_view kGatherExperts = "ds_moe=lean,dispatch=index,host_op=7us";
 
+// The AllGather token dispatcher (docs/moe-costs.md) with the lean gate and
+// dropless routing drawn uniformly: Flux's tests route by `--dist random`
+// (bytedance/flux test/python/moe_ag_scatter/test_moe_ag.py@035e3caf).
+constexpr std::string_view kAllGather = "ds_moe=lean,dispatch=index,host_op=7us,token_dispatcher=allgather,load=uniform";
+
 constexpr std::array<MoeSystem, 9> kSystems = {{
     {"deepspeed-moe",
      "DeepSpeed-MoE 0.14.4 as the Parm paper measured it: parmsim's baseline (einsum dispatch, the fp32 gate)", true,
@@ -51,12 +56,14 @@ constexpr std::array<MoeSystem, 9> kSystems = {{
      "reported apart",
      false, "baseline", kGatherExperts},
     {"flux-torch",
-     "Flux's PyTorch reference: tokens all-gathered over tensor-parallel experts, no gate, forward only; no parmsim "
-     "layout matches, not predicted",
-     false, "", ""},
+     "Flux's PyTorch reference (all-gather, scatter, grouped GEMM; GEMM, top-k reduce, reduce-scatter; forward, no "
+     "gate): not modelled (its kernels are the test's); run as the AllGather token dispatcher, its nearest, with "
+     "uniformly drawn routing, and reported apart",
+     false, "baseline", kAllGather},
     {"flux-comet",
-     "Flux/Comet's fused AllGather+GEMM and GEMM+ReduceScatter kernels, forward only: not modelled, not predicted",
-     false, "", ""},
+     "Flux/Comet's fused AllGather+GEMM and GEMM+ReduceScatter kernels, which overlap the collectives with the "
+     "GEMMs, forward only: not modelled; run as the AllGather token dispatcher (no overlap) and reported apart",
+     false, "baseline", kAllGather},
 }};
 
 // NVLink bandwidth per GPU and direction, bytes/s: half the datasheets'

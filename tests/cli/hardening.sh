@@ -471,6 +471,30 @@ model 's/^heads: .*/heads: 20/' heads
 refused model-heads-not-dividing-hidden "heads.yaml:" "key 'heads'" "divisor of hidden=768" -- "$bin" model "$tmp/heads.yaml"
 model 's/^moe_every: .*/moe_every: 13/' moe-every
 refused model-moe-every-beyond-layers "moe-every.yaml:" "key 'moe_every'" "at most layers=12" -- "$bin" model "$tmp/moe-every.yaml"
+# A pipelined spec (experiments/deepseek-v3.yaml: 61 blocks, pp 16 on 2048 GPUs) refuses what does not split.
+dsv3() { sed "s|\.\./topologies|$PWD/topologies|; $1" experiments/deepseek-v3.yaml > "$tmp/$2.yaml"; }
+dsv3 '/^first_stage_layers/d; /^last_stage_layers/d' pp-blocks
+refused model-pp-not-dividing-blocks "pp-blocks.yaml:" "key 'pp'" "split layers=61" -- "$bin" model "$tmp/pp-blocks.yaml"
+dsv3 's/^first_stage_layers: .*/first_stage_layers: 5/' pp-first
+refused model-pp-first-stage "pp-first.yaml:" "key 'first_stage_layers'" "55 block(s) left over 14 stage(s)" -- "$bin" model "$tmp/pp-first.yaml"
+dsv3 's/^name: .*/name: x\ntopology_set: {nodes: 255}/' pp-gpus
+refused model-pp-not-dividing-gpus "pp-gpus.yaml:" "key 'pp'" "2040 GPUs" -- "$bin" model "$tmp/pp-gpus.yaml"
+dsv3 's/^name: .*/name: x\ntopology_set: {nodes: 264}/' pp-nodes
+refused model-pp-not-whole-nodes "pp-nodes.yaml:" "key 'pp'" "whole nodes" -- "$bin" model "$tmp/pp-nodes.yaml"
+dsv3 's/^ep: .*/ep: 48/' pp-layout
+refused model-pp-layout "pp-layout.yaml:" "ep=48 * mp=1 = 48 does not divide P=128" "pp=16" -- "$bin" model "$tmp/pp-layout.yaml"
+dsv3 's/^global_batch: .*/global_batch: 15000/' pp-batch
+refused model-global-batch "pp-batch.yaml:" "key 'global_batch'" "128 data-parallel replicas" -- "$bin" model "$tmp/pp-batch.yaml"
+dsv3 's/^pp: .*/pp: 15/' dualpipe-odd
+refused model-dualpipe-odd-pp "dualpipe-odd.yaml:" "key 'pipeline_schedule'" "an even pp" -- "$bin" model "$tmp/dualpipe-odd.yaml"
+dsv3 's/^global_batch: .*/global_batch: 3840/' dualpipe-few
+refused model-dualpipe-micro-batches "dualpipe-few.yaml:" "key 'pipeline_schedule'" "at least 2 x pp = 32" "with 30" -- "$bin" model "$tmp/dualpipe-few.yaml"
+dsv3 's/^kv_lora_rank: .*/kv_lora_rank: 1048576/; s/^heads: .*/heads: 65536/; s/^v_head_dim: .*/v_head_dim: 1048576/' mla-big
+refused model-mla-flops-wrap "mla-big.yaml: model too large:" "MLA's projection FLOPs" -- "$bin" model "$tmp/mla-big.yaml"
+dsv3 's/^attention: .*/attention: gqa/' attn-kind
+refused model-attention-kind "attn-kind.yaml:" "key 'attention'" "mha or mla" -- "$bin" model "$tmp/attn-kind.yaml"
+dsv3 's/^attention: .*/attention: mha/' mla-dims
+refused model-mla-dims-without-mla "mla-dims.yaml:" "key 'q_lora_rank'" "attention: mla" -- "$bin" model "$tmp/mla-dims.yaml"
 sed 's/^  experts_per_gpu: \[1\]/  experts_per_gpu: [1.5]/' "$tmp/spec.yaml" > "$tmp/spec-epg.yaml"
 refused sweep-grid-experts-per-gpu-fraction "spec-epg.yaml:" "key 'grid.experts_per_gpu'" -- "$bin" sweep "$tmp/spec-epg.yaml" --count
 sed 's/^  experts_per_gpu: \[1\]/  experts_per_gpu: [1]\n  E: [32]/' "$tmp/spec.yaml" > "$tmp/spec-e.yaml"

@@ -190,6 +190,8 @@ CHECKS = [
     (r"sweep experiments/ablation\.yaml -o out/ablation\.csv", sweep("ablation.csv")),
     (r"model experiments/bert-moe\.yaml", has(r"embedding_and_head", r"attention", r"dense_ffn", r"moe_layer",
                                               r"dp_grad_allreduce", r"hidden_us")),
+    (r"model experiments/deepseek-v3\.yaml", has(r"schedule dualpipe, 120 micro-batch", r"^pipeline_bubble\s+1 ",
+                                                  r"^moe_layer\s+480 ", r"^p2p\s+240 ", r"^  alltoall ", r"^iteration_us")),
     (r"scripts/model_range\.py --bin build/parmsim --out out/model-range\.csv",
      both(has(r"^model_range: 24 runs -> "), files("model-range.csv", head=MODEL_RANGE_COLS))),
     (r"scripts/paper_tables\.py --results out", both(files("paper-comparison.md"), has(r"^\| grid, cluster-32gpu", r"^\| bert-moe \| 2 \(6\) \| 8 \| \*\*"))),

@@ -85,6 +85,7 @@ if ! "$bin" layer -t topologies/h200-cluster.yaml --topo-set nodes=12 --set ep=1
 check layer-file "$bin" layer -t topologies/dgx-h100.yaml --layer tests/data/layer.yaml --schedule auto -n analytical
 check layer-file-typo "$bin" layer -t topologies/dgx-h100.yaml --layer tests/data/layer-typo.yaml
 check model-bert "$bin" model experiments/bert-moe.yaml
+check model-deepseek-v3 "$bin" model experiments/deepseek-v3.yaml
 check verify-small "$bin" verify --gpus 8 --node-gpus 4 --set mp=4,E=16,f=0.5
 
 # layer --json has the documented keys for every schedule.
@@ -107,6 +108,24 @@ assert j['auto'] in ('s1','s2')
 assert j['baseline_system'].startswith('DeepSpeed-MoE 0.14.4 with einsum dispatch'), j['baseline_system']
 assert j['search']['tried']==30 and j['search']['best_total_us'] <= j['schedules']['s1']['total_us']
 "; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL layer --json"; fi
+# model --json of a pipeline: the components add up to the iteration, and so do the pipeline's
+# parts (steady + bubble + P2P) and the exposed gradient AllReduce; the slowest stage is the largest
+# F + B; the MoE layer's phases add up to one MoE layer.
+if "$bin" model experiments/deepseek-v3.yaml --json > "$tmp/dsv3.json" && python3 -c "
+import json
+j = json.load(open('$tmp/dsv3.json'))
+assert j['pipeline']['pp'] == 16 and j['pipeline']['stage_gpus'] == 128 and j['pipeline']['micro_batches'] == 120
+for name, s in j['schedules'].items():
+    it = s['iteration_us']
+    assert abs(sum(c['total_us'] for c in s['components']) - it) <= 1e-9 * it, name
+    p = s['pipeline']
+    assert abs(p['steady_us'] + p['bubble_us'] + p['p2p_us'] + s['dp_grad_allreduce_exposed_us'] - it) <= 1e-9 * it, name
+    fb = [st['forward_us'] + st['backward_us'] for st in p['stages']]
+    assert fb[p['slowest_stage']] == max(fb) and sum(st['blocks'] for st in p['stages']) == 61
+    assert all(0 < st['weight_grad_us'] < st['backward_us'] for st in p['stages'])
+    moe = next(c for c in s['components'] if c['component'] == 'moe_layer')
+    assert abs(sum(p['moe_layer_phases_us'].values()) - moe['forward_us'] - moe['backward_us']) <= 1e-6 * moe['total_us'], name
+"; then passes=$((passes + 1)); else fails=$((fails + 1)); echo "FAIL model --json (pipeline)"; fi
 # layer --trace: one file, every schedule, forward and backward, its path printed; its folder made.
 if "$bin" layer -t topologies/dgx-h100.yaml -n analytical --set B=2,L=64,M=64,H=128,E=8,mp=2 \
      --trace "$tmp/new/dir/l.csv" > "$tmp/lt.txt" &&
