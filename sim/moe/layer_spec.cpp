@@ -270,11 +270,10 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
     throw UserError(fmt::format("layer too large: keys 'shared_H', 'M', 'B', 'L' (shared_H={}, M={}, B={}, L={}): the "
                                 "shared experts' FLOPs 3*B*L*M*shared_H overflow the simulator's 64-bit counts (at "
                                 "most 2^60)", s.shared_H, s.M, s.B, s.L));
-  d.dtype_bytes = dtype_bytes(s.dtype);
-  if (s.dtype == DType::fp8) {
-    // An fp8 layer's activations are bf16; its expert GEMMs and the rows sent to the experts are fp8.
-    d.fp8 = true;
-    d.dtype_bytes = dtype_bytes(DType::bf16);
+  // An fp8 layer's activations are bf16; its expert GEMMs and the rows sent to the experts are fp8.
+  d.fp8 = s.dtype == DType::fp8;
+  d.dtype_bytes = dtype_bytes(d.fp8 ? DType::bf16 : s.dtype);
+  if (d.fp8) {
     // One fp32 scale per 128 elements of a token row (DeepSeek-V3's 1x128 activation tiles,
     // arXiv 2412.19437 section 3.3.2; DeepEP's per_token_cast_to_fp8, as moe-dispatch counts it).
     if (s.M % 128 != 0)
