@@ -248,3 +248,28 @@ TEST_CASE("a rail fabric's spines take an oversubscription; a rail-only one refu
                     Catch::Contains("key 'fabric.oversubscription'") && Catch::Contains("rail-only") &&
                         Catch::Contains("fabric.spines"));
 }
+
+TEST_CASE("a link from `gpus` is one link per GPU of the server, so node.gpus can be overridden", "[topology]") {
+  const std::string head = "name: t\ngpu: b200\nnodes: 1\nnode:\n  gpus: 4\n  devices:\n    - {name: sw, kind: nvswitch}\n"
+                           "  links:\n";
+  const std::string tail = "      b: sw\n      bandwidth: 100GBps\n      latency: 200ns\n";
+  const Topology all = parse_topology_text(head + "    - a: gpus\n" + tail, "all.yaml");
+  const Topology list = parse_topology_text(head + "    - a: [gpu0, gpu1, gpu2, gpu3]\n" + tail, "list.yaml");
+  // The same links in the same order: 4 GPUs x 2 directions.
+  REQUIRE(all.num_links() == list.num_links());
+  CHECK(all.num_links() == 8);
+  for (int i = 0; i < all.num_links(); ++i) CHECK(all.link_name(i) == list.link_name(i));
+  // Overriding the GPU count keeps every GPU on the switch: 32 GPUs, 64 links; GPU 0 to GPU 31 is
+  // GPU-switch-GPU, 2 x 0.2 us.
+  const Topology big = parse_topology_text(head + "    - a: gpus\n" + tail, "all.yaml", {"node.gpus=32"});
+  CHECK(big.num_gpus() == 32);
+  CHECK(big.num_links() == 64);
+  CHECK(big.route(0, 31).latency == Time::ns(400));
+  // The shipped NVL72 rack is written this way: a 32-GPU partition of it.
+  CHECK(load_topology(topo_path("nvl72"), {"node.gpus=32"}).num_gpus() == 32);
+  CHECK(load_topology(topo_path("nvl72")).num_gpus() == 72);
+  // `gpus` is not a device name.
+  std::string bad = head + "    - a: gpus\n" + tail;
+  bad.replace(bad.find("name: sw"), 8, "name: gpus");
+  CHECK_THROWS_WITH(parse_topology_text(bad, "bad.yaml"), Catch::Contains("a device name other than 'gpus'"));
+}

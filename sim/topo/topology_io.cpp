@@ -105,7 +105,9 @@ const Section kDevice{"topology.node.devices[]",
                         "NVSwitch: H100/H200, B200); enables NCCL's NVLS and NVLS-Tree algorithms"}}};
 const Section kLink{"topology.node.links[]",
                     "A full-duplex link. `a` may be a list: one link per element.",
-                    {{"a", "string|list", "required", "device name(s)"},
+                    {{"a", "string|list", "required",
+                      "device name(s); `gpus`: every GPU of the server (gpu0..gpu{N-1}), so that node.gpus can be "
+                      "overridden (--topo-set node.gpus=32)"},
                      {"b", "string", "required", "device name"},
                      {"bandwidth", "bandwidth", "required", "per direction (a->b, and b->a unless bandwidth_ba)"},
                      {"bandwidth_ba", "bandwidth", "bandwidth", "b->a direction if different"},
@@ -200,6 +202,7 @@ Topology build(const YamlReader& top) {
       d.check_keys(kDevice);
       const std::string dn = d.at("name").as_string();
       if (local.count(dn)) d.at("name").fail(fmt::format("a device name not used before in the server ('{}' is)", dn));
+      if (dn == "gpus") d.at("name").fail("a device name other than 'gpus' (links use it for every GPU of the server)");
       local[dn] = static_cast<int>(tmpl.size());
       tmpl.push_back({dn, parse_kind(d.at("kind"))});
       if (auto nv = d.opt("nvls")) {
@@ -225,7 +228,7 @@ Topology build(const YamlReader& top) {
   auto lookup = [&](const YamlReader& r) {
     const std::string s = r.as_string();
     auto it = local.find(s);
-    if (it == local.end()) r.fail("the name of a GPU (gpu0..) or of a device declared in node.devices");
+    if (it == local.end()) r.fail("the name of a GPU (gpu0..), `gpus` (every GPU) or a device declared in node.devices");
     return it->second;
   };
   std::int64_t node_links = 0;
@@ -236,6 +239,8 @@ Topology build(const YamlReader& top) {
     const YamlReader a = l.at("a");
     if (a.node().IsSequence())
       for (std::size_t j = 0; j < a.size(); ++j) as.push_back(lookup(a[j]));
+    else if (a.as_string() == "gpus")
+      for (int g = 0; g < gpn; ++g) as.push_back(g);  // the templates' first gpn entries are gpu0..
     else
       as.push_back(lookup(a));
     const int b = lookup(l.at("b"));
