@@ -91,6 +91,10 @@ moe::Dims dims_for(const moe::LayerSpec& s, const Cluster& c) {
 }  // namespace
 
 void check_executable(const moe::LayerSpec& s) {
+  // fp8 layers are timed only: the executors' kernels compute in fp32, fp16 and bf16.
+  if (s.dtype == DType::fp8)
+    throw UserError("--set dtype=fp8: the executors (verify, execute) run fp32, fp16 and bf16 layers; fp8 layers are "
+                    "timed by the simulator: parmsim layer");
   // The executors' kernels (backend/cpu, backend/device) run ungated experts
   // and no shared experts; those are timed by the simulator alone.
   if (s.glu || s.shared_H > 0)

@@ -307,6 +307,12 @@ Output, per schedule (forward + backward of one layer):
                      {"rank_imbalance", drawn->rank_imbalance},
                      {"max_rank_tokens", drawn->max_rank_rows},
                      {"mean_rank_tokens", drawn->mean_rank_rows}};
+      // Group-limited routing (docs/moe-costs.md): the limit and the selections that cross nodes.
+      if (drawn && spec.topk_groups > 0) {
+        j["load"]["expert_groups"] = spec.expert_groups;
+        j["load"]["topk_groups"] = spec.topk_groups;
+        j["load"]["inter_node_selections"] = moe::inter_node_share(*drawn, dims, topo.gpus_per_node());
+      }
       if (!a->trace.empty()) j["trace"] = a->trace;
       if (!trace_classes.empty()) j["trace_ranks"] = trace_classes;
       nlohmann::json sch = nlohmann::json::object();
@@ -382,6 +388,11 @@ Output, per schedule (forward + backward of one layer):
                  "{:.3f} ({} / {:.1f})\n",
                  spec.load->text, spec.seed, drawn->expert_imbalance, drawn->max_expert_rows, drawn->mean_expert_rows,
                  drawn->rank_imbalance, drawn->max_rank_rows, drawn->mean_rank_rows);
+    if (drawn && spec.topk_groups > 0)
+      fmt::print("group-limited: each token's {} experts from at most {} of {} groups of {}; {:.1f}% of the selections "
+                 "go to another node (one copy each: the AlltoAll does not merge a token's copies per node)\n",
+                 spec.k, spec.topk_groups, spec.expert_groups, spec.E / spec.expert_groups,
+                 100 * moe::inter_node_share(*drawn, dims, topo.gpus_per_node()));
     fmt::print("baseline: {}\n", moe::baseline_system(spec));
     fmt::print("tokens/GPU S={}, capacity T={} (baseline) / {} (Parm, per S/G), experts/EP rank {}\n", dims.S,
                dims.T_base, dims.T_parm, dims.E_local);

@@ -236,7 +236,7 @@ TEST_CASE("impossible layers are rejected with the reason", "[moe][errors]") {
   CHECK_THROWS_WITH(dims("Q=1"), Catch::Contains("unknown layer key 'Q'"));
   CHECK_THROWS_WITH(dims("B=-4"), Catch::Contains("key 'B': expected an integer >= 1"));
   CHECK_THROWS_WITH(dims("f=abc"), Catch::Contains("capacity factor"));
-  CHECK_THROWS_WITH(dims("dtype=fp8"), Catch::Contains("unknown dtype 'fp8'"));
+  CHECK_THROWS_WITH(dims("dtype=fp4"), Catch::Contains("unknown dtype 'fp4': expected fp32, fp16, bf16 or fp8"));
   CHECK_THROWS_WITH(dims("split=sideways"), Catch::Contains("before_gate or after_order"));
   CHECK_THROWS_WITH(preset("s3"), Catch::Contains("unknown schedule 's3'"));
 }

@@ -22,6 +22,8 @@ Elem elem_of(DType d) {
       return Elem::bf16;
     case DType::fp32:
       break;
+    case DType::fp8:  // check_executable refuses fp8 layers before any graph is built
+      throw InternalError("the device executor has no fp8 kernels");
   }
   return Elem::f32;
 }

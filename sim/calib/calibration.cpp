@@ -176,7 +176,7 @@ Calibration read_calibration(const YamlReader& r, const std::string& file) {
         try {
           k.dtype = parse_dtype(e.at("dtype").as_string());
         } catch (const UserError&) {
-          e.at("dtype").fail("fp32, fp16 or bf16");
+          e.at("dtype").fail("fp32, fp16, bf16 or fp8");
         }
       }
       const YamlReader pts = e.at("points_us");

@@ -183,9 +183,12 @@ Time gemm_detail::gemm_time_general(const GpuProfile& gpu, std::uint64_t flops, 
 ComputeRates::ComputeRates(const GpuProfile& g) : gpu(g), mem_rate(g.hbm_bandwidth * g.mem_efficiency) {
   mem_ok = gemm_detail::usable_rate(mem_rate);
   if (g.sm_count < 1 || !mem_ok) return;
-  for (const DType d : {DType::fp32, DType::fp16, DType::bf16}) {
+  for (const DType d : {DType::fp32, DType::fp16, DType::bf16, DType::fp8}) {
     // GpuProfile::peak's field: sustained() throws where it is not > 0.
-    const double peak = d == DType::fp32 ? g.peak_fp32 : d == DType::fp16 ? g.peak_fp16 : g.peak_bf16;
+    const double peak = d == DType::fp32   ? g.peak_fp32
+                        : d == DType::fp16 ? g.peak_fp16
+                        : d == DType::bf16 ? g.peak_bf16
+                                           : g.peak_fp8;
     if (!(peak > 0)) continue;
     const double v = g.sustained(d) / g.sm_count;  // plan()'s per_sm
     if (gemm_detail::usable_rate(v)) per_sm[static_cast<std::size_t>(d)] = v;

@@ -113,7 +113,7 @@ struct ComputeRates {
   // sustained(d) / sm_count, indexed by DType; 0 where the one-tile GEMM
   // model does not apply as is (no SM count, an unsupported dtype, a rate
   // duration_for_rate refuses, this one or mem_rate).
-  std::array<double, 3> per_sm{};
+  std::array<double, 4> per_sm{};
   double sm_for(DType d) const {
     const auto i = static_cast<std::size_t>(d);
     return i < per_sm.size() ? per_sm[i] : 0.0;

@@ -77,8 +77,17 @@ GpuProfile with_memory(GpuProfile g, std::uint64_t gib) {
 // Dense FP8 tensor-core peak: [MLE] compute/accelerator/README.md's fp8 column, H100 SXM 1979
 // (L265), H200 SXM 1979 (L264), B200 SXM 4500 TFLOP/s (L260); A100 and older have none ("X", L275).
 // H800 SXM5 is the H100 SXM5's GH100 silicon with NVLink and FP64 cut, so H100's figure.
-GpuProfile with_fp8(GpuProfile g, double peak) {
+// Sustained FP8 GEMM throughput: the best dense GEMM DeepGEMM published on an H800 SXM5 (NVCC
+// 12.8; e4m3 inputs with DeepSeek-V3's 1x128 / 128x128 scales, bf16 output), 1426 TFLOP/s at
+// m=4096, n=7168, k=16384 [deepseek-ai/DeepGEMM@55ab91f7 README.md, "Normal GEMMs for dense
+// models"]; the most of that table and of its grouped GEMMs (1346), so the "sustained" figure
+// as the other dtypes' (a published maximum). H100 and H200 SXM are the same GH100 silicon at
+// the same clocks (H200's sustained BF16 is within 1% of H100's), so the same figure. B200: no
+// published FP8 GEMM measurement found, 0 (the peak).
+constexpr double kHopperSustainedFp8 = 1426e12;
+GpuProfile with_fp8(GpuProfile g, double peak, double sustained = 0) {
   g.peak_fp8 = peak;
+  g.sustained_fp8 = sustained;
   return g;
 }
 }  // namespace
@@ -93,13 +102,15 @@ const std::vector<GpuProfile>& gpu_profiles() {
            "TFLOP/s and 3.35 TB/s HBM3 [stas00/ml-engineering@744d01e1 compute/accelerator/README.md L265, L484]; "
            "cuBLAS sustains 51.88 FP32 / 760.04 FP16 / 797.51 BF16 TFLOP/s "
            "[zzc0721/torch-performance-test-data@9d828276 database.md L34, issue #79]",
-           132, 67e12, 494.5e12, 989e12, 989e12, 51.88e12, 760.04e12, 797.51e12, 3.35e12), 90, 20.6 / 25.0), 80), 1979e12),
+           132, 67e12, 494.5e12, 989e12, 989e12, 51.88e12, 760.04e12, 797.51e12, 3.35e12), 90, 20.6 / 25.0), 80), 1979e12,
+           kHopperSustainedFp8),
       // Memory: 141 GB HBM3e [ml-engineering@744d01e1 compute/accelerator/README.md L476].
       with_fp8(with_memory(with_nccl(make("h200",
            "H200 SXM: H100 compute, 132 SMs; peaks 67 / 494.5 / 989 / 989 TFLOP/s, 4.8 TB/s HBM3e "
            "[ml-engineering@744d01e1 compute/accelerator/README.md L264, L476]; sustained 51.34 FP32 / 759.40 FP16 "
            "/ 790.29 BF16 TFLOP/s [zzc0721/torch-performance-test-data@9d828276 database.md L57]",
-           132, 67e12, 494.5e12, 989e12, 989e12, 51.34e12, 759.40e12, 790.29e12, 4.8e12), 90, 20.6 / 25.0), 141), 1979e12),
+           132, 67e12, 494.5e12, 989e12, 989e12, 51.34e12, 759.40e12, 790.29e12, 4.8e12), 90, 20.6 / 25.0), 141), 1979e12,
+           kHopperSustainedFp8),
       // Memory: 80 GB HBM2e [ml-engineering@744d01e1 compute/accelerator/README.md L485].
       with_memory(with_nccl(make("a100",
            "A100 SXM4 80GB: 108 SMs, 2039 GB/s HBM2e [NVIDIA GPU Performance Background guide]; peaks 19.5 FP32 / "
@@ -164,7 +175,8 @@ const std::vector<GpuProfile>& gpu_profiles() {
            "the H800 PCIe, 114 SMs), so H100 SXM's 51.88 / 760.04 / 797.51 TFLOP/s [zzc0721/torch-performance-test-"
            "data@9d828276 database.md L34], the same silicon at the same clocks. NVLink is 400 GB/s per GPU, not "
            "H100's 900: that lives in the topology (its links), not in this profile",
-           132, 67e12, 494.5e12, 989e12, 989e12, 51.88e12, 760.04e12, 797.51e12, 3.35e12), 90, 20.6 / 25.0), 80), 1979e12),
+           132, 67e12, 494.5e12, 989e12, 989e12, 51.88e12, 760.04e12, 797.51e12, 3.35e12), 90, 20.6 / 25.0), 80), 1979e12,
+           kHopperSustainedFp8),
       // No tile model (sm_count 0): launch + max(flops / peak, bytes / bandwidth).
       // Memory: not a card; an explicit round 16 GiB of host memory for the CPU executor, chosen, not measured.
       with_memory(with_nccl(make("cpu",
@@ -176,6 +188,13 @@ const std::vector<GpuProfile>& gpu_profiles() {
 }
 
 void GpuProfile::unsupported(DType d) const {
+  if (d == DType::fp8) {
+    std::string with;
+    for (const GpuProfile& g : gpu_profiles())
+      if (g.peak_fp8 > 0) with += (with.empty() ? "" : ", ") + g.name;
+    throw UserError(fmt::format("key 'dtype': fp8 needs FP8 tensor cores; GPU '{}' has none (GPUs with fp8: {})", name,
+                                with));
+  }
   throw UserError(fmt::format("GPU profile '{}' does not support {}", name, to_string(d)));
 }
 
@@ -212,6 +231,10 @@ double max_gemm_efficiency(const GpuProfile& g) {
     // A profile whose measured maximum is above its derived peak (the RTX 2080 Ti's fp16)
     // keeps its own figure as the bound: 1 is always allowed.
     if (peak > 0) most = std::min(most, std::max(peak, sustained) / (sustained > 0 ? sustained : peak));
+  // fp8 bounds it only where a measured figure exists (H100, H200, H800): B200's fp8 runs at its
+  // datasheet peak (no published fp8 GEMM measurement found), which the factor then scales like
+  // the rest, so that adding fp8 left every other dtype's bound as it was.
+  if (g.peak_fp8 > 0 && g.sustained_fp8 > 0) most = std::min(most, std::max(g.peak_fp8, g.sustained_fp8) / g.sustained_fp8);
   return most;
 }
 

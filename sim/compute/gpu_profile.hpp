@@ -34,6 +34,7 @@ struct GpuProfile {
   double sustained_fp32 = 0;
   double sustained_fp16 = 0;
   double sustained_bf16 = 0;
+  double sustained_fp8 = 0;  // FP8 GEMMs (e4m3 inputs, bf16 output, fp32 accumulation)
   double hbm_bandwidth = 0;    // bytes/s, datasheet
   double mem_efficiency = 1;   // fraction of hbm_bandwidth a streaming kernel sustains
   Time launch;                 // fixed per-kernel floor
@@ -50,14 +51,20 @@ struct GpuProfile {
 
   // throws if the dtype is unsupported
   double peak(DType d) const {
-    const double v = d == DType::fp32 ? peak_fp32 : d == DType::fp16 ? peak_fp16 : peak_bf16;
+    const double v = d == DType::fp32   ? peak_fp32
+                     : d == DType::fp16 ? peak_fp16
+                     : d == DType::bf16 ? peak_bf16
+                                        : peak_fp8;
     if (v <= 0) unsupported(d);
     return v;
   }
   // sustained_* or, where 0, the peak; throws like peak()
   double sustained(DType d) const {
     const double p = peak(d);
-    const double s = d == DType::fp32 ? sustained_fp32 : d == DType::fp16 ? sustained_fp16 : sustained_bf16;
+    const double s = d == DType::fp32   ? sustained_fp32
+                     : d == DType::fp16 ? sustained_fp16
+                     : d == DType::bf16 ? sustained_bf16
+                                        : sustained_fp8;
     return s > 0 ? s : p;
   }
 

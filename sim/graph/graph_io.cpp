@@ -68,7 +68,7 @@ DType dtype_of(const YamlReader& r) {
   try {
     return parse_dtype(r.as_string());
   } catch (const UserError&) {
-    r.fail("fp32, fp16 or bf16");
+    r.fail("fp32, fp16, bf16 or fp8");
   }
 }
 

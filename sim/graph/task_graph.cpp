@@ -14,7 +14,7 @@
 namespace parmsim {
 
 int dtype_bytes(DType d) {
-  return d == DType::fp32 ? 4 : 2;
+  return d == DType::fp32 ? 4 : d == DType::fp8 ? 1 : 2;
 }
 const char* to_string(DType d) {
   switch (d) {
@@ -24,6 +24,8 @@ const char* to_string(DType d) {
       return "fp16";
     case DType::bf16:
       return "bf16";
+    case DType::fp8:
+      return "fp8";
   }
   return "?";
 }
@@ -31,7 +33,8 @@ DType parse_dtype(const std::string& s) {
   if (s == "fp32") return DType::fp32;
   if (s == "fp16") return DType::fp16;
   if (s == "bf16") return DType::bf16;
-  throw UserError(fmt::format("unknown dtype '{}': expected fp32, fp16 or bf16", s));
+  if (s == "fp8") return DType::fp8;
+  throw UserError(fmt::format("unknown dtype '{}': expected fp32, fp16, bf16 or fp8", s));
 }
 
 const char* to_string(CollOp op) {

@@ -26,7 +26,8 @@
 
 namespace parmsim {
 
-enum class DType { fp32, fp16, bf16 };
+// fp8: e4m3/e5m2 tensor-core GEMMs (Hopper and later); one byte an element.
+enum class DType { fp32, fp16, bf16, fp8 };
 int dtype_bytes(DType d);
 const char* to_string(DType d);
 DType parse_dtype(const std::string& s);  // throws UserError

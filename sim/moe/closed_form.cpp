@@ -207,7 +207,8 @@ struct Clock {
   double reps = static_cast<double>(expert_repeats(s, d));
 
   // The op's time, `backward` standing for op.backward.
-  __attribute__((always_inline)) double op(const MoeOp& op, bool backward) const {
+  // `seen`: fp8_wire's experts_seen at this op (the caller tracks it along the list: track).
+  __attribute__((always_inline)) double op(const MoeOp& op, bool backward, bool seen = false) const {
     switch (op.kind) {
       case MoeStep::gate:
       case MoeStep::order:
@@ -224,13 +225,19 @@ struct Clock {
         return one;
       }
       default:
-        return coll(op.kind, op.group, op.elems, op.then, op.chunks);
+        return coll(op.kind, op.group, op.elems, op.then, op.chunks, fp8_wire(d, op.kind, op.data, seen));
     }
+  }
+  // fp8_wire's experts_seen along a list: set by an experts op, cleared by a gate (a layer's start).
+  static void track(bool& seen, MoeStep kind) {
+    if (kind == MoeStep::gate) seen = false;
+    if (kind == MoeStep::experts) seen = true;
   }
   // A collective's time (0 for a view or a compute step).
   __attribute__((always_inline)) double coll(MoeStep kind, GroupKind group, std::int64_t elems, MoeStep then,
-                                             int chunks) const {
-    const double n = static_cast<double>(elems) * bytes;
+                                             int chunks, bool wire = false) const {
+    const double n = wire ? static_cast<double>(wire_bytes(d, static_cast<std::uint64_t>(elems), true))
+                          : static_cast<double>(elems) * bytes;
     switch (kind) {
       case MoeStep::a2a:
         return c.a2a(n);
@@ -253,29 +260,44 @@ struct Clock {
     }
   }
   double sum(std::span<const MoeOp> ops) const {
+    bool seen = false;
     if (s.host_op > Time::zero()) {
       HostRun st;
-      for (const MoeOp& o : ops) hosted(st, o, o.backward);
+      for (const MoeOp& o : ops) {
+        track(seen, o.kind);
+        hosted(st, o, o.backward, seen);
+      }
       return st.gpu;
     }
     double t = 0;
-    for (const MoeOp& o : ops) t += op(o, o.backward);
+    for (const MoeOp& o : ops) {
+      track(seen, o.kind);
+      t += op(o, o.backward, seen);
+    }
     return t;
   }
   // A backward list as backward_plan gives it: the same sum as over the
   // MoeOps backward_ops writes out.
   double sum(std::span<const BackwardOp> ops) const {
+    bool seen = false;
     if (s.host_op > Time::zero()) {
       HostRun st;
-      for (const BackwardOp& b : ops)
+      for (const BackwardOp& b : ops) {
+        track(seen, b.kind);
         if (b.src)
-          hosted(st, *b.src, true);
+          hosted(st, *b.src, true, seen);
         else
-          hosted_coll(st, b.kind, coll(b.kind, b.group, b.elems, b.then, b.chunks), b.chunks);
+          hosted_coll(st, b.kind, coll(b.kind, b.group, b.elems, b.then, b.chunks, fp8_wire(d, b.kind, b.data, seen)),
+                      b.chunks);
+      }
       return st.gpu;
     }
     double t = 0;
-    for (const BackwardOp& b : ops) t += b.src ? op(*b.src, true) : coll(b.kind, b.group, b.elems, b.then, b.chunks);
+    for (const BackwardOp& b : ops) {
+      track(seen, b.kind);
+      t += b.src ? op(*b.src, true, seen)
+                 : coll(b.kind, b.group, b.elems, b.then, b.chunks, fp8_wire(d, b.kind, b.data, seen));
+    }
     return t;
   }
 
@@ -324,7 +346,7 @@ struct Clock {
     st.gpu = std::max(st.gpu, st.host) + t;
     st.host += (calls - 1) * host_s();
   }
-  void hosted(HostRun& st, const MoeOp& o, bool backward) const {
+  void hosted(HostRun& st, const MoeOp& o, bool backward, bool seen) const {
     switch (o.kind) {
       case MoeStep::gate:
       case MoeStep::order:
@@ -348,7 +370,8 @@ struct Clock {
         return;
       }
       default:
-        return hosted_coll(st, o.kind, coll(o.kind, o.group, o.elems, o.then, o.chunks), o.chunks);
+        return hosted_coll(st, o.kind, coll(o.kind, o.group, o.elems, o.then, o.chunks, fp8_wire(d, o.kind, o.data, seen)),
+                           o.chunks);
     }
   }
 };

@@ -533,6 +533,12 @@ std::vector<double> load_weights(const LoadModel& load, int E, std::uint64_t see
   return weight;
 }
 
+// Scratch of draw_limited, kept across a source's tokens.
+struct GroupDraw {
+  std::vector<std::uint64_t> score, best;
+  std::vector<int> order, pool;
+};
+
 // One token's k distinct experts into `chosen` (cleared first), drawn with `gen`: by weight among
 // those not taken (a taken expert drawn again is drawn anew: the same law) when `cdf` holds the
 // weights' running sums, else uniformly by Floyd's method (for j = E-k .. E-1, draw x in [0, j];
@@ -558,12 +564,44 @@ void draw_k(std::mt19937_64& gen, int E, int k, const std::vector<double>& weigh
   }
   for (int e : chosen) taken[e] = 0;
 }
+
+// One token's k experts under group-limited routing into `chosen`, drawn with `gen`: DeepEP's
+// tests' procedure on i.i.d. scores (tests/test_internode.py@d8dd185 lines 24-28): E scores, the
+// E/groups consecutive experts of each group ranked by their best score (ties: the lower index),
+// the experts of the `topk` best groups pooled, the k best of the pool taken. `w` is scratch.
+void draw_limited(std::mt19937_64& gen, int E, int k, int groups, int topk, GroupDraw& w, std::vector<int>& chosen) {
+  const int per = E / groups;
+  w.score.resize(E);
+  for (int e = 0; e < E; ++e) w.score[e] = gen();
+  // Groups by their best expert's score, best first (ties: lower index).
+  w.order.resize(groups);
+  w.best.assign(groups, 0);
+  for (int n = 0; n < groups; ++n) {
+    w.order[n] = n;
+    for (int e = n * per; e < (n + 1) * per; ++e) w.best[n] = std::max(w.best[n], w.score[e]);
+  }
+  std::partial_sort(w.order.begin(), w.order.begin() + topk, w.order.end(),
+                    [&](int a, int b) { return w.best[a] != w.best[b] ? w.best[a] > w.best[b] : a < b; });
+  w.pool.clear();
+  for (int g = 0; g < topk; ++g)
+    for (int e = w.order[g] * per; e < (w.order[g] + 1) * per; ++e) w.pool.push_back(e);
+  std::partial_sort(w.pool.begin(), w.pool.begin() + k, w.pool.end(),
+                    [&](int a, int b) { return w.score[a] != w.score[b] ? w.score[a] > w.score[b] : a < b; });
+  chosen.assign(w.pool.begin(), w.pool.begin() + k);
+}
 }  // namespace
 
 std::vector<std::uint64_t> draw_expert_counts(const LoadModel& load, std::uint64_t seed, int sources,
-                                              std::int64_t tokens, int parts, int E, int k) {
-  if (E < 1 || k < 1 || k > E || parts < 1 || tokens % parts != 0)
-    throw InternalError(fmt::format("draw_expert_counts: E={} k={} parts={} tokens={}", E, k, parts, tokens));
+                                              std::int64_t tokens, int parts, int E, int k, int groups,
+                                              int topk_groups) {
+  if (E < 1 || k < 1 || k > E || parts < 1 || tokens % parts != 0 || groups < 1 || E % groups != 0 ||
+      topk_groups < 0 || topk_groups > groups || (topk_groups > 0 && k > topk_groups * (E / groups)))
+    throw InternalError(fmt::format("draw_expert_counts: E={} k={} parts={} tokens={} groups={} topk_groups={}", E, k,
+                                    parts, tokens, groups, topk_groups));
+  const bool limited = topk_groups > 0 && topk_groups < groups;
+  if (limited && load.kind != LoadModel::Kind::uniform)
+    throw InternalError("draw_expert_counts: group-limited routing draws uniform scores only");
+  GroupDraw limited_draw;
   std::vector<std::uint64_t> out(static_cast<std::size_t>(sources) * parts * E, 0);
   const std::vector<double> weight = load_weights(load, E, seed);
   std::vector<double> cdf;
@@ -583,7 +621,10 @@ std::vector<std::uint64_t> draw_expert_counts(const LoadModel& load, std::uint64
     // As route_tokens draws: the source's own generator, k distinct experts per token.
     std::mt19937_64 gen(splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(src) + 1)));
     for (std::int64_t tok = 0; tok < tokens; ++tok) {
-      draw_k(gen, E, k, weight, cdf, taken, chosen);
+      if (limited)
+        draw_limited(gen, E, k, groups, topk_groups, limited_draw, chosen);
+      else
+        draw_k(gen, E, k, weight, cdf, taken, chosen);
       const std::size_t row = (static_cast<std::size_t>(src) * parts + static_cast<std::size_t>(tok / per_part)) * E;
       for (int e : chosen) ++out[row + static_cast<std::size_t>(e)];
     }
@@ -597,16 +638,14 @@ DispatchTraffic route_tokens(const DispatchSpec& s, int group) {
   t.ranks = R;
   t.group = group;
   t.nodes = R / group;
-  const int N = t.nodes, per_rank = E / R, per_node = E / N;
+  const int N = t.nodes, per_rank = E / R;
   t.rank_tokens.assign(static_cast<std::size_t>(R) * R, 0);
   t.selections.assign(static_cast<std::size_t>(R) * R, 0);
   t.node_tokens.assign(static_cast<std::size_t>(R) * N, 0);
   const bool limited = s.topk_groups > 0 && s.topk_groups < N;
   std::vector<int> chosen;
   std::vector<char> taken(E, 0);
-  std::vector<std::uint64_t> score(limited ? E : 0);
-  std::vector<int> order, pool;
-  std::vector<std::uint64_t> best;
+  GroupDraw limited_draw;
   std::vector<int> hit_rank(R, -1), hit_node(N, -1);
   t.expert_tokens.assign(E, 0);
   // Per-expert weights and their running sums (empty: uniform).
@@ -621,22 +660,7 @@ DispatchTraffic route_tokens(const DispatchSpec& s, int group) {
       if (!limited || !cdf.empty()) {
         draw_k(gen, E, k, weight, cdf, taken, chosen);
       } else {
-        for (int e = 0; e < E; ++e) score[e] = gen();
-        // Nodes by their best expert's score, best first (ties: lower index).
-        order.resize(N);
-        best.assign(N, 0);
-        for (int n = 0; n < N; ++n) {
-          order[n] = n;
-          for (int e = n * per_node; e < (n + 1) * per_node; ++e) best[n] = std::max(best[n], score[e]);
-        }
-        std::partial_sort(order.begin(), order.begin() + s.topk_groups, order.end(),
-                          [&](int a, int b) { return best[a] != best[b] ? best[a] > best[b] : a < b; });
-        pool.clear();
-        for (int g = 0; g < s.topk_groups; ++g)
-          for (int e = order[g] * per_node; e < (order[g] + 1) * per_node; ++e) pool.push_back(e);
-        std::partial_sort(pool.begin(), pool.begin() + k, pool.end(),
-                          [&](int a, int b) { return score[a] != score[b] ? score[a] > score[b] : a < b; });
-        chosen.assign(pool.begin(), pool.begin() + k);
+        draw_limited(gen, E, k, N, s.topk_groups, limited_draw, chosen);
       }
       for (int e : chosen) {
         const int dst = e / per_rank, n = dst / group;

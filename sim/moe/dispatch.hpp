@@ -59,9 +59,15 @@ LoadModel parse_load_model(const std::string& s, const std::string& option);
 // `parts` equal consecutive parts (the MP members' shares): the selections of
 // each part on each expert, [(src * parts + part) * E + e], drawn as
 // route_tokens draws them (source src's own generator, k distinct experts).
-// A UserError when fewer than k experts have weight.
+// A UserError when fewer than k experts have weight. Group-limited routing
+// (topk_groups > 0 and below `groups`, a uniform load only): the E experts form
+// `groups` groups of consecutive experts, and each token draws its k experts
+// as route_tokens draws them under --topk-groups (groups ranked by their best
+// i.i.d. score, the k best experts of the topk_groups best groups); a token's
+// experts then fall in at most topk_groups groups.
 std::vector<std::uint64_t> draw_expert_counts(const LoadModel& load, std::uint64_t seed, int sources,
-                                              std::int64_t tokens, int parts, int E, int k);
+                                              std::int64_t tokens, int parts, int E, int k, int groups = 1,
+                                              int topk_groups = 0);
 
 // DeepEP's tests run the normal kernels on 24 SMs (deepseek-ai/DeepEP@d8dd185
 // tests/test_intranode.py line 209 `for i in (24, )`, tests/test_internode.py

@@ -59,6 +59,9 @@ class GraphBuilder {
 
   void add(const MoeOp& op) {
     if (op.backward && !in_backward_) start_backward();
+    // fp8_wire: rows sent before a layer's experts (its gate starts a layer, forward and backward).
+    if (op.kind == MoeStep::gate) wire_seen_ = false;
+    if (op.kind == MoeStep::experts) wire_seen_ = true;
     if (allgather()) return add_timed(op);
     switch (op.kind) {
       case MoeStep::gate:
@@ -137,10 +140,15 @@ class GraphBuilder {
       case MoeStep::ag:
       case MoeStep::rs:
       case MoeStep::ar:
-        return collective(op.kind == MoeStep::ag   ? CollOp::allgather
-                          : op.kind == MoeStep::rs ? CollOp::reducescatter
-                                                   : CollOp::allreduce,
-                          op.group, op.elems, "comm", op.label, "", "", 0, s_.M);
+        // fp8 layers: the token AllGather before the experts (and its backward counterpart,
+        // the ReduceScatter's adjoint) moves fp8 rows, as fp8_wire says of every dispatch.
+        wire_fp8_ = fp8_wire(d_, op.kind, op.data, wire_seen_);
+        collective(op.kind == MoeStep::ag   ? CollOp::allgather
+                   : op.kind == MoeStep::rs ? CollOp::reducescatter
+                                            : CollOp::allreduce,
+                   op.group, op.elems, "comm", op.label, "", "", 0, s_.M);
+        wire_fp8_ = false;
+        return;
       case MoeStep::a2a:
       case MoeStep::saa:
       case MoeStep::rs_then:
@@ -184,6 +192,7 @@ class GraphBuilder {
     cur_ = "dout";
     offset_next_ = false;
     experts_seen_ = false;
+    wire_seen_ = false;  // the backward pass's rows before its experts (the combine's adjoint) are fp8
   }
 
   void chain(int rank, int task) {
@@ -458,7 +467,7 @@ class GraphBuilder {
           }
         }
         const std::uint64_t rows = static_cast<std::uint64_t>((static_cast<__int128>(sel) * elems + den - 1) / den);
-        const std::uint64_t bytes = rows * static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(d_.dtype_bytes);
+        const std::uint64_t bytes = wire_bytes(d_, rows * static_cast<std::uint64_t>(width), wire_fp8_);
         if (experts_seen_)
           c.matrix[static_cast<std::size_t>(q)][static_cast<std::size_t>(m)] = bytes;
         else
@@ -537,7 +546,9 @@ class GraphBuilder {
     const std::int64_t out = grow > 0 ? in * grow : grow == 0 ? in / gsize : in * gsize;
     const std::string name = std::string(op.backward ? "g." : "") + op.label + ".out";
     buf(name, out);
+    wire_fp8_ = fp8_wire(d_, op.kind, op.data, wire_seen_);
     collective(cop, kind, op.elems, "comm", op.label, cur_, name, off ? static_cast<std::uint64_t>(in) : 0, s_.M);
+    wire_fp8_ = false;
     if (cop == CollOp::allgather && op.group == GroupKind::mp && !op.backward)
       layout_ = slot_split_ ? SlotLayout::sliced : SlotLayout::gathered;
     cur_ = name;
@@ -591,7 +602,7 @@ class GraphBuilder {
                                                   : kind == GroupKind::dense_dp  ? g_.dense_dp
                                                   : kind == GroupKind::expert_dp ? g_.expert_dp
                                                                                  : g_.mp;
-    const std::uint64_t bytes = static_cast<std::uint64_t>(elems) * static_cast<std::uint64_t>(d_.dtype_bytes);
+    const std::uint64_t bytes = wire_bytes(d_, static_cast<std::uint64_t>(elems), wire_fp8_);
     for (std::size_t gi = 0; gi < groups.size(); ++gi) {
       const bool solo = groups[gi].size() < 2 && op != CollOp::saa;
       Collective c;
@@ -659,6 +670,8 @@ class GraphBuilder {
   std::vector<SeenKernel> kernels_;  // kernel_id's cache
   std::shared_ptr<const LayerLoad> load_;  // the drawn routing under a load model, or null
   bool experts_seen_ = false;               // this pass's experts op is behind us (AlltoAllv direction)
+  bool wire_fp8_ = false;                   // the collective being added moves fp8 rows (fp8_wire)
+  bool wire_seen_ = false;                  // fp8_wire's experts_seen: set by experts, cleared by a gate
   bool slot_split_ = false, in_backward_ = false, offset_next_ = false, dx_started_ = false, dry_ = false;
 };
 

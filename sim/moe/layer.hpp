@@ -98,6 +98,14 @@ struct LayerSpec {
   // of the rank's S goes through beside the routed experts, sharded over mp as
   // they are, gated when glu is (docs/moe-costs.md, "Shared experts").
   std::int64_t shared_H = 0;
+  // Group-limited routing (DeepSeek-V3's n_group / topk_group; Megatron-Core's
+  // moe_router_num_groups / moe_router_group_topk): the E experts form
+  // `expert_groups` equal groups of consecutive experts, and each token takes
+  // its k experts from at most `topk_groups` of them (0: no limit). Drawn by
+  // the dropless load model (load=uniform), as moe-dispatch --topk-groups
+  // draws it (docs/moe-costs.md, "Group-limited routing").
+  int expert_groups = 1;
+  int topk_groups = 0;
 };
 
 enum class Split { before_gate, after_order };
@@ -180,7 +188,12 @@ struct Dims {
   std::int64_t E_local = 0;  // experts per EP rank
   std::int64_t T_base = 0;   // tokens per expert buffer, baseline (capacity on S tokens)
   std::int64_t T_parm = 0;   // tokens per expert buffer, Parm (capacity on S/G tokens)
+  // Bytes of an activation element: the dtype's, and bf16's (2) in an fp8 layer, whose
+  // activations, gate and combine stay in bf16 (docs/moe-costs.md, "FP8 layers").
   int dtype_bytes = 4;
+  // dtype fp8: the experts' GEMMs (routed and shared) in fp8, the tokens on their way to
+  // the experts in fp8 with one fp32 scale per 128 elements (fp8_wire), the rest in bf16.
+  bool fp8 = false;
 };
 Dims make_dims(const LayerSpec& s, int P, int gpus_per_node);
 
@@ -203,6 +216,10 @@ struct LayerLoad {
 };
 // The spec's drawn routing (s.load must be set); the same spec, the same draws.
 std::shared_ptr<const LayerLoad> draw_layer_load(const LayerSpec& s, const Dims& d);
+// The share of a drawn routing's selections whose expert sits on another node than the
+// token (nodes of `gpus_per_node` GPUs): what the layer's AlltoAll(v), one copy per
+// selection, sends between nodes.
+double inter_node_share(const LayerLoad& l, const Dims& d, int gpus_per_node);
 
 // What one step of a schedule does: a compute op of the layer (gate, order,
 // iorder, experts, slot_slice, kernel), a view (split, mp_gather_free) or a
@@ -239,6 +256,23 @@ enum class CollData : std::uint8_t {
                // on MP-Split before the gate, its adjoint, which gathers the rows of dx
   gate_grad,   // the gate weights' gradient, summed over MP
 };
+
+// fp8 layers (Dims::fp8): whether a collective step moves fp8 rows. The token rows on their
+// way to the experts travel in fp8 with one fp32 scale per 128 elements: the dispatch in the
+// forward pass and, in the backward pass, the combine's adjoint (the output gradient before
+// the experts' fc2), as DeepSeek-V3 does (arXiv 2412.19437 section 3.3.3, "Low-Precision
+// Communication": "we quantize the activation before MoE up-projections into FP8 and then
+// apply dispatch components ... A similar strategy is applied to the activation gradient
+// before MoE down-projections. For both the forward and backward combine components, we
+// retain them in BF16"). So: an AlltoAll, AllGather or SAA of the current buffer before the
+// pass's experts op; reductions, the routing records and everything after the experts stay bf16.
+bool fp8_wire(const Dims& d, MoeStep kind, CollData data, bool experts_seen);
+// The bytes of `elems` elements on the wire: fp8 rows are an element a byte plus a 4-byte
+// scale per 128 (M is a multiple of 128 in an fp8 layer: make_dims), rounded up; else
+// elems * d.dtype_bytes.
+inline std::uint64_t wire_bytes(const Dims& d, std::uint64_t elems, bool fp8) {
+  return fp8 ? elems + (elems + 31) / 32 : elems * static_cast<std::uint64_t>(d.dtype_bytes);
+}
 
 // One step of a schedule, in elements (times dtype bytes for collectives).
 struct MoeOp {

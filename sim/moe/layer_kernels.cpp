@@ -46,12 +46,43 @@ Kernel gemm(const char* name, u64 m, u64 n, u64 k, u64 batch, u64 b) {
   return g;
 }
 
+// An expert GEMM (routed or shared experts). In an fp8 layer it runs on the fp8 tensor cores
+// (GpuProfile::sustained(fp8)): both inputs one byte an element (their scales, 1/128 and
+// 1/16384 of it, left out), the output bf16, a weight gradient's fp32 (accumulated into the fp32
+// main gradient: DeepSeek-V3 keeps "master weights, weight gradients, and optimizer states ...
+// in higher precision", arXiv 2412.19437 section 3.3.1). Fprop, Dgrad and Wgrad all run in fp8
+// (ibid., Figure 6; TransformerEngine's recipes quantize all three GEMMs' inputs). Elsewhere gemm().
+Kernel xgemm(const char* name, u64 m, u64 n, u64 k, u64 batch, u64 b, bool fp8, u64 out_bytes = 2) {
+  Kernel g = gemm(name, m, n, k, batch, b);
+  if (fp8) {
+    g.dtype = DType::fp8;
+    g.bytes = (m * k + k * n) * batch + m * n * batch * out_bytes;
+  }
+  return g;
+}
+
 Kernel mem(const char* name, OpKind op, u64 bytes, int launches = 1) {
   Kernel k;
   k.name = name;
   k.op = op;
   k.bytes = bytes;
   k.launches = launches;
+  return k;
+}
+
+// fp8 layers: the cast of a bf16 tensor of `elems` elements to fp8 for the experts' GEMMs: the
+// fp8 data and, for the other GEMM that reads it (a weight gradient needs the operand
+// transposed, and Hopper's fp8 GEMMs take one layout only: deepseek-ai/DeepGEMM@55ab91f7
+// README.md L97, "it only supports the NT format"), its transposed copy: read 2 bytes an
+// element, write 1 + 1. DeepSeek-V3 describes the same round trip: "activations during the
+// forward pass are quantized into 1x128 FP8 tiles and stored. During the backward pass, the
+// matrix needs to be read out, dequantized, transposed, re-quantized into 128x1 tiles, and
+// stored in HBM" (arXiv 2412.19437 section 3.5.2). `fp8_elems`: a tensor already in fp8 (the
+// dispatched rows) of which only the transposed copy is made: read 1, write 1. One kernel each:
+// the casts fused with the activation or the dispatch are not modelled.
+Kernel fp8_cast(const char* name, u64 elems, u64 fp8_elems) {
+  Kernel k = mem(name, OpKind::elementwise, 4 * elems + 2 * fp8_elems);
+  k.dtype = DType::bf16;
   return k;
 }
 
@@ -97,9 +128,10 @@ inline __attribute__((always_inline)) void emit(Out& out, const K&... k) {
 // Calls out(kernel) for each kernel of the op, in order, `backward` standing
 // for o.backward: one body for kernels(), kernel_list() and kernels_seconds().
 template <class Out>
-inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool backward, const LayerSpec& s, const Dims& d,
-                                                       Out&& out) {
+inline __attribute__((always_inline)) void each_kernel_body(const MoeOp& o, bool backward, const LayerSpec& s,
+                                                            const Dims& d, Out&& out) {
   const u64 b = static_cast<u64>(d.dtype_bytes);
+  const bool q = d.fp8;
   const u64 M = s.M, E = s.E, t = o.tokens, h = s.H / d.G, k = s.k;
   const bool lean = s.ds_moe == DsMoe::lean;
   const bool einsum = s.dispatch == Dispatch::einsum;
@@ -167,6 +199,25 @@ inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool back
       // Gated (glu): fc1's output is 2h wide (the gate and up projections side by side), see act_units.
       const u64 h1 = s.glu ? 2 * h : h;
       Kernel act = mem("expert_act", OpKind::activation, act_units(s.glu, backward) * rows * h * b * batch);
+      if (q) {
+        // fp8 (fp8_cast): fc1's input arrives in fp8 (the dispatch); forward, its transposed copy
+        // for fc1's weight gradient, and the activation's output cast to fc2's fp8 input and its
+        // transpose; backward, the output gradient [rows, M] and the activation's input gradient
+        // [rows, h1] each cast to fp8 and transposed for the data and weight gradients.
+        if (!backward)
+          return emit(out, xgemm("expert_fc1", rows, h1, M, batch, b, true), act,
+                      fp8_cast("expert_fp8_cast", rows * h * batch, rows * M * batch),
+                      xgemm("expert_fc2", rows, M, h, batch, b, true));
+        Kernel dout = fp8_cast("expert_fp8_cast_dout", rows * M * batch, 0);
+        Kernel dact = fp8_cast("expert_fp8_cast_dact", rows * h1 * batch, 0);
+        if (lean)
+          return emit(out, dout, xgemm("expert_fc2", rows, M, h, 2 * batch, b, true), act, dact,
+                      xgemm("expert_fc1", rows, h1, M, 2 * batch, b, true));
+        return emit(out, dout, xgemm("expert_fc2_dgrad", rows, h, M, 1, b, true),
+                    xgemm("expert_fc2_wgrad", h, M, rows, 1, b, true, 4), act, dact,
+                    xgemm("expert_fc1_dgrad", rows, M, h1, 1, b, true),
+                    xgemm("expert_fc1_wgrad", M, h1, rows, 1, b, true, 4));
+      }
       if (!backward)
         return emit(out, gemm("expert_fc1", rows, h1, M, batch, b), act, gemm("expert_fc2", rows, M, h, batch, b));
       if (lean) {  // parmsim's earlier backward: data and weight gradients as one batched kernel of twice the work
@@ -181,6 +232,15 @@ inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool back
       // on one weight set, with the data and weight gradients in backward.
       const u64 hs = static_cast<u64>(s.shared_H) / d.G, hs1 = s.glu ? 2 * hs : hs;
       Kernel act = mem("shared_act", OpKind::activation, act_units(s.glu, backward) * t * hs * b);
+      if (q) {
+        // fp8: as the routed experts, with the layer's bf16 input cast too (rowwise and transposed).
+        if (!backward)
+          return emit(out, fp8_cast("shared_fp8_cast_in", t * M, 0), xgemm("shared_fc1", t, hs1, M, 1, b, true), act,
+                      fp8_cast("shared_fp8_cast", t * hs, 0), xgemm("shared_fc2", t, M, hs, 1, b, true));
+        return emit(out, fp8_cast("shared_fp8_cast_dout", t * M, 0), xgemm("shared_fc2_dgrad", t, hs, M, 1, b, true),
+                    xgemm("shared_fc2_wgrad", hs, M, t, 1, b, true, 4), act, fp8_cast("shared_fp8_cast_dact", t * hs1, 0),
+                    xgemm("shared_fc1_dgrad", t, M, hs1, 1, b, true), xgemm("shared_fc1_wgrad", M, hs1, t, 1, b, true, 4));
+      }
       if (!backward)
         return emit(out, gemm("shared_fc1", t, hs1, M, 1, b), act, gemm("shared_fc2", t, M, hs, 1, b));
       return emit(out, gemm("shared_fc2_dgrad", t, hs, M, 1, b), gemm("shared_fc2_wgrad", hs, M, t, 1, b), act,
@@ -202,6 +262,23 @@ inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool back
   }
 }
 
+
+// each_kernel_body's kernels; in an fp8 layer, every kernel it gives no dtype is bf16 (the
+// gate, dispatch and combine, the activations): only the experts' GEMMs run in fp8.
+template <class Out>
+inline __attribute__((always_inline)) void each_kernel(const MoeOp& o, bool backward, const LayerSpec& s, const Dims& d,
+                                                       Out&& out) {
+  if (d.fp8) [[unlikely]] {
+    auto bf16 = [&out](const Kernel& k) __attribute__((always_inline)) {
+      if (k.dtype) return out(k);
+      Kernel c = k;
+      c.dtype = DType::bf16;
+      out(c);
+    };
+    return each_kernel_body(o, backward, s, d, bf16);
+  }
+  each_kernel_body(o, backward, s, d, out);
+}
 
 HostSplit host_split(const Kernel& k) {
   HostSplit h;

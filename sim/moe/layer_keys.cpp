@@ -189,6 +189,15 @@ void set_glu(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v,
 void set_shared_H(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
   s.shared_H = parse_int(k, v, w, 0);
 }
+// Group-limited routing: the groups the experts form, and how many of them a token may use.
+void set_expert_groups(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.expert_groups = static_cast<int>(parse_int(k, v, w, 1, kMaxExperts));
+}
+void set_topk_groups(const Key& k, LayerSpec& s, ScheduleOptions&, const std::string& v, const std::string& w) {
+  s.topk_groups = static_cast<int>(parse_int(k, v, w, 0, kMaxExperts));
+}
+std::string get_expert_groups(const LayerSpec& s, const ScheduleOptions&) { return num(s.expert_groups); }
+std::string get_topk_groups(const LayerSpec& s, const ScheduleOptions&) { return num(s.topk_groups); }
 std::string get_glu(const LayerSpec& s, const ScheduleOptions&) { return s.glu ? "true" : "false"; }
 std::string get_shared_H(const LayerSpec& s, const ScheduleOptions&) { return num(s.shared_H); }
 
@@ -196,7 +205,7 @@ constexpr KeyScope L = KeyScope::layer, S = KeyScope::schedule;
 
 // The defaults shown are LayerSpec's and s1's (layer.hpp); tests/test_registries.cpp checks them.
 // The layer keys' order is the order of spec_string() and of the sweep CSV's columns.
-constexpr std::array<LayerKey, 25> kKeys = {{
+constexpr std::array<LayerKey, 27> kKeys = {{
     {"B", "int", "4", "samples per GPU (B*L tokens enter the layer on each GPU)", L, {}, set_count<&LayerSpec::B>, get_count<&LayerSpec::B>, true},
     {"L", "int", "512", "tokens per sample", L, {}, set_count<&LayerSpec::L>, get_count<&LayerSpec::L>, true},
     {"M", "int", "1024", "model (embedding) size", L, {}, set_count<&LayerSpec::M>, get_count<&LayerSpec::M>, true},
@@ -205,7 +214,9 @@ constexpr std::array<LayerKey, 25> kKeys = {{
     {"k", "int", "2", "experts each token goes to (top-k)", L, {}, set_count<&LayerSpec::k>, get_count<&LayerSpec::k>, true},
     {"f", "number", "1.2", "capacity factor: an expert takes at most k*f*B*L/E tokens", L, {}, set_f, get_f, true},
     {"mp", "int", "4", "tensor-parallel and expert-sharding degree, N_MP = N_ESP = G (inside a node)", L, {}, set_mp, get_mp, true},
-    {"dtype", "string", "fp32", "fp32 | fp16 | bf16", L, {}, set_dtype, get_dtype, true},
+    {"dtype", "string", "fp32",
+     "fp32 | fp16 | bf16 | fp8 (fp8: expert GEMMs in fp8 and tokens dispatched in fp8, the rest bf16; "
+     "docs/moe-costs.md, \"FP8 layers\")", L, {}, set_dtype, get_dtype, true},
     {"ds_moe", "string", "0.14.4",
      "the baseline's DeepSpeed-MoE: 0.14.4 (what Parm measured) | 0.14.5 | lean (docs/moe-costs.md)", L, kDsMoe,
      set_ds_moe, get_ds_moe},
@@ -241,6 +252,13 @@ constexpr std::array<LayerKey, 25> kKeys = {{
      "shared experts' total intermediate size (0: none): a dense FFN on every token beside the routed experts, "
      "sharded over mp (docs/moe-costs.md, \"Shared experts\")", L, {}, set_shared_H, get_shared_H, false, false,
      false},
+    {"expert_groups", "int", "1",
+     "groups of E/expert_groups consecutive experts for group-limited routing (DeepSeek-V3's n_group)", L, {},
+     set_expert_groups, get_expert_groups, false, false, false},
+    {"topk_groups", "int", "0",
+     "each token's k experts come from at most this many groups (DeepSeek-V3's topk_group; 0: no limit); needs "
+     "load=uniform (docs/moe-costs.md, \"Group-limited routing\")", L, {}, set_topk_groups, get_topk_groups, false,
+     false, false},
     {"split", "string", "before_gate", "Parm MP-Split: before_gate | after_order", S, kSplit, set_split, get_split,
      false, true},
     {"gather", "string", "schedule", "MP-AllGather: after_iorder (O) | before_iorder (D)", S, kGather, set_gather,

@@ -270,11 +270,64 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
     throw UserError(fmt::format("layer too large: keys 'shared_H', 'M', 'B', 'L' (shared_H={}, M={}, B={}, L={}): the "
                                 "shared experts' FLOPs 3*B*L*M*shared_H overflow the simulator's 64-bit counts (at "
                                 "most 2^60)", s.shared_H, s.M, s.B, s.L));
-  d.dtype_bytes = dtype_bytes(s.dtype);
+  // An fp8 layer's activations are bf16; its expert GEMMs and the rows sent to the experts are fp8.
+  d.fp8 = s.dtype == DType::fp8;
+  d.dtype_bytes = dtype_bytes(d.fp8 ? DType::bf16 : s.dtype);
+  if (d.fp8) {
+    // One fp32 scale per 128 elements of a token row (DeepSeek-V3's 1x128 activation tiles,
+    // arXiv 2412.19437 section 3.3.2; DeepEP's per_token_cast_to_fp8, as moe-dispatch counts it).
+    if (s.M % 128 != 0)
+      throw UserError(fmt::format("key 'dtype': fp8 scales each token row in blocks of 128 elements; M={} is not a "
+                                  "multiple of 128",
+                                  s.M));
+  }
+  if (s.expert_groups < 1 || s.E % s.expert_groups != 0)
+    throw UserError(fmt::format("key 'expert_groups': E={} experts do not divide into {} equal groups", s.E,
+                                s.expert_groups));
+  if (s.topk_groups < 0 || s.topk_groups > s.expert_groups)
+    throw UserError(fmt::format("key 'topk_groups': {} groups per token, but expert_groups={} (0: no limit)",
+                                s.topk_groups, s.expert_groups));
+  if (s.topk_groups > 0) {
+    if (!s.load)
+      throw UserError("key 'topk_groups': group-limited routing is drawn by the dropless load model; set "
+                      "load=uniform (the capacity layer has no routing to limit)");
+    if (s.load->kind != LoadModel::Kind::uniform)
+      throw UserError(fmt::format("key 'topk_groups': group-limited routing is drawn from uniform scores (as "
+                                  "moe-dispatch --topk-groups); not with load={}",
+                                  s.load->text));
+    const std::int64_t reach = static_cast<std::int64_t>(s.topk_groups) * (s.E / s.expert_groups);
+    if (s.k > reach)
+      throw UserError(fmt::format("key 'topk_groups': top-k k={} experts per token, but {} group(s) of {} experts "
+                                  "hold only {}",
+                                  s.k, s.topk_groups, s.E / s.expert_groups, reach));
+  }
   if (s.load && s.load->kind == LoadModel::Kind::histogram && static_cast<std::int64_t>(s.load->weights.size()) != s.E)
     throw UserError(fmt::format("key 'load': histogram {} has {} counts, expected one per expert, E={}", s.load->text,
                                 s.load->weights.size(), s.E));
   return d;
+}
+
+double inter_node_share(const LayerLoad& l, const Dims& d, int gpus_per_node) {
+  // MP group i holds ranks i*G .. i*G+G-1, one node's (mp divides a node); its block
+  // b = i / N_EP; expert e sits on EP rank q = e / E_local of the block, rank
+  // b*G*N_EP + G*q + t, on the same node for every MP index t (G divides a node).
+  std::uint64_t all = 0, away = 0;
+  for (int i = 0; i < l.groups; ++i) {
+    const std::int64_t b = i / d.n_ep, node = static_cast<std::int64_t>(i) * d.G / gpus_per_node;
+    for (int t = 0; t < l.parts; ++t)
+      for (int e = 0; e < l.E; ++e) {
+        const std::uint64_t c = l.count(i, t, e);
+        const std::int64_t rank = b * d.G * d.n_ep + d.G * (e / d.E_local);
+        all += c;
+        if (rank / gpus_per_node != node) away += c;
+      }
+  }
+  return all ? static_cast<double>(away) / static_cast<double>(all) : 0.0;
+}
+
+bool fp8_wire(const Dims& d, MoeStep kind, CollData data, bool experts_seen) {
+  return d.fp8 && !experts_seen && data == CollData::current &&
+         (kind == MoeStep::a2a || kind == MoeStep::ag || kind == MoeStep::saa);
 }
 
 std::shared_ptr<const LayerLoad> draw_layer_load(const LayerSpec& s, const Dims& d) {
@@ -284,7 +337,8 @@ std::shared_ptr<const LayerLoad> draw_layer_load(const LayerSpec& s, const Dims&
   l.groups = d.P / d.G;
   l.parts = d.G;
   l.E = static_cast<int>(s.E);
-  l.counts = draw_expert_counts(*s.load, s.seed, l.groups, d.S, d.G, l.E, static_cast<int>(s.k));
+  l.counts = draw_expert_counts(*s.load, s.seed, l.groups, d.S, d.G, l.E, static_cast<int>(s.k), s.expert_groups,
+                                s.topk_groups);
   l.expert_rows.assign(static_cast<std::size_t>(d.dp) * l.E, 0);
   for (int i = 0; i < l.groups; ++i) {
     const int b = i / d.n_ep;

@@ -45,8 +45,9 @@ u128 group_size(GroupKind g, const Dims& d) {
   return static_cast<u128>(d.G);
 }
 
-// `in` is the logical size of the op's input buffer.
-OpMem describe(const MoeOp& o, const LayerSpec& s, const Dims& d, u128 in) {
+// `in` is the logical size of the op's input buffer; `wire`: an fp8 layer's collective that
+// moves fp8 rows (fp8_wire), whose output is that size.
+OpMem describe(const MoeOp& o, const LayerSpec& s, const Dims& d, u128 in, bool wire) {
   const u128 b = static_cast<u128>(d.dtype_bytes), M = static_cast<u128>(s.M), E = static_cast<u128>(s.E);
   const u128 t = static_cast<u128>(o.tokens), n = static_cast<u128>(o.elems), G = static_cast<u128>(d.G);
   const u128 h = static_cast<u128>(s.H / d.G);
@@ -114,10 +115,11 @@ OpMem describe(const MoeOp& o, const LayerSpec& s, const Dims& d, u128 in) {
       break;
     case MoeStep::a2a:
       // _AllToAll (L545, L559): torch all_to_all_single into a new tensor of the input's size.
-      m.out = n * b;
+      m.out = wire ? static_cast<u128>(wire_bytes(d, static_cast<std::uint64_t>(n), true)) : n * b;
       break;
     case MoeStep::ag:
-      m.out = n * b;  // nccl-tests convention: elems is the gathered size
+      // nccl-tests convention: elems is the gathered size.
+      m.out = wire ? static_cast<u128>(wire_bytes(d, static_cast<std::uint64_t>(n), true)) : n * b;
       break;
     case MoeStep::rs:
       m.out = n * b / group_size(o.group, d);
@@ -132,7 +134,7 @@ OpMem describe(const MoeOp& o, const LayerSpec& s, const Dims& d, u128 in) {
       // The released SAA writes the AlltoAll's result straight into the gathered output
       // (output.numel() = mp_size * input.numel(), L157; ncclRecv into output, L174-177):
       // no buffer between.
-      m.out = G * n * b;
+      m.out = wire ? G * static_cast<u128>(wire_bytes(d, static_cast<std::uint64_t>(n), true)) : G * n * b;
       break;
     case MoeStep::experts: {
       // Experts.forward (deepspeed/moe/experts.py@d254d75e L28-38): inputs.chunk (views,
@@ -147,6 +149,11 @@ OpMem describe(const MoeOp& o, const LayerSpec& s, const Dims& d, u128 in) {
       const u128 w = s.glu ? 2 : 1;
       m.keep_in = true;
       m.saved = (w + 1) * R * h * b;
+      // fp8: fc2 keeps its input as the fp8 copy its weight gradient reads (1 byte an element;
+      // fc1's output, the SwiGLU's input, stays bf16 as Megatron-Core saves it). DeepSeek-V3
+      // instead caches the SwiGLU's input in fp8 and recomputes its output (arXiv 2412.19437
+      // section 3.3.3, "Low-Precision Activation"): not modelled.
+      if (d.fp8) m.saved = w * R * h * b + R * h;
       m.out = R * M * b;
       // torch.cat copies: the experts' outputs and the concatenation are alive together.
       if (!lean) m.temp = R * M * b;
@@ -162,6 +169,9 @@ OpMem describe(const MoeOp& o, const LayerSpec& s, const Dims& d, u128 in) {
       const u128 hs = static_cast<u128>(s.shared_H / d.G), w = s.glu ? 2 : 1;
       m.view = true;
       m.saved = (w + 1) * t * hs * b;
+      // fp8, as the routed experts: fc2's input kept as its fp8 copy, and fc1's input, the layer's
+      // input, as its fp8 copy too (the bf16 input is held anyway).
+      if (d.fp8) m.saved = w * t * hs * b + t * hs + t * M;
       m.fwd_only = t * M * b;
       // Backward: the gradients of fc1's and the activation's outputs, and the input's
       // gradient it adds to the layer's.
@@ -205,16 +215,36 @@ MemoryPeak peak_memory(std::span<const MoeOp> fwd, const LayerSpec& s, const Dim
   // [M, 2H/G] (megatron/core/transformer/mlp.py@d98e8a64 L205-206: ffn_hidden_size *= 2):
   // three matrices of [M, H/G]. The shared experts' weights likewise, of shared_H/G.
   const u128 mats = s.glu ? 3 : 2;
-  const u128 weights = static_cast<u128>(d.E_local) * mats * M * static_cast<u128>(s.H / d.G) * b +
-                       M * static_cast<u128>(s.E) * b + mats * M * static_cast<u128>(s.shared_H / d.G) * b;
+  const u128 expert_elems = static_cast<u128>(d.E_local) * mats * M * static_cast<u128>(s.H / d.G) +
+                            mats * M * static_cast<u128>(s.shared_H / d.G);
+  u128 weights = expert_elems * b + M * static_cast<u128>(s.E) * b, grads = weights;
+  if (d.fp8) {
+    // fp8: the parameters stay bf16 (b = 2); the experts' GEMMs read fp8 copies of their weights,
+    // one as stored and one transposed for the data gradient (Hopper's fp8 GEMMs take one layout:
+    // deepseek-ai/DeepGEMM@55ab91f7 README.md L97), 2 bytes an element, alive through the pass;
+    // the weight gradients are fp32 (DeepSeek-V3 stores "master weights, weight gradients, and
+    // optimizer states ... in higher precision", arXiv 2412.19437 section 3.3.1; the fp32 master
+    // weights belong to the optimizer, not counted).
+    grads = (expert_elems + M * static_cast<u128>(s.E)) * 4;
+    weights += expert_elems * 2;
+  }
   const u128 input = static_cast<u128>(d.S) * M * b;
   std::array<u128, kMaxOps> in_alloc{}, in_size{};
+  std::array<bool, kMaxOps> wire{};  // fp8_wire of each op, as the simulator sends it
+  {
+    bool seen = false;
+    for (std::size_t j = 0; j < fwd.size(); ++j) {
+      if (fwd[j].kind == MoeStep::gate) seen = false;
+      if (fwd[j].kind == MoeStep::experts) seen = true;
+      wire[j] = fp8_wire(d, fwd[j].kind, fwd[j].data, seen);
+    }
+  }
   // Forward.
   u128 saved = 0, fwd_only = 0, cur = 0 /* allocated bytes of the current buffer: 0 = the input */,
        cur_size = input, peak_f = weights + input;
   for (std::size_t j = 0; j < fwd.size(); ++j) {
     const MoeOp& o = fwd[j];
-    const OpMem m = describe(o, s, d, cur_size);
+    const OpMem m = describe(o, s, d, cur_size, wire[j]);
     in_alloc[j] = cur;
     in_size[j] = cur_size;
     const u128 live = weights + input + saved + fwd_only + cur + m.out + m.temp + m.saved + m.fwd_only;
@@ -232,11 +262,11 @@ MemoryPeak peak_memory(std::span<const MoeOp> fwd, const LayerSpec& s, const Dim
   u128 grad = cur_size, pending = 0, peak_b = 0;
   for (std::size_t r = fwd.size(); r-- > 0;) {
     const MoeOp& o = fwd[r];
-    const OpMem m = describe(o, s, d, in_size[r]);
+    const OpMem m = describe(o, s, d, in_size[r], wire[r]);
     u128 grad_in = 0;  // a new buffer for the input's gradient
     if (o.kind == MoeStep::split) grad_in = in_size[r];  // its adjoint: an AllGather
     else if (!m.view) grad_in = in_size[r];
-    const u128 live = 2 * weights + input + saved + pending + grad + grad_in + m.bwd_temp + m.pending;
+    const u128 live = weights + grads + input + saved + pending + grad + grad_in + m.bwd_temp + m.pending;
     if (live > peak_b) peak_b = live;
     saved -= m.saved + (m.keep_in ? in_alloc[r] : 0);
     pending += m.pending;
@@ -245,7 +275,7 @@ MemoryPeak peak_memory(std::span<const MoeOp> fwd, const LayerSpec& s, const Dim
   }
   MemoryPeak p;
   p.weights = sat(weights);
-  p.grads = sat(weights);
+  p.grads = sat(grads);
   p.input = sat(input);
   p.forward = sat(peak_f);
   p.backward = sat(peak_b);

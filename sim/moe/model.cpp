@@ -61,7 +61,9 @@ const Section kModel{"model",
                       {"ep", "int", "GPUs/mp",
                        "expert-parallel size; below GPUs/mp the experts are replicated over GPUs/(mp*ep) "
                        "data-parallel copies (Megatron-Core's layout, docs/parm.md)"},
-                      {"dtype", "string", "fp32", "fp32 | fp16 | bf16"},
+                      {"dtype", "string", "fp32",
+                       "fp32 | fp16 | bf16 | fp8 (fp8: the MoE layers as the layer key dtype=fp8; the dense blocks "
+                       "in bf16)"},
                       {"glu", "bool", "false",
                        "gated FFNs (SwiGLU) in the dense blocks and the experts: fc1 M -> 2*ffn (layer key glu)"},
                       {"grad_bucket", "int | none", "500000000",
@@ -70,6 +72,13 @@ const Section kModel{"model",
                       {"ds_moe", "string", "0.14.4", "the baseline's DeepSpeed-MoE (layer key ds_moe)"},
                       {"dispatch", "string", "einsum", "token dispatch/combine: einsum | index (layer key dispatch)"},
                       {"shared_ffn", "int", "0", "shared experts' total intermediate size (layer key shared_H)"},
+                      {"load", "string", "capacity",
+                       "the MoE layers' routing: capacity | uniform | zipf:S | a histogram file (layer key load)"},
+                      {"seed", "int", "0", "the seed of the load model's draws (layer key seed)"},
+                      {"expert_groups", "int", "1", "groups of consecutive experts (layer key expert_groups)"},
+                      {"topk_groups", "int", "0",
+                       "each token's experts from at most this many groups; needs load: uniform (layer key "
+                       "topk_groups)"},
                       {"first_dense", "int", "0", "the first n blocks have dense FFNs (DeepSeek's first_k_dense_replace)"},
                       {"dense_ffn", "int", "ffn", "the dense FFNs' intermediate size"},
                       {"attention", "string", "mha", "attention kind: " + attention_kind_help()},
@@ -131,7 +140,12 @@ MoeOp allreduce(GroupKind g, std::int64_t elems, const char* label) {
 Time simulate_ops(const std::vector<MoeOp>& ops, const LayerSpec& s, const Dims& d, const Topology& topo,
                   const std::string& network, const Calibration* cal, Workspace& ws) {
   if (ops.empty()) return Time::zero();
-  const TaskGraph g = build_graph(ops, s, d, preset("s1"));
+  // The ops around the MoE layer route no token: the layer's load model (dropless routing,
+  // which the graph builder draws and executors refuse) does not apply to them.
+  LayerSpec plain = s;
+  plain.load.reset();
+  plain.topk_groups = 0;
+  const TaskGraph g = build_graph(ops, plain, d, preset("s1"));
   return simulate(g, topo, SimOptions{network, cal}, ws).makespan;
 }
 
@@ -173,6 +187,10 @@ ModelSpec build_model_spec(const YamlReader& r) {
   set("ds_moe", "ds_moe");
   set("dispatch", "dispatch");
   set("shared_ffn", "shared_H");
+  set("load", "load");
+  set("seed", "seed");
+  set("expert_groups", "expert_groups");
+  set("topk_groups", "topk_groups");
   if (r.has("first_dense")) m.first_dense = static_cast<int>(r.at("first_dense").as_int(0, m.layers));
   if (r.has("dense_ffn")) m.dense_ffn = r.at("dense_ffn").as_int(1, std::int64_t{1} << 40);
   if (r.has("attention")) {

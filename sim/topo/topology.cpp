@@ -54,7 +54,8 @@ void Topology::set_compute(double gemm_efficiency, std::optional<Time> launch) {
   // scaled; sustained() reads the field, so a dtype without a peak stays refused.
   for (auto [peak, sustained] : {std::pair{gpu_.peak_fp32, &gpu_.sustained_fp32},
                                  std::pair{gpu_.peak_fp16, &gpu_.sustained_fp16},
-                                 std::pair{gpu_.peak_bf16, &gpu_.sustained_bf16}})
+                                 std::pair{gpu_.peak_bf16, &gpu_.sustained_bf16},
+                                 std::pair{gpu_.peak_fp8, &gpu_.sustained_fp8}})
     if (peak > 0) *sustained = (*sustained > 0 ? *sustained : peak) * gemm_efficiency;
   if (launch) gpu_.launch = *launch;
 }
