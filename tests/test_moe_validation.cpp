@@ -124,9 +124,10 @@ TEST_CASE("validate moe reports unmodelled systems and dtypes apart", "[moe][val
   const Csv c(kH100Row + "layer_fwd,4.0,src\n" +
               "s,DeepEP,megatron-deepep,v,h100,8,8,nvswitch,1,4096,4096,14336,8,2,,1,8,bf16,layer_fwd,2.0,src\n" +
               "s,Comet,flux-comet,v,h100,8,8,nvswitch,1,1024,8192,8192,8,2,,8,1,bf16,layer_fwd,2.0,src\n" +
-              "s,Megatron,megatron-alltoall,v,h100,8,8,nvswitch,1,4096,4096,14336,8,2,,1,8,fp8,layer_fwd,2.0,src\n");
+              "s,Megatron,megatron-alltoall,v,h100,8,8,nvswitch,1,4096,4096,14336,8,2,,1,8,fp8,layer_fwd,2.0,src\n" +
+              "s,Megatron,megatron-alltoall,v,h100,8,8,nvswitch,1,4096,4096,14336,8,2,,1,8,fp4,layer_fwd,2.0,src\n");
   const MoeValidation v = validate_moe(load_moe_measurements(c.path));
-  REQUIRE(v.rows.size() == 4);
+  REQUIRE(v.rows.size() == 5);
   CHECK(v.rows[0].status == "modelled");
   // DeepEP runs as its nearest, the AlltoAll dispatcher: the same prediction, reported apart.
   CHECK(v.rows[1].status == "nearest");
@@ -136,10 +137,17 @@ TEST_CASE("validate moe reports unmodelled systems and dtypes apart", "[moe][val
   CHECK(v.rows[2].status == "nearest");
   CHECK(v.rows[2].predicted_ms > 0);
   CHECK(v.rows[2].ran.find("token_dispatcher=allgather") != std::string::npos);
-  CHECK(v.rows[3].status == "not predicted");
-  CHECK(v.rows[3].why == "dtype fp8 not modelled");
-  CHECK(v.counted == 1);
-  CHECK(v.mape == Approx(std::abs(v.rows[0].error_pct)));
+  // An fp8 row runs as dtype=fp8 (docs/moe-costs.md, "FP8 layers"): the same layer as row 0 in
+  // bf16, its expert GEMMs at the fp8 rate, so faster.
+  CHECK(v.rows[3].status == "modelled");
+  CHECK(v.rows[3].ran.find("dtype=fp8") != std::string::npos);
+  CHECK(v.rows[3].predicted_ms > 0);
+  CHECK(v.rows[3].predicted_ms < v.rows[0].predicted_ms);
+  // A dtype parmsim has no model of is reported, not predicted.
+  CHECK(v.rows[4].status == "not predicted");
+  CHECK(v.rows[4].why == "dtype fp4 not modelled");
+  CHECK(v.counted == 2);
+  CHECK(v.mape == Approx((std::abs(v.rows[0].error_pct) + std::abs(v.rows[3].error_pct)) / 2));
   CHECK(v.counted_nearest == 2);
   CHECK(v.mape_nearest == Approx((std::abs(v.rows[1].error_pct) + std::abs(v.rows[2].error_pct)) / 2));
 }

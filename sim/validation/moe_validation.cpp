@@ -9,6 +9,7 @@
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/core/error.hpp"
 #include "sim/core/registry.hpp"
+#include "sim/graph/task_graph.hpp"
 #include "sim/io/csv.hpp"
 #include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
@@ -88,6 +89,17 @@ double pcie_gbps(const std::string& gpu) {
   return 31.5;
 }
 
+// A row's dtype that a layer takes (parse_dtype's list: fp32, fp16, bf16, fp8); a row in any
+// other (fp4, ...) is kept and reported as not predicted.
+bool layer_dtype(const std::string& d) {
+  try {
+    parse_dtype(d);
+    return true;
+  } catch (const UserError&) {
+    return false;
+  }
+}
+
 const char* const kWhats[] = {"layer_fwd", "layer_bwd", "layer_fwd_bwd"};
 const char* const kNodes[] = {"single", "nvswitch", "pcie"};
 
@@ -153,7 +165,7 @@ std::vector<MoeMeasurement> load_moe_measurements(const std::string& path) {
         m.layer = fmt::format("B={},L={},M={},H={},E={},k={},f={},mp={}", required("B"), required("L"),
                               required("M"), required("H"), required("E"), required("k"),
                               m.dropless ? std::string("1.0") : get("f"), mp);
-        if (m.dtype == "fp32" || m.dtype == "fp16" || m.dtype == "bf16") m.layer += ",dtype=" + m.dtype;
+        if (layer_dtype(m.dtype)) m.layer += ",dtype=" + m.dtype;
         moe::LayerSpec spec;
         moe::ScheduleKeys keys;
         moe::apply_keys(&spec, &keys, split_csv(m.layer, where), where);
@@ -210,7 +222,7 @@ MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
     if (sys.schedule.empty()) {
       r.status = "not predicted";
       r.why = "system not modelled";
-    } else if (m.dtype != "fp32" && m.dtype != "fp16" && m.dtype != "bf16") {
+    } else if (!layer_dtype(m.dtype)) {
       r.status = "not predicted";
       r.why = fmt::format("dtype {} not modelled", m.dtype);
     } else {
