@@ -55,6 +55,59 @@ TEST_CASE("NCCL graphs from the topology: channels and speed per channel", "[ncc
   CHECK(a2.bw_inter == Approx(24.0));
 }
 
+TEST_CASE("NCCL's tree graph: the search's second pass raises the intra-node speed across nodes", "[nccl]") {
+  // ncclTopoCompute's pass 2 (src/graph/search.cc@5067397c lines 1267-1284): from the ring's network rung,
+  // the tree's intra speed climbs the network ladder while it is below twice the network speed and every
+  // GPU's NVLink carries the channels at it. Two DGX A100 (ladder ... 30, 28, 24): 8 channels at 24; 28 (224)
+  // and 30 (240 <= 240) fit, 48 (384 > 240) does not: 8 x 30.
+  const NcclGraph a2 = nccl_tree_graph(nccl_system(all(CollOp::allreduce, 16, 1).group, topo("dgx-a100", {"nodes=2"})));
+  CHECK(a2.channels == 8);
+  CHECK(a2.bw_inter == Approx(24.0));
+  CHECK(a2.bw_intra == Approx(30.0));
+  // Two DGX H100: 48 is the ladder's top; nothing to raise: the ring's 8 x 48.
+  const NcclGraph h2 = nccl_tree_graph(nccl_system(all(CollOp::allreduce, 16, 1).group, topo("dgx-h100", {"nodes=2"})));
+  CHECK(h2.channels == 8);
+  CHECK(h2.bw_intra == Approx(48.0));
+  // Two p4de: 4 x 100 Gb/s EFA, 12.5 GB/s -> rung 12, 4 channels; 15, 18, 20, 24 (= 2 x 12, the last).
+  const NcclSystem p4 = nccl_system(all(CollOp::allreduce, 16, 1).group, topo("aws-p4de", {"nodes=2"}));
+  const NcclGraph p4r = nccl_ring_graph(p4), p4t = nccl_tree_graph(p4);
+  CHECK(p4r.channels == 4);
+  CHECK(p4r.bw_intra == Approx(12.0));
+  CHECK(p4t.channels == 4);
+  CHECK(p4t.bw_inter == Approx(12.0));
+  CHECK(p4t.bw_intra == Approx(24.0));
+  // Two A3 Mega (8 x 200 Gb/s, Hopper ladder ... 48, 45, 42, 40, 30, 24): 24 -> 30, 40, 42, 45 (8 x 45 = 360
+  // <= 370.8); 48 (384) does not fit.
+  const NcclGraph g2 = nccl_tree_graph(nccl_system(all(CollOp::allreduce, 16, 1).group, topo("gcp-a3-mega", {"nodes=2"})));
+  CHECK(g2.channels == 8);
+  CHECK(g2.bw_inter == Approx(24.0));
+  CHECK(g2.bw_intra == Approx(45.0));
+  // One node keeps the ring's graph (the tree's one-node pass 2 is not modelled).
+  const NcclSystem one = nccl_system(all(CollOp::allreduce, 8, 1).group, topo("dgx-a100"));
+  CHECK(nccl_tree_graph(one).bw_intra == Approx(nccl_ring_graph(one).bw_intra));
+
+  // What NCCL's tuner then picks on two p4de with the Simple protocol alone (aws-ofi-nccl's NCCL_PROTO):
+  // tree bus bandwidth min(4 x 24 x 0.92 = 88.32, 4 x perChMaxTree 23.6 = 94.4) = 88.32 (balanced tree:
+  // no 0.85), algorithm bandwidth 44.16 GB/s, no tree correction above 256 MiB; latency 8.4 + 2 (7 x 4.0
+  // + 14) = 92.4 us. The ring: 4 x 12 = 48 bus, x 16/30 = 25.6 GB/s. At 2 GiB the tree:
+  // 92.4 + 2^31 / 44160 = 48722.0 us (measured 51406, aws-p4de-2node).
+  const double b2g = 2147483648.0;
+  const NcclEstimate e = nccl_choose(CollOp::allreduce, p4, b2g);
+  CHECK(e.algo == NcclAlgo::tree);
+  CHECK(e.proto == NcclProto::simple);
+  CHECK(e.channels == 4);
+  CHECK(e.lat_us == Approx(92.4));
+  CHECK(e.bw_GBps == Approx(44.16));
+  // The tuner also adds the plugin's reported 75 us per network hop, twice for Simple: 2 x 1 x 150.
+  CHECK(e.tune_extra_us == Approx(300.0));
+  CHECK(nccl_estimate(CollOp::allreduce, p4, NcclAlgo::ring, NcclProto::simple, 0, b2g)->bw_GBps == Approx(25.6));
+  // The flows carry it at that rate: each node sends and receives S over 4 x 12.5 GB/s, 42.9 ms < 48.6.
+  const Topology tp = topo("aws-p4de", {"nodes=2"});
+  const Collective c = all(CollOp::allreduce, 16, 1ULL << 31);
+  CHECK(sim_us(tp, c) == Approx(92.4 + b2g / 44160.0).epsilon(1e-6));
+  CHECK(collective_time_s(c, tp) * 1e6 == Approx(92.4 + b2g / 44160.0).epsilon(1e-6));
+}
+
 TEST_CASE("NCCL's choice on one 8 x H100 node: ring LL below ~1 MiB, NVLS above", "[nccl]") {
   const NcclSystem machine = nccl_system(all(CollOp::allreduce, 8, 1).group, topo("dgx-h100"));
   // NCCL's own tables: the machine's hop latency left out (NCCL's tuner on such a node).

@@ -298,6 +298,7 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Work
   }
   s.nvls = topo.hints().nvls && s.arch >= 2 && s.nvlink;
   s.ring_graph = nccl_ring_graph(s);
+  s.tree_graph = nccl_tree_graph(s);
   s.nvls_graph = nccl_nvls_graph(s);
   s.graphs = true;
   return s;
@@ -336,6 +337,34 @@ NcclGraph nccl_ring_graph(const NcclSystem& s) {
     g.bw_intra /= div;
     g.bw_inter /= div;
     g.channels = dup;
+  }
+  return g;
+}
+
+NcclGraph nccl_tree_graph(const NcclSystem& s) {
+  NcclGraph g = nccl_ring_graph(s);
+  // One node, and PCIe servers (whose intra-node charges, shared uplinks and
+  // the CPU overhead, nccl_system folds into the ring's speed only): the
+  // ring's graph, as before.
+  if (s.nodes < 2 || !s.nvlink) return g;
+  // Pass 2 of ncclTopoCompute (src/graph/search.cc@5067397c lines 1256-1284;
+  // the same in v2.18.5, lines 956-975): from the rung of the found graph's
+  // network speed, while the intra speed is below twice the network speed,
+  // try the next faster rung for the intra speed alone, with the channels
+  // found (tmpGraph.minChannels); keep it if the search finds them. Each
+  // channel's chain charges its intra speed on every GPU's path to the next
+  // (ncclTopoFollowPath, bwIntra on GPU-NVSwitch-GPU), so it fits while
+  // channels x speed <= a GPU's intra-node bandwidth. No duplication follows
+  // (it runs before pass 2 in v2.30; in v2.18 after it, capped by
+  // maxChannels = the ring's channels, so the same).
+  const auto& lad = ladder(s.arch, true);
+  std::size_t i = 0;
+  while (i + 1 < lad.size() && lad[i] > g.bw_inter + 1e-9) ++i;
+  while (i > 0 && g.bw_intra < 2 * g.bw_inter - 1e-9) {
+    const double next = lad[i - 1];
+    if (g.channels * next > s.intra_bw + 1e-9) break;
+    g.bw_intra = next;
+    --i;
   }
   return g;
 }
@@ -488,8 +517,8 @@ std::optional<NcclTuner::Pair> nccl_terms(CollOp op, const NcclSystem& s, NcclAl
     return no("LL128 is enabled only when a node's GPUs talk over NVLink");
 
   const bool nvls_graph = algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree;
-  NcclGraph g = s.graphs ? (nvls_graph ? s.nvls_graph : s.ring_graph)
-                         : (nvls_graph ? nccl_nvls_graph(s) : nccl_ring_graph(s));
+  NcclGraph g = s.graphs ? (nvls_graph ? s.nvls_graph : algo == NcclAlgo::tree ? s.tree_graph : s.ring_graph)
+                         : (nvls_graph ? nccl_nvls_graph(s) : algo == NcclAlgo::tree ? nccl_tree_graph(s) : nccl_ring_graph(s));
   if (channels > 0) g.channels = channels;
   const int n = s.ranks, N = s.nodes;
   const int i2 = N <= 2 ? N - 1 : 2;

@@ -80,12 +80,13 @@ struct NcclSystem {
   // (comm->maxTreePattern, init.cc line 1447; tuning.cc line 336).
   bool tree_pattern_simple = false;
   // The channel graphs, searched once by nccl_system() (they depend on the
-  // fields above only): nccl_ring_graph() and nccl_nvls_graph() of this system.
+  // fields above only): nccl_ring_graph(), nccl_tree_graph() and
+  // nccl_nvls_graph() of this system.
   struct Graph {
     int channels = 0;
     double bw_intra = 0, bw_inter = 0;
   };
-  Graph ring_graph, nvls_graph;
+  Graph ring_graph, tree_graph, nvls_graph;
   bool graphs = false;  // false: a system filled in by hand; the graphs are searched per estimate
 };
 NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo, Workspace& ws);
@@ -99,7 +100,15 @@ NcclSystem nccl_system(const std::vector<int>& group, const Topology& topo);
 // A channel graph: `channels` rings (or trees), each `bw_intra` GB/s inside a
 // node and `bw_inter` GB/s between nodes.
 using NcclGraph = NcclSystem::Graph;
-NcclGraph nccl_ring_graph(const NcclSystem& s);  // also the tree graph (NCCL forces the same channels)
+NcclGraph nccl_ring_graph(const NcclSystem& s);
+// The tree graph: the ring's channels (NCCL forces them: src/init.cc@5067397c
+// lines 1181-1187) and speeds, then, across nodes on NVLink servers, the
+// search's second pass, which raises the tree's intra-node speed up the
+// network ladder while it stays below twice the network speed and every
+// GPU's NVLink carries the channels at it (src/graph/search.cc lines
+// 1267-1284, "increase bwIntra for trees (2 nodes or collnet)"). NCCL's tuner
+// uses that speed on up to 2 nodes (tuning.cc, bwIntra when nNodes <= 2).
+NcclGraph nccl_tree_graph(const NcclSystem& s);
 NcclGraph nccl_nvls_graph(const NcclSystem& s);
 
 // The loop an NVLS or NVLS-Tree AllReduce kernel runs, as NCCL's runtime
