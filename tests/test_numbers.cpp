@@ -369,22 +369,33 @@ TEST_CASE("NCCL's ring Simple latency across two nodes, by hand", "[numbers][ncc
   CHECK(e->lat_us == Approx(131.6));
 }
 
-TEST_CASE("NCCL's tree LL128 across two nodes: x 120/128 below the per-channel cap", "[numbers][nccl]") {
-  // Two DGX A100 on a 100 Gb/s (12.5 GB/s) fabric: the channel speed is the pre-Hopper ladder's
-  // rung 12 (tests below check the graph), 8 channels. Tree AllReduce: min(8 x 12 x 0.92 = 88.32,
-  // 8 x 23.6) = 88.32; LL128 across nodes: min(88.32 x 120/128 = 82.8, 8 x 20 = 160) = 82.8;
-  // x 1/2 = 41.4 GB/s.
-  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-a100.yaml",
-                                   {"nodes=2", "fabric.bandwidth=100Gbps"});
+TEST_CASE("NCCL's tree LL128 across two nodes: x 120/128, then the per-channel cap", "[numbers][nccl]") {
   std::vector<int> g;
   for (int r = 0; r < 16; ++r) g.push_back(r);
-  const NcclSystem s = nccl_system(g, t);
-  const NcclGraph r = nccl_ring_graph(s);
-  REQUIRE(r.channels == 8);
-  REQUIRE(r.bw_intra == Approx(12.0));
-  const auto e = nccl_estimate(CollOp::allreduce, s, NcclAlgo::tree, NcclProto::ll128, 0, 1 << 30);
-  REQUIRE(e.has_value());
-  CHECK(e->bw_GBps == Approx(41.4));
+  auto at = [&](const char* nic) {
+    return nccl_system(g, load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-a100.yaml",
+                                        {"nodes=2", std::string("fabric.bandwidth=") + nic}));
+  };
+  // Two DGX A100 on a 50 Gb/s (6.25 GB/s) fabric: the ring's channel speed is the pre-Hopper ladder's
+  // rung 6, 8 channels; the tree's intra speed climbs 7, 9, 10, 12 (= 2 x 6; 8 x 12 = 96 <= 240) and
+  // 2-node trees are costed at it. Tree AllReduce: min(8 x 12 x 0.92 = 88.32, 8 x 23.6 = 188.8) = 88.32;
+  // LL128 across nodes: min(88.32 x 120/128 = 82.8, 8 x 20 = 160) = 82.8; x 1/2 = 41.4 GB/s.
+  const NcclSystem s50 = at("50Gbps");
+  REQUIRE(nccl_ring_graph(s50).channels == 8);
+  REQUIRE(nccl_ring_graph(s50).bw_intra == Approx(6.0));
+  REQUIRE(nccl_tree_graph(s50).bw_intra == Approx(12.0));
+  const auto e50 = nccl_estimate(CollOp::allreduce, s50, NcclAlgo::tree, NcclProto::ll128, 0, 1 << 30);
+  REQUIRE(e50.has_value());
+  CHECK(e50->bw_GBps == Approx(41.4));
+  // On 100 Gb/s (12.5 GB/s): ring rung 12, tree intra 24 (15, 18, 20, 24 = 2 x 12): min(8 x 24 x 0.92 =
+  // 176.64, 188.8) = 176.64; LL128: min(176.64 x 120/128 = 165.6, 8 x 20 = 160) = 160, the per-channel
+  // cap; x 1/2 = 80 GB/s.
+  const NcclSystem s100 = at("100Gbps");
+  REQUIRE(nccl_ring_graph(s100).bw_intra == Approx(12.0));
+  REQUIRE(nccl_tree_graph(s100).bw_intra == Approx(24.0));
+  const auto e100 = nccl_estimate(CollOp::allreduce, s100, NcclAlgo::tree, NcclProto::ll128, 0, 1 << 30);
+  REQUIRE(e100.has_value());
+  CHECK(e100->bw_GBps == Approx(80.0));
 }
 
 TEST_CASE("a layer with no experts or no choices is refused", "[numbers][moe][errors]") {
