@@ -304,18 +304,44 @@ double timed(const Collective& c, const Topology& topo, std::uint64_t tkey, doub
 // exactly one power does), with the same line and the same representatives
 // at both ends: so each step reads the same multiset of lines and envelopes
 // as in the full plan.
-bool form_on_reps(const Collective& c, const CollPlan& q, NodeShift& sh, double scale, const Topology& topo,
-                  Workspace& ws, CostForm& f) {
-  const int Sr = static_cast<int>(q.steps.size()), Xq = static_cast<int>(q.xfers.size());
-  if (Sr == 0 || Xq == 0) return false;
-  // Depth of each representative step: its dependencies are its own member's.
-  std::vector<int> depth(Sr, 0);
+//
+// Concurrent copies (`copies`: each copy's collective and its representatives'
+// part under the same shift, each copy's group mapped onto itself): their
+// transfers of a round load the links as in the general path, which adds
+// each copy's transfers of the same depth; on a link's orbit, a copy's load
+// is its representatives' times the weight, as for the collective itself.
+using RepCopy = std::pair<const Collective*, const CollPlan*>;
+// Depth of each step of a representatives' part (its dependencies are its own
+// member's, earlier); false if one is not earlier.
+bool rep_depths(const CollPlan& q, std::vector<int>& depth) {
+  const int Sr = static_cast<int>(q.steps.size());
+  depth.assign(Sr, 0);
   for (int s = 0; s < Sr; ++s)
     for (int d : q.steps[s].deps)
       if (d >= 0) {
         if (d >= s) return false;
         depth[s] = std::max(depth[s], depth[d] + 1);
       }
+  return true;
+}
+bool form_on_reps(const Collective& c, const CollPlan& q, NodeShift& sh, double scale, const Topology& topo,
+                  Workspace& ws, CostForm& f, const std::vector<RepCopy>& copies = {}) {
+  const int Sr = static_cast<int>(q.steps.size()), Xq = static_cast<int>(q.xfers.size());
+  if (Sr == 0 || Xq == 0) return false;
+  std::vector<int> depth;
+  if (!rep_depths(q, depth)) return false;
+  // Each copy's transfers by the depth of their sending step.
+  std::vector<std::vector<std::vector<int>>> copy_at(copies.size());
+  for (std::size_t j = 0; j < copies.size(); ++j) {
+    const CollPlan& e = *copies[j].second;
+    std::vector<int> dj;
+    if (!rep_depths(e, dj)) return false;
+    for (std::size_t x = 0; x < e.xfers.size(); ++x) {
+      const int d = dj[e.xfers[x].send_step];
+      if (static_cast<int>(copy_at[j].size()) <= d) copy_at[j].resize(d + 1);
+      copy_at[j][d].push_back(static_cast<int>(x));
+    }
+  }
   // A transfer between two steps of the full plan (not one step to itself).
   auto two_steps = [](const CollXfer& xf) { return xf.src != xf.dst || xf.send_step != xf.recv_step; };
   // The transfers each representative step sends or receives (CSR).
@@ -330,10 +356,11 @@ bool form_on_reps(const Collective& c, const CollPlan& q, NodeShift& sh, double 
   touch = {};
   // Routes: the representatives' checked against the shift.
   Route scratch;
-  if (!sh.all_routes_ok)
-    for (const CollXfer& xf : q.xfers) {
+  auto routes_follow = [&](const Collective& col, const CollPlan& plan) {
+    if (sh.all_routes_ok) return true;
+    for (const CollXfer& xf : plan.xfers) {
       if (xf.route >= 0) continue;
-      const int a = c.group[xf.src], b = c.group[xf.dst];
+      const int a = col.group[xf.src], b = col.group[xf.dst];
       auto ok = [&](int u, int v) {
         const std::uint64_t key = static_cast<std::uint64_t>(static_cast<std::uint32_t>(u)) << 32 | static_cast<std::uint32_t>(v);
         if (sh.pairs_ok.count(key)) return true;
@@ -343,6 +370,11 @@ bool form_on_reps(const Collective& c, const CollPlan& q, NodeShift& sh, double 
       };
       if (xf.via >= 0 ? !ok(a, xf.via) || !ok(xf.via, b) : !ok(a, b)) return false;
     }
+    return true;
+  };
+  if (!routes_follow(c, q)) return false;
+  for (const auto& [cj, pj] : copies)
+    if (!routes_follow(*cj, *pj)) return false;
   // Rounds: transfers by the depth of the sending step (a counting sort); per
   // round the representatives' loads on link orbits, then each transfer's line.
   int max_depth = 0;
@@ -364,10 +396,9 @@ bool form_on_reps(const Collective& c, const CollPlan& q, NodeShift& sh, double 
     int hi = lo;
     while (hi < Xq && depth[q.xfers[order[hi]].send_step] == d) ++hi;
     ++rounds;
-    for (int i = lo; i < hi; ++i) {
-      const CollXfer& xf = q.xfers[order[i]];
+    auto add = [&](const Collective& col, const CollPlan& plan, const CollXfer& xf) {
       if (xf.bytes > kExact) return false;
-      const Route& r = xfer_route(q, xf, c.group, topo, scratch, ws);
+      const Route& r = xfer_route(plan, xf, col.group, topo, scratch, ws);
       for (int l : r.links) {
         const std::uint64_t w = static_cast<std::uint64_t>(sh.weight[l]);
         std::uint64_t& v = load[sh.rep[l]];
@@ -375,7 +406,14 @@ bool form_on_reps(const Collective& c, const CollPlan& q, NodeShift& sh, double 
         if (v == 0) touched.push_back(sh.rep[l]);
         v += xf.bytes * w;
       }
-    }
+      return true;
+    };
+    for (int i = lo; i < hi; ++i)
+      if (!add(c, q, q.xfers[order[i]])) return false;
+    for (std::size_t j = 0; j < copies.size(); ++j)
+      if (d < static_cast<int>(copy_at[j].size()))
+        for (int x : copy_at[j][d])
+          if (!add(*copies[j].first, *copies[j].second, copies[j].second->xfers[x])) return false;
     for (int i = lo; i < hi; ++i) {
       const CollXfer& xf = q.xfers[order[i]];
       const Route& r = xfer_route(q, xf, c.group, topo, scratch, ws);
@@ -507,8 +545,12 @@ bool symmetric_form(const Collective& c, const CollPlan& plan, double scale, con
 // fewer than min_transfers transfers: the caller then takes the full plan.
 // (Where make_rep_plan proves a shift, plan_maps_onto holds for it: both
 // paths take the same shift.)
-bool symmetric_form_direct(const Collective& ref, double scale, std::size_t min_transfers, const Topology& topo,
-                           Workspace& ws, CostForm& f) {
+//
+// Concurrent copies: each copy's group must be mapped onto itself by that
+// shift and its part built the same way (else false); they load the links
+// (form_on_reps), the form times the first.
+bool symmetric_form_direct(const Collective& ref, double scale, std::size_t min_transfers, Concurrent conc,
+                           const Topology& topo, Workspace& ws, CostForm& f) {
   std::vector<int> pi;
   bool first = true;
   std::optional<CollPlan> q;
@@ -520,7 +562,22 @@ bool symmetric_form_direct(const Collective& ref, double scale, std::size_t min_
   });
   if (!sh || q->barrier) return false;
   const std::size_t X = q->xfers.size() * static_cast<std::size_t>(sh->order);
-  if (X < min_transfers || !form_on_reps(ref, *q, *sh, scale, topo, ws, f)) return false;
+  if (X < min_transfers) return false;
+  std::vector<Collective> copy_c;
+  std::vector<CollPlan> copy_q;
+  copy_c.reserve(conc.copies);
+  copy_q.reserve(conc.copies);
+  for (int j = 1; j < conc.copies; ++j) {
+    Collective cj = ref;
+    for (int& r : cj.group) r += j * conc.stride;
+    std::optional<CollPlan> qj = make_rep_plan(cj, topo, *sh, ws);  // its own group closed (a rotation)
+    if (!qj || qj->xfers.size() != q->xfers.size()) return false;
+    copy_c.push_back(std::move(cj));
+    copy_q.push_back(std::move(*qj));
+  }
+  std::vector<RepCopy> copies;
+  for (std::size_t j = 0; j < copy_c.size(); ++j) copies.emplace_back(&copy_c[j], &copy_q[j]);
+  if (!form_on_reps(ref, *q, *sh, scale, topo, ws, f, copies)) return false;
   f.transfers = X;
   return true;
 }
@@ -551,10 +608,10 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
     return f;
   }
   double scale = 1.0;
-  if (sym.on && conc.copies == 1 && c.op != CollOp::alltoallv) {
+  if (sym.on && c.op != CollOp::alltoallv) {
     Collective ref = c;
     ref.bytes = kRefBytes;
-    if (symmetric_form_direct(ref, static_cast<double>(kRefBytes), sym.min_transfers, topo, ws, f)) return f;
+    if (symmetric_form_direct(ref, static_cast<double>(kRefBytes), sym.min_transfers, conc, topo, ws, f)) return f;
   }
   CollPlan plan;
   if (c.op == CollOp::alltoallv) {
