@@ -930,6 +930,11 @@ std::shared_ptr<const CollPlan> shared_rep_plan(const Collective& c, const Topol
   C.bytes += n;
   return plan;
 }
+std::shared_ptr<const NcclSystem> shared_nccl_system(const std::vector<int>& group, const Topology& topo, Workspace& ws) {
+  Collective k;
+  k.group = group;
+  return cached_system(k, topo, topology_fingerprint(topo), ws);
+}
 std::size_t plan_cache_size(Workspace& ws) { return ws.get<PlanCache>().map.size(); }
 
 std::shared_ptr<const CostForm> collective_cost_form(const Collective& c, const Topology& topo, Workspace& ws) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "sim/coll/collective_cost.hpp"
 #include "sim/coll/nccl_model.hpp"
 #include "sim/graph/algorithms.hpp"
 #include "sim/core/error.hpp"
@@ -460,7 +461,7 @@ int pxn_via(int src, int dst, const Topology& topo) {
 // representative). So each batch's busiest proxy, and every latency, is the
 // full plan's.
 void as_p2p(CollPlan& plan, const Collective& c, const Topology& topo, Workspace& ws, int R = 0) {
-  const NcclSystem sys = nccl_system(c.group, topo, ws);
+  const NcclSystem sys = *shared_nccl_system(c.group, topo, ws);
   const double inter_us = nccl_p2p_latency_us(sys, true), overhead_us = nccl_p2p_net_overhead_us(sys);
   plan.latencies = {us_time(nccl_p2p_latency_us(sys, false))};
   // Depth of every step (dependencies precede their steps in every plan).
@@ -685,7 +686,7 @@ std::optional<NcclEstimate> nccl_pick(const Collective& c, const Topology& topo,
   }
   if (c.channels < 0 || c.channels > 64)
     throw UserError(fmt::format("collective '{}': channels must be 1..64, got {}", c.name, c.channels));
-  const NcclSystem sys = nccl_system(c.group, topo, ws);
+  const NcclSystem sys = *shared_nccl_system(c.group, topo, ws);
   if (sys_out) *sys_out = sys;
   const std::optional<NcclProto> proto = forced_proto(c);
   try {

@@ -255,6 +255,9 @@ class Topology {
   };
   std::vector<int> out_start_;  // CSR by vertex into out_ (built by finalize)
   std::vector<OutLink> out_;    // each vertex's outgoing links, sorted by (target, link id)
+  std::vector<int> in_start_;   // CSR by vertex into in_ (finalize)
+  std::vector<int> in_;         // each vertex's links' sources (bfs_to_vertex)
+  std::vector<char> is_gpu_;    // by vertex
   // Hops from every vertex to dst_gpu (-1: unreachable), by breadth-first
   // search; dist_to keeps them in the workspace (bounded), so routes above
   // kRouteTableGpus cost one search per destination, not GPUs x devices of memory.
