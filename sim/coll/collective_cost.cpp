@@ -144,6 +144,7 @@ struct FormCache : Workspace::Part {
     std::shared_ptr<const NcclSystem> sys;
   };
   std::unordered_multimap<std::uint64_t, SysEntry> systems;
+  std::uint64_t fp_topo = 0, fp = 0;  // the last topology's (Topology::id) fingerprint (shared_nccl_system)
   // Assigned, not constructed: it keeps its buffers, so the closed form's
   // lookups allocate nothing.
   Collective scratch;
@@ -933,7 +934,9 @@ std::shared_ptr<const CollPlan> shared_rep_plan(const Collective& c, const Topol
 std::shared_ptr<const NcclSystem> shared_nccl_system(const std::vector<int>& group, const Topology& topo, Workspace& ws) {
   Collective k;
   k.group = group;
-  return cached_system(k, topo, topology_fingerprint(topo), ws);
+  FormCache& C = ws.get<FormCache>();
+  if (C.fp_topo != topo.id() || topo.id() == 0) C.fp = topology_fingerprint(topo), C.fp_topo = topo.id();
+  return cached_system(k, topo, C.fp, ws);
 }
 std::size_t plan_cache_size(Workspace& ws) { return ws.get<PlanCache>().map.size(); }
 

@@ -187,6 +187,8 @@ class Topology {
   int num_gpus() const { return static_cast<int>(gpu_vertex_.size()); }
   int gpus_per_node() const { return gpus_per_node_; }
   int num_nodes() const { return num_gpus() / gpus_per_node_; }
+  // Distinct for every finalize() in this process (copies share it): keys caches.
+  std::uint64_t id() const { return id_; }
   int node_of(int gpu) const { return gpu / gpus_per_node_; }
   bool same_node(int a, int b) const { return node_of(a) == node_of(b); }
   const Device& device(int v) const { return graph_[v]; }
