@@ -655,7 +655,7 @@ void Engine::find_symmetry(std::uint64_t topo_key) {
       pi[c][m] = m2;
     }
     // Whether the graph's member map of c is the shift's on its ranks (make_rep_plan's).
-    auto shift_is_rotation = [&](int c, int R) {
+    auto graph_map_is_shift = [&](int c, int R) {
       const Collective& col = g_.collective(c);
       for (std::size_t m = 0; m < col.group.size(); ++m) member_at[col.group[m]] = static_cast<int>(m);
       bool same = true;
@@ -679,7 +679,7 @@ void Engine::find_symmetry(std::uint64_t topo_key) {
       // shift by construction (make_rep_plan proves it on the inputs, with
       // the member map the graph gives): its representatives' part is built
       // directly, never the full plan.
-      if (spans && shift_is_rotation(c, R))
+      if (spans && graph_map_is_shift(c, R))
         if (auto q = shared_rep_plan(ca, topo_, topo_key, *sh, ws_)) {
           coll_[c].plan = std::move(q);
           coll_[c].compact = true;
