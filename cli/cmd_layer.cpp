@@ -129,11 +129,14 @@ Output, per schedule (forward + backward of one layer):
     // What the simulation will take, before anything is built: refused above
     // --max-memory, announced when long. The schedules' plans stay cached
     // together, so their estimates add up.
+    // With symmetry (the flow network, not --no-symmetry), the transfers and
+    // flows of the representatives only.
     {
+      const int order = !a->no_symmetry && a->network == "flow" ? moe::topology_symmetry_order(topo) : 1;
       moe::SimCost all;
       std::vector<std::pair<std::string, moe::SimCost>> each;
       for (const std::string& n : est_names) {
-        each.emplace_back(n, moe::estimate_schedule(spec, dims, moe::schedule_options(n, keys)));
+        each.emplace_back(n, moe::with_symmetry(moe::estimate_schedule(spec, dims, moe::schedule_options(n, keys)), order));
         all += each.back().second;
       }
       if (a->estimate) {

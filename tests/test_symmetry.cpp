@@ -392,3 +392,160 @@ TEST_CASE("a plan that throws under symmetry gives the error it gives rank by ra
   CHECK(off.find("proto and channels apply to NCCL's algorithms") != std::string::npos);
   CHECK(message(true) == off);
 }
+
+namespace {
+// The smallest server shift that maps c's group onto itself (as make_cost_form looks for it).
+std::optional<NodeShift> first_shift(const Collective& c, const Topology& t, std::vector<int>& pi) {
+  const int P = t.num_gpus();
+  std::vector<int> member_of(P, -1);
+  for (std::size_t m = 0; m < c.group.size(); ++m) member_of[c.group[m]] = static_cast<int>(m);
+  for (int nodes = 1; nodes < t.num_nodes(); ++nodes) {
+    if (t.num_nodes() % nodes != 0) continue;
+    const int R = nodes * t.gpus_per_node();
+    pi.assign(c.group.size(), -1);
+    bool closed = true;
+    for (std::size_t m = 0; m < c.group.size() && closed; ++m) closed = (pi[m] = member_of[(c.group[m] + R) % P]) >= 0;
+    if (!closed) continue;
+    if (auto s = t.node_shift(nodes)) return s;
+  }
+  return std::nullopt;
+}
+
+// make_rep_plan's plan against the full plan compacted (compact_plan), element
+// for element, the full plan first checked against its image (plan_maps_onto).
+// Returns whether make_rep_plan built one.
+bool rep_plan_equals_compacted(const Collective& c, const Topology& t) {
+  std::vector<int> pi;
+  const std::optional<NodeShift> sh = first_shift(c, t, pi);
+  REQUIRE(sh.has_value());
+  Workspace ws;
+  const std::optional<CollPlan> q = make_rep_plan(c, t, *sh, ws);
+  if (!q) return false;
+  const CollPlan full = make_plan(c, t, ws);
+  REQUIRE(plan_maps_onto(full, full, pi, *sh, t.num_gpus()));
+  const CollPlan e = compact_plan(full, c.group, sh->gpus, t.num_gpus());
+  CHECK(full.xfers.size() == q->xfers.size() * static_cast<std::size_t>(sh->order));
+  CHECK(e.xfers.size() < full.xfers.size());
+  REQUIRE(q->steps.size() == e.steps.size());
+  REQUIRE(q->xfers.size() == e.xfers.size());
+  int differ = 0;
+  for (std::size_t i = 0; i < e.steps.size(); ++i)
+    differ += q->steps[i].member != e.steps[i].member || q->steps[i].deps != e.steps[i].deps;
+  for (std::size_t i = 0; i < e.xfers.size(); ++i) {
+    const CollXfer &a = q->xfers[i], &b = e.xfers[i];
+    differ += a.src != b.src || a.dst != b.dst || a.bytes != b.bytes || a.send_step != b.send_step ||
+              a.recv_step != b.recv_step || a.route != b.route || a.via != b.via || a.lat != b.lat;
+  }
+  CHECK(differ == 0);
+  CHECK(q->routes == e.routes);
+  CHECK(q->latencies == e.latencies);
+  CHECK(q->barrier == e.barrier);
+  CHECK(q->min_duration == e.min_duration);
+  CHECK(q->choice == e.choice);
+  return true;
+}
+
+Collective sized(Collective c, std::uint64_t bytes, int window = 0) {
+  c.bytes = bytes;
+  c.window = window;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("plans built for the representatives equal the full plans compacted", "[symmetry][repplan]") {
+  const Topology ft = topo("fat-tree-1024", {"nodes=16", "fabric.nodes_per_leaf=4", "fabric.spines=4"});
+  const Topology rail = topo("h200-cluster", {"nodes=4"});
+  const Topology p32 = topo("parm-32gpu");
+  // SAA: released and pipelined, PXN and p2p latencies by batch (rail fabric
+  // and fat-tree), blocks of a server and of half a server.
+  CHECK(rep_plan_equals_compacted(coll(CollOp::saa, "released", ranks(0, 128), 8), ft));
+  CHECK(rep_plan_equals_compacted(coll(CollOp::saa, "pipelined", ranks(0, 128), 8), ft));
+  CHECK(rep_plan_equals_compacted(coll(CollOp::saa, "released", ranks(0, 32), 8), rail));
+  CHECK(rep_plan_equals_compacted(coll(CollOp::saa, "pipelined", ranks(0, 32), 4), rail));
+  CHECK(rep_plan_equals_compacted(coll(CollOp::saa, "released", ranks(0, 32), 4), p32));
+  // An odd size: ceil(S / p) chunks.
+  CHECK(rep_plan_equals_compacted(sized(coll(CollOp::saa, "released", ranks(0, 32), 4), 1000003), p32));
+  // Rounds: p2p (grouped send/recv, PXN) over all and over an EP group (every
+  // 8th rank), direct with a window, pairwise, AllGather, ReduceScatter, AllReduce.
+  CHECK(rep_plan_equals_compacted(coll(CollOp::alltoall, "p2p", ranks(0, 128)), ft));
+  CHECK(rep_plan_equals_compacted(coll(CollOp::alltoall, "p2p", ranks(0, 128, 8)), ft));
+  CHECK(rep_plan_equals_compacted(coll(CollOp::alltoall, "p2p", ranks(0, 32)), rail));
+  CHECK(rep_plan_equals_compacted(coll(CollOp::alltoall, "p2p", ranks(3, 32, 8)), rail));
+  CHECK(rep_plan_equals_compacted(sized(coll(CollOp::alltoall, "direct", ranks(0, 128)), 1 << 20, 5), ft));
+  CHECK(rep_plan_equals_compacted(coll(CollOp::alltoall, "pairwise", ranks(0, 32)), p32));
+  CHECK(rep_plan_equals_compacted(coll(CollOp::allgather, "direct", ranks(0, 32)), p32));
+  CHECK(rep_plan_equals_compacted(coll(CollOp::reducescatter, "pairwise", ranks(0, 32)), rail));
+  CHECK(rep_plan_equals_compacted(coll(CollOp::allreduce, "direct", ranks(0, 32)), p32));
+  // AlltoAllv whose sizes depend on (j - i) mod p only: equal under the shift.
+  Collective v = coll(CollOp::alltoallv, "p2p", ranks(0, 32));
+  v.matrix.assign(32, std::vector<std::uint64_t>(32));
+  for (int i = 0; i < 32; ++i)
+    for (int j = 0; j < 32; ++j) v.matrix[i][j] = 1000 + 37 * ((j - i + 32) % 32);
+  CHECK(rep_plan_equals_compacted(v, rail));
+}
+
+TEST_CASE("plans not proved equivariant on their inputs are not built for the representatives", "[symmetry][repplan]") {
+  const Topology p32 = topo("parm-32gpu");
+  const Topology rail = topo("h200-cluster", {"nodes=4"});
+  // AlltoAllv sizes that differ on one pair: not equal under the shift.
+  Collective v = coll(CollOp::alltoallv, "p2p", ranks(0, 32));
+  v.matrix.assign(32, std::vector<std::uint64_t>(32, 1000));
+  v.matrix[0][5] = 999;
+  CHECK_FALSE(rep_plan_equals_compacted(v, rail));
+  // SAA blocks of 8 on servers of 4 GPUs: the one-server shift (4 members)
+  // does not map blocks onto blocks.
+  CHECK_FALSE(rep_plan_equals_compacted(coll(CollOp::saa, "released", ranks(0, 32), 8), p32));
+  // SAA blocks of 16 on 8-GPU servers: gathers leave the server; the leaf
+  // shift (32 members) maps blocks onto blocks, but p2p's batches are not rounds.
+  const Topology ft = topo("fat-tree-1024", {"nodes=16", "fabric.nodes_per_leaf=4", "fabric.spines=4"});
+  CHECK_FALSE(rep_plan_equals_compacted(coll(CollOp::saa, "released", ranks(0, 128), 16), ft));
+  // NCCL's algorithms and hierarchical: not built this way.
+  CHECK_FALSE(rep_plan_equals_compacted(coll(CollOp::allreduce, "ring", ranks(0, 32)), p32));
+  CHECK_FALSE(rep_plan_equals_compacted(coll(CollOp::alltoall, "hierarchical", ranks(0, 32)), p32));
+  // Members listed by local index first: the shift is no rotation of them.
+  std::vector<int> by_local;
+  for (int l = 0; l < 4; ++l)
+    for (int n = 0; n < 8; ++n) by_local.push_back(4 * n + l);
+  CHECK_FALSE(rep_plan_equals_compacted(coll(CollOp::alltoall, "p2p", by_local), p32));
+  // The forms of those agree with the general path all the same (full plans).
+  same_form_both_ways(coll(CollOp::alltoall, "p2p", by_local), p32);
+  same_form_both_ways(coll(CollOp::saa, "released", ranks(0, 128), 16), ft);
+  same_form_both_ways(coll(CollOp::saa, "released", ranks(0, 32), 8), p32);
+}
+
+TEST_CASE("cost forms of concurrent copies on the representatives equal the general path's", "[symmetry][form]") {
+  const Topology ft = topo("fat-tree-1024", {"nodes=16", "fabric.nodes_per_leaf=4", "fabric.spines=4"});
+  const Topology rail = topo("h200-cluster", {"nodes=4"});
+  auto both = [](const Collective& c, const Topology& t, Concurrent k) {
+    Workspace ws;
+    const CostForm on = make_cost_form(c, t, k, ws, FormSymmetry{true, 0});
+    const CostForm off = make_cost_form(c, t, k, ws, FormSymmetry{false, 0});
+    CHECK(on.rounds == off.rounds);
+    CHECK(on.transfers == off.transfers);
+    REQUIRE(on.envelope.size() == off.envelope.size());
+    for (std::size_t i = 0; i < on.envelope.size(); ++i) {
+      CHECK(same_bits(on.envelope[i].alpha, off.envelope[i].alpha));
+      CHECK(same_bits(on.envelope[i].beta, off.envelope[i].beta));
+    }
+    return on.symmetry;
+  };
+  // The layer's EP groups (every 8th rank, 8 of them at once; every 4th, 4):
+  // each copy's group is mapped onto itself by the leaf shift (order 4).
+  CHECK(both(coll(CollOp::alltoall, "p2p", ranks(0, 128, 8)), ft, {8, 1}) == 4);
+  CHECK(both(coll(CollOp::alltoall, "p2p", ranks(0, 128, 4)), ft, {4, 1}) == 4);
+  // On the rail fabric (rails and spines fixed, weight 4), order 4.
+  CHECK(both(coll(CollOp::alltoall, "p2p", ranks(0, 32, 8)), rail, {8, 1}) == 4);
+  // MP groups (one server each, 16 at once): no group is closed, general path.
+  CHECK(both(coll(CollOp::alltoall, "p2p", ranks(0, 8)), ft, {16, 8}) == 1);
+}
+
+TEST_CASE("a 256-GPU layer: symmetric simulation equals the rank-by-rank one", "[symmetry]") {
+  // fat-tree of 32 servers, 8 per leaf: the leaf shift (64 GPUs), order 4; S2's
+  // SAA over all 256 ranks and S1's EP AlltoAlls built for the representatives.
+  const Topology t = topo("fat-tree-1024", {"nodes=32", "fabric.nodes_per_leaf=8", "fabric.spines=4"});
+  for (const char* schedule : {"s1", "s2"}) {
+    INFO(schedule);
+    for (const TaskGraph& g : layer_graphs(t, "B=2,L=256,M=1024,H=2048,E=256,k=2,mp=8,dtype=bf16", schedule))
+      CHECK(same_both_ways(g, t) == 4);
+  }
+}

@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -143,6 +144,7 @@ struct FormCache : Workspace::Part {
     std::shared_ptr<const NcclSystem> sys;
   };
   std::unordered_multimap<std::uint64_t, SysEntry> systems;
+  std::uint64_t fp_topo = 0, fp = 0;  // the last topology's (Topology::id) fingerprint (shared_nccl_system)
   // Assigned, not constructed: it keeps its buffers, so the closed form's
   // lookups allocate nothing.
   Collective scratch;
@@ -293,161 +295,150 @@ double timed(const Collective& c, const Topology& topo, std::uint64_t tkey, doub
 //  - The envelope. The sinks' envelopes are their representatives', each K
 //    times; prune of a multiset with copies equals prune of one of each (a
 //    copy of the last line kept pops it and ends where it ended).
-bool symmetric_form(const Collective& c, const CollPlan& plan, const std::vector<int>& depth, double scale,
-                    const Topology& topo, Workspace& ws, CostForm& f) {
-  const int P = topo.num_gpus(), N = topo.num_nodes(), M = static_cast<int>(c.group.size());
-  const int S = static_cast<int>(plan.steps.size()), X = static_cast<int>(plan.xfers.size());
-  if (N < 2 || S == 0 || X == 0) return false;
-  std::vector<int> member_of(P, -1);
-  for (int m = 0; m < M; ++m) {
-    const int r = c.group[m];
-    if (r < 0 || r >= P || member_of[r] >= 0) return false;
-    member_of[r] = m;
-  }
-  // The smallest shift that maps the group and the plan onto themselves.
-  std::optional<NodeShift> sh;
-  std::vector<int> pi(M);
-  for (int nodes = 1; nodes < N && !sh; ++nodes) {
-    if (N % nodes != 0) continue;
-    const int R = nodes * topo.gpus_per_node();
-    bool closed = true;
-    for (int m = 0; m < M && closed; ++m) {
-      pi[m] = member_of[(c.group[m] + R) % P];
-      closed = pi[m] >= 0;
+//
+// It works on the plan's representatives' part (compact_plan, or make_rep_plan
+// built without the full plan): their steps, and the transfers they send,
+// each received by its receiving step's representative. The transfers a
+// representative step receives from another member are, one to one, images
+// of the part's transfers that name it as receiving step (shift the transfer
+// back until its sender is a representative; the shifts move every rank, so
+// exactly one power does), with the same line and the same representatives
+// at both ends: so each step reads the same multiset of lines and envelopes
+// as in the full plan.
+//
+// Concurrent copies (`copies`: each copy's collective and its representatives'
+// part under the same shift, each copy's group mapped onto itself): their
+// transfers of a round load the links as in the general path, which adds
+// each copy's transfers of the same depth; on a link's orbit, a copy's load
+// is its representatives' times the weight, as for the collective itself.
+using RepCopy = std::pair<const Collective*, const CollPlan*>;
+// Depth of each step of a representatives' part (its dependencies are its own
+// member's, earlier); false if one is not earlier.
+bool rep_depths(const CollPlan& q, std::vector<int>& depth) {
+  const int Sr = static_cast<int>(q.steps.size());
+  depth.assign(Sr, 0);
+  for (int s = 0; s < Sr; ++s)
+    for (int d : q.steps[s].deps)
+      if (d >= 0) {
+        if (d >= s) return false;
+        depth[s] = std::max(depth[s], depth[d] + 1);
+      }
+  return true;
+}
+bool form_on_reps(const Collective& c, const CollPlan& q, NodeShift& sh, double scale, const Topology& topo,
+                  Workspace& ws, CostForm& f, const std::vector<RepCopy>& copies = {}) {
+  const int Sr = static_cast<int>(q.steps.size()), Xq = static_cast<int>(q.xfers.size());
+  if (Sr == 0 || Xq == 0) return false;
+  std::vector<int> depth;
+  if (!rep_depths(q, depth)) return false;
+  // Each copy's transfers by the depth of their sending step.
+  std::vector<std::vector<std::vector<int>>> copy_at(copies.size());
+  for (std::size_t j = 0; j < copies.size(); ++j) {
+    const CollPlan& e = *copies[j].second;
+    std::vector<int> dj;
+    if (!rep_depths(e, dj)) return false;
+    for (std::size_t x = 0; x < e.xfers.size(); ++x) {
+      const int d = dj[e.xfers[x].send_step];
+      if (static_cast<int>(copy_at[j].size()) <= d) copy_at[j].resize(d + 1);
+      copy_at[j][d].push_back(static_cast<int>(x));
     }
-    if (!closed) continue;
-    std::optional<NodeShift> s = topo.node_shift(nodes);
-    if (s && plan_maps_onto(plan, plan, pi, *s, P)) sh = std::move(s);
   }
-  if (!sh) return false;
-  const int R = sh->gpus, K = sh->order;
-  auto is_rep_member = [&](int m) { return c.group[m] < R; };
-  // Steps by member in step order, each step's place there, and each
-  // representative step's index among them (rid).
-  std::vector<int> mstart(M + 1, 0), mlist(S), place(S), rid(S, -1);
-  for (const CollStep& st : plan.steps) {
-    if (st.member < 0 || st.member >= M) return false;
-    ++mstart[st.member + 1];
-  }
-  for (int m = 0; m < M; ++m) mstart[m + 1] += mstart[m];
-  {
-    std::vector<int> fill(mstart.begin(), mstart.end() - 1);
-    for (int s = 0; s < S; ++s) {
-      const int m = plan.steps[s].member;
-      place[s] = fill[m] - mstart[m];
-      mlist[fill[m]++] = s;
-    }
-  }
-  std::vector<int> rsteps;  // representative steps, in step order
-  for (int s = 0; s < S; ++s)
-    if (is_rep_member(plan.steps[s].member)) {
-      rid[s] = static_cast<int>(rsteps.size());
-      rsteps.push_back(s);
-    }
-  // A step's representative (as rid): the step at its place among its member's representative's.
-  auto rep_of = [&](int s) {
-    const int m = member_of[c.group[plan.steps[s].member] % R];
-    if (mstart[m + 1] - mstart[m] <= place[s]) return -1;
-    return rid[mlist[mstart[m] + place[s]]];
-  };
-  // The transfers a representative step sends or receives (`need`, in
-  // transfer order), and each representative step's (CSR, as positions in need).
-  std::vector<int> need;
+  // A transfer between two steps of the full plan (not one step to itself).
+  auto two_steps = [](const CollXfer& xf) { return xf.src != xf.dst || xf.send_step != xf.recv_step; };
+  // The transfers each representative step sends or receives (CSR).
   std::vector<std::pair<int, int>> touch;
-  for (int x = 0; x < X; ++x) {
-    const CollXfer& xf = plan.xfers[x];
-    const int a = rid[xf.send_step], b = rid[xf.recv_step];
-    if (a < 0 && b < 0) continue;
-    const int i = static_cast<int>(need.size());
-    need.push_back(x);
-    if (a >= 0) touch.emplace_back(a, i);
-    if (b >= 0) touch.emplace_back(b, i);
+  touch.reserve(2 * static_cast<std::size_t>(Xq));
+  for (int x = 0; x < Xq; ++x) {
+    touch.emplace_back(q.xfers[x].send_step, x);
+    touch.emplace_back(q.xfers[x].recv_step, x);
   }
-  const int Sr = static_cast<int>(rsteps.size()), Xn = static_cast<int>(need.size());
   Csr step_need;
   step_need.build(Sr, touch);
   touch = {};
-  // Routes: the representatives' (sent from the first R ranks) checked against the shift.
+  // Routes: the representatives' checked against the shift.
   Route scratch;
-  if (!sh->all_routes_ok)
-    for (int x : need) {
-      const CollXfer& xf = plan.xfers[x];
-      if (!is_rep_member(xf.src) || xf.route >= 0) continue;
-      const int a = c.group[xf.src], b = c.group[xf.dst];
+  auto routes_follow = [&](const Collective& col, const CollPlan& plan) {
+    if (sh.all_routes_ok) return true;
+    for (const CollXfer& xf : plan.xfers) {
+      if (xf.route >= 0) continue;
+      const int a = col.group[xf.src], b = col.group[xf.dst];
       auto ok = [&](int u, int v) {
         const std::uint64_t key = static_cast<std::uint64_t>(static_cast<std::uint32_t>(u)) << 32 | static_cast<std::uint32_t>(v);
-        if (sh->pairs_ok.count(key)) return true;
-        if (!topo.shift_route_ok(u, v, *sh, ws)) return false;
-        sh->pairs_ok.insert(key);
+        if (sh.pairs_ok.count(key)) return true;
+        if (!topo.shift_route_ok(u, v, sh, ws)) return false;
+        sh.pairs_ok.insert(key);
         return true;
       };
       if (xf.via >= 0 ? !ok(a, xf.via) || !ok(xf.via, b) : !ok(a, b)) return false;
     }
-  // Rounds: need by the depth of the sending step (a counting sort); per
-  // round the representatives' loads on link orbits, then each needed transfer's line.
+    return true;
+  };
+  if (!routes_follow(c, q)) return false;
+  for (const auto& [cj, pj] : copies)
+    if (!routes_follow(*cj, *pj)) return false;
+  // Rounds: transfers by the depth of the sending step (a counting sort); per
+  // round the representatives' loads on link orbits, then each transfer's line.
   int max_depth = 0;
-  for (int x : need) max_depth = std::max(max_depth, depth[plan.xfers[x].send_step]);
-  std::vector<int> order(Xn);
+  for (const CollXfer& xf : q.xfers) max_depth = std::max(max_depth, depth[xf.send_step]);
+  std::vector<int> order(Xq);
   {
     std::vector<int> start(static_cast<std::size_t>(max_depth) + 2, 0);
-    for (int x : need) ++start[depth[plan.xfers[x].send_step] + 1];
+    for (const CollXfer& xf : q.xfers) ++start[depth[xf.send_step] + 1];
     for (int dd = 0; dd <= max_depth; ++dd) start[dd + 1] += start[dd];
-    for (int i = 0; i < Xn; ++i) order[start[depth[plan.xfers[need[i]].send_step]]++] = i;
+    for (int i = 0; i < Xq; ++i) order[start[depth[q.xfers[i].send_step]]++] = i;
   }
   constexpr std::uint64_t kExact = std::uint64_t{1} << 53;
   std::vector<std::uint64_t> load(topo.num_links(), 0);
   std::vector<int> touched;
-  std::vector<CostLine> line(Xn);
+  std::vector<CostLine> line(Xq);
   int rounds = 0;
-  for (int lo = 0; lo < Xn;) {
-    const int d = depth[plan.xfers[need[order[lo]]].send_step];
+  for (int lo = 0; lo < Xq;) {
+    const int d = depth[q.xfers[order[lo]].send_step];
     int hi = lo;
-    while (hi < Xn && depth[plan.xfers[need[order[hi]]].send_step] == d) ++hi;
+    while (hi < Xq && depth[q.xfers[order[hi]].send_step] == d) ++hi;
     ++rounds;
-    for (int i = lo; i < hi; ++i) {
-      const CollXfer& xf = plan.xfers[need[order[i]]];
-      if (!is_rep_member(xf.src)) continue;
+    auto add = [&](const Collective& col, const CollPlan& plan, const CollXfer& xf) {
       if (xf.bytes > kExact) return false;
-      const Route& r = xfer_route(plan, xf, c.group, topo, scratch, ws);
+      const Route& r = xfer_route(plan, xf, col.group, topo, scratch, ws);
       for (int l : r.links) {
-        const std::uint64_t w = static_cast<std::uint64_t>(sh->weight[l]);
-        std::uint64_t& v = load[sh->rep[l]];
+        const std::uint64_t w = static_cast<std::uint64_t>(sh.weight[l]);
+        std::uint64_t& v = load[sh.rep[l]];
         if (xf.bytes != 0 && w > (kExact - v) / xf.bytes) return false;
-        if (v == 0) touched.push_back(sh->rep[l]);
+        if (v == 0) touched.push_back(sh.rep[l]);
         v += xf.bytes * w;
       }
-    }
+      return true;
+    };
+    for (int i = lo; i < hi; ++i)
+      if (!add(c, q, q.xfers[order[i]])) return false;
+    for (std::size_t j = 0; j < copies.size(); ++j)
+      if (d < static_cast<int>(copy_at[j].size()))
+        for (int x : copy_at[j][d])
+          if (!add(*copies[j].first, *copies[j].second, copies[j].second->xfers[x])) return false;
     for (int i = lo; i < hi; ++i) {
-      const CollXfer& xf = plan.xfers[need[order[i]]];
-      const Route& r = xfer_route(plan, xf, c.group, topo, scratch, ws);
+      const CollXfer& xf = q.xfers[order[i]];
+      const Route& r = xfer_route(q, xf, c.group, topo, scratch, ws);
       double t = 0.0;
       for (int l : r.links)
-        t = std::max(t, static_cast<double>(load[sh->rep[l]]) * (1.0 / static_cast<double>(topo.link(l).bandwidth)));
+        t = std::max(t, static_cast<double>(load[sh.rep[l]]) * (1.0 / static_cast<double>(topo.link(l).bandwidth)));
       line[order[i]] = {r.latency.to_seconds(), t / scale};
     }
     for (int l : touched) load[l] = 0;
     touched.clear();
     lo = hi;
   }
-  // The representatives' DAG: node 2i is step rsteps[i] ready, 2i+1 complete.
-  // An edge from each node whose envelope another's reads.
+  // The representatives' DAG: node 2i is step i ready, 2i+1 complete. An
+  // edge from each node whose envelope another's reads.
   const int V = 2 * Sr;
   std::vector<std::pair<int, int>> succ;
   for (int i = 0; i < Sr; ++i) {
-    const int s = rsteps[i];
-    for (int d : plan.steps[s].deps)
-      if (d >= 0) {
-        const int r = rep_of(d);
-        if (r < 0) return false;
-        succ.emplace_back(2 * r + 1, 2 * i);
-      }
+    for (int d : q.steps[i].deps)
+      if (d >= 0) succ.emplace_back(2 * d + 1, 2 * i);
     succ.emplace_back(2 * i, 2 * i + 1);
     for (const int* it = step_need.begin(i); it != step_need.end(i); ++it) {
-      const CollXfer& xf = plan.xfers[need[*it]];
-      const int a = rep_of(xf.send_step), b = rep_of(xf.recv_step);
-      if (a < 0 || b < 0) return false;
-      succ.emplace_back(2 * a, 2 * i + 1);
-      if (xf.recv_step != xf.send_step) succ.emplace_back(2 * b, 2 * i + 1);
+      const CollXfer& xf = q.xfers[*it];
+      succ.emplace_back(2 * xf.send_step, 2 * i + 1);
+      if (two_steps(xf)) succ.emplace_back(2 * xf.recv_step, 2 * i + 1);
     }
   }
   Csr out;
@@ -463,24 +454,24 @@ bool symmetric_form(const Collective& c, const CollPlan& plan, const std::vector
   Envelope tmp;
   for (std::size_t qi = 0; qi < queue.size(); ++qi) {
     const int v = queue[qi];
-    const int i = v / 2, s = rsteps[i];
+    const int i = v / 2;
     tmp.clear();
     if (v % 2 == 0) {
-      for (int d : plan.steps[s].deps)
+      for (int d : q.steps[i].deps)
         if (d >= 0) {
-          const Envelope& e = val[2 * rep_of(d) + 1];
+          const Envelope& e = val[2 * d + 1];
           tmp.insert(tmp.end(), e.begin(), e.end());
         }
       if (tmp.empty()) tmp.push_back({0.0, 0.0});
     } else {
       tmp = val[2 * i];
       for (const int* it = step_need.begin(i); it != step_need.end(i); ++it) {
-        const CollXfer& xf = plan.xfers[need[*it]];
+        const CollXfer& xf = q.xfers[*it];
         const std::size_t at = tmp.size();
-        const Envelope& a = val[2 * rep_of(xf.send_step)];
+        const Envelope& a = val[2 * xf.send_step];
         tmp.insert(tmp.end(), a.begin(), a.end());
-        if (xf.recv_step != xf.send_step) {
-          const Envelope& b = val[2 * rep_of(xf.recv_step)];
+        if (two_steps(xf)) {
+          const Envelope& b = val[2 * xf.recv_step];
           tmp.insert(tmp.end(), b.begin(), b.end());
         }
         const CostLine& ln = line[*it];
@@ -495,15 +486,100 @@ bool symmetric_form(const Collective& c, const CollPlan& plan, const std::vector
   if (static_cast<int>(queue.size()) != V) return false;
   // Sinks: steps no step depends on (a step and its images alike).
   std::vector<char> sink(Sr, 1);
-  for (const CollStep& st : plan.steps)
+  for (const CollStep& st : q.steps)
     for (int d : st.deps)
-      if (d >= 0 && rid[d] >= 0) sink[rid[d]] = 0;
+      if (d >= 0) sink[d] = 0;
   f.envelope.clear();
   for (int i = 0; i < Sr; ++i)
     if (sink[i]) f.envelope.insert(f.envelope.end(), val[2 * i + 1].begin(), val[2 * i + 1].end());
   prune(f.envelope);
   f.rounds = rounds;
-  f.symmetry = K;
+  f.symmetry = sh.order;
+  return true;
+}
+
+// The smallest server shift that maps c's group onto itself (as a set; null
+// if none, or a rank repeats or lies outside the topology).
+std::optional<NodeShift> group_shift(const Collective& c, const Topology& topo, std::vector<int>& pi,
+                                     const std::function<bool(const NodeShift&, const std::vector<int>&)>& accept) {
+  const int P = topo.num_gpus(), N = topo.num_nodes(), M = static_cast<int>(c.group.size());
+  if (N < 2) return std::nullopt;
+  std::vector<int> member_of(P, -1);
+  for (int m = 0; m < M; ++m) {
+    const int r = c.group[m];
+    if (r < 0 || r >= P || member_of[r] >= 0) return std::nullopt;
+    member_of[r] = m;
+  }
+  pi.resize(M);
+  for (int nodes = 1; nodes < N; ++nodes) {
+    if (N % nodes != 0) continue;
+    const int R = nodes * topo.gpus_per_node();
+    bool closed = true;
+    for (int m = 0; m < M && closed; ++m) {
+      pi[m] = member_of[(c.group[m] + R) % P];
+      closed = pi[m] >= 0;
+    }
+    if (!closed) continue;
+    std::optional<NodeShift> s = topo.node_shift(nodes);
+    if (s && accept(*s, pi)) return s;
+  }
+  return std::nullopt;
+}
+
+// make_cost_form on the representatives from the full plan: the smallest
+// shift that maps the group and the plan onto themselves (plan_maps_onto, the
+// engine's check 4), then the plan's representatives' part.
+bool symmetric_form(const Collective& c, const CollPlan& plan, double scale, const Topology& topo, Workspace& ws,
+                    CostForm& f) {
+  if (plan.steps.empty() || plan.xfers.empty()) return false;
+  const int P = topo.num_gpus();
+  std::vector<int> pi;
+  std::optional<NodeShift> sh = group_shift(
+      c, topo, pi, [&](const NodeShift& s, const std::vector<int>& m) { return plan_maps_onto(plan, plan, m, s, P); });
+  if (!sh) return false;
+  return form_on_reps(c, compact_plan(plan, c.group, sh->gpus, P), *sh, scale, topo, ws, f);
+}
+
+// The same without the full plan (make_rep_plan), where its builder's
+// symmetry is proved on the inputs at the smallest shift that maps the group
+// onto itself. False (f untouched) where not, or where the full plan has
+// fewer than min_transfers transfers: the caller then takes the full plan.
+// (Where make_rep_plan proves a shift, plan_maps_onto holds for it: both
+// paths take the same shift.)
+//
+// Concurrent copies: each copy's group must be mapped onto itself by that
+// shift and its part built the same way (else false); they load the links
+// (form_on_reps), the form times the first.
+bool symmetric_form_direct(const Collective& ref, double scale, std::size_t min_transfers, Concurrent conc,
+                           const Topology& topo, Workspace& ws, CostForm& f) {
+  std::vector<int> pi;
+  bool first = true;
+  std::optional<CollPlan> q;
+  std::optional<NodeShift> sh = group_shift(ref, topo, pi, [&](const NodeShift& s, const std::vector<int>&) {
+    if (!first) return false;
+    first = false;
+    q = make_rep_plan(ref, topo, s, ws);
+    return q.has_value();
+  });
+  if (!sh || q->barrier) return false;
+  const std::size_t X = q->xfers.size() * static_cast<std::size_t>(sh->order);
+  if (X < min_transfers) return false;
+  std::vector<Collective> copy_c;
+  std::vector<CollPlan> copy_q;
+  copy_c.reserve(conc.copies);
+  copy_q.reserve(conc.copies);
+  for (int j = 1; j < conc.copies; ++j) {
+    Collective cj = ref;
+    for (int& r : cj.group) r += j * conc.stride;
+    std::optional<CollPlan> qj = make_rep_plan(cj, topo, *sh, ws);  // its own group closed (a rotation)
+    if (!qj || qj->xfers.size() != q->xfers.size()) return false;
+    copy_c.push_back(std::move(cj));
+    copy_q.push_back(std::move(*qj));
+  }
+  std::vector<RepCopy> copies;
+  for (std::size_t j = 0; j < copy_c.size(); ++j) copies.emplace_back(&copy_c[j], &copy_q[j]);
+  if (!form_on_reps(ref, *q, *sh, scale, topo, ws, f, copies)) return false;
+  f.transfers = X;
   return true;
 }
 
@@ -533,6 +609,11 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
     return f;
   }
   double scale = 1.0;
+  if (sym.on && c.op != CollOp::alltoallv) {
+    Collective ref = c;
+    ref.bytes = kRefBytes;
+    if (symmetric_form_direct(ref, static_cast<double>(kRefBytes), sym.min_transfers, conc, topo, ws, f)) return f;
+  }
   CollPlan plan;
   if (c.op == CollOp::alltoallv) {
     plan = make_plan(c, topo, ws);
@@ -576,7 +657,7 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
       }
 
   if (sym.on && conc.copies == 1 && c.op != CollOp::alltoallv && plan.xfers.size() >= sym.min_transfers &&
-      symmetric_form(c, plan, depth, scale, topo, ws, f))
+      symmetric_form(c, plan, scale, topo, ws, f))
     return f;
 
   // Routes (copied: above kRouteTableGpus the workspace reuses one buffer).
@@ -752,6 +833,7 @@ struct PlanEntry {
   Collective key;  // the plan's inputs (name and data bindings left empty)
   std::uint64_t topo;
   std::shared_ptr<const CollPlan> plan;
+  int rep_gpus = 0;  // > 0: the representatives' part under a shift of these GPUs (shared_rep_plan)
 };
 struct PlanCache : Workspace::Part {
   static constexpr Workspace::Slot kSlot = Workspace::kPlans;
@@ -797,7 +879,8 @@ std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology&
   const std::uint64_t h = plan_hash(c, topo_key);
   auto [a, b] = C.map.equal_range(h);
   for (auto it = a; it != b; ++it)
-    if (it->second.topo == topo_key && same_plan_inputs(it->second.key, c)) return it->second.plan;
+    if (it->second.topo == topo_key && it->second.rep_gpus == 0 && same_plan_inputs(it->second.key, c))
+      return it->second.plan;
   // A plan above the limit (kept alone, after a clear) is dropped before the
   // next is built, not after: two such plans (a 1024-GPU SAA's are 360 MB
   // each) are never held by the cache at once.
@@ -818,6 +901,42 @@ std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology&
   C.map.emplace(h, PlanEntry{std::move(key), topo_key, plan});
   C.bytes += n;
   return plan;
+}
+std::shared_ptr<const CollPlan> shared_rep_plan(const Collective& c, const Topology& topo, std::uint64_t topo_key,
+                                                const NodeShift& sh, Workspace& ws) {
+  PlanCache& C = ws.get<PlanCache>();
+  std::uint64_t h = plan_hash(c, topo_key);
+  mix(h, static_cast<std::uint64_t>(sh.gpus));
+  auto [a, b] = C.map.equal_range(h);
+  for (auto it = a; it != b; ++it)
+    if (it->second.topo == topo_key && it->second.rep_gpus == sh.gpus && same_plan_inputs(it->second.key, c))
+      return it->second.plan;
+  if (C.bytes > PlanCache::kMaxBytes) C.map.clear(), C.bytes = 0;
+  std::optional<CollPlan> q = make_rep_plan(c, topo, sh, ws);
+  if (!q) return nullptr;
+  auto plan = std::make_shared<const CollPlan>(std::move(*q));
+  const std::size_t n = plan_bytes(*plan);
+  if (C.bytes + n > PlanCache::kMaxBytes) C.map.clear(), C.bytes = 0;
+  Collective key;
+  key.op = c.op;
+  key.group = c.group;
+  key.bytes = c.bytes;
+  key.matrix = c.matrix;
+  key.algo = c.algo;
+  key.proto = c.proto;
+  key.channels = c.channels;
+  key.window = c.window;
+  key.inner = c.inner;
+  C.map.emplace(h, PlanEntry{std::move(key), topo_key, plan, sh.gpus});
+  C.bytes += n;
+  return plan;
+}
+std::shared_ptr<const NcclSystem> shared_nccl_system(const std::vector<int>& group, const Topology& topo, Workspace& ws) {
+  Collective k;
+  k.group = group;
+  FormCache& C = ws.get<FormCache>();
+  if (C.fp_topo != topo.id() || topo.id() == 0) C.fp = topology_fingerprint(topo), C.fp_topo = topo.id();
+  return cached_system(k, topo, C.fp, ws);
 }
 std::size_t plan_cache_size(Workspace& ws) { return ws.get<PlanCache>().map.size(); }
 

@@ -210,6 +210,16 @@ std::uint64_t topology_fingerprint(const Topology& topo);
 std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology& topo, std::uint64_t topo_key,
                                             Workspace& ws);
 
+// make_rep_plan(c, topo, sh, ws), shared the same way (keyed also by the
+// shift's GPUs); null where make_rep_plan gives none (not kept).
+std::shared_ptr<const CollPlan> shared_rep_plan(const Collective& c, const Topology& topo, std::uint64_t topo_key,
+                                                const NodeShift& sh, Workspace& ws);
+
+// nccl_system(group, topo, ws), kept in ws with the forms' (the plans of one
+// group ask for it once: above Topology::kRouteTableGpus it routes between
+// every server's GPUs).
+std::shared_ptr<const NcclSystem> shared_nccl_system(const std::vector<int>& group, const Topology& topo, Workspace& ws);
+
 // What ws keeps, for tests: cost forms, and plans (shared_plan). Workspace::clear drops them.
 std::size_t collective_cost_cache_size(Workspace& ws);
 std::size_t plan_cache_size(Workspace& ws);

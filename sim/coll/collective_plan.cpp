@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "sim/coll/collective_cost.hpp"
 #include "sim/coll/nccl_model.hpp"
 #include "sim/graph/algorithms.hpp"
 #include "sim/core/error.hpp"
@@ -123,6 +124,55 @@ bool plan_maps_onto(const CollPlan& pa, const CollPlan& pb, const std::vector<in
     }
   }
   return true;
+}
+
+// (the header says what is kept; the argument that the engine and the cost
+// forms read nothing else is at Engine::compact_plan and symmetric_form)
+CollPlan compact_plan(const CollPlan& p, const std::vector<int>& group, int R, int P) {
+  const int M = static_cast<int>(group.size()), S = static_cast<int>(p.steps.size());
+  std::vector<int> member_of(P, -1), mrep(M), place(S), cid(S, -1), count(M, 0);
+  for (int m = 0; m < M; ++m) member_of[group[m]] = m;
+  for (int m = 0; m < M; ++m) mrep[m] = member_of[group[m] % R];
+  CollPlan q;
+  int kept = 0;
+  for (int st = 0; st < S; ++st) {
+    const CollStep& x = p.steps[st];
+    place[st] = count[x.member]++;
+    if (group[x.member] < R) cid[st] = kept++;
+  }
+  q.steps.reserve(kept);
+  for (int st = 0; st < S; ++st) {
+    if (cid[st] < 0) continue;
+    CollStep y = p.steps[st];
+    for (int& d : y.deps)
+      if (d >= 0) d = cid[d];  // on a step of its own member (plan_maps_onto): kept
+    q.steps.push_back(y);
+  }
+  // The compact steps of each member, by place.
+  std::vector<int> start(M + 1, 0), list(q.steps.size());
+  for (const CollStep& x : q.steps) ++start[x.member + 1];
+  for (int m = 0; m < M; ++m) start[m + 1] += start[m];
+  {
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (std::size_t i = 0; i < q.steps.size(); ++i) list[fill[q.steps[i].member]++] = static_cast<int>(i);
+  }
+  std::size_t sent = 0;
+  for (const CollXfer& x : p.xfers) sent += group[x.src] < R;
+  q.xfers.reserve(sent);
+  for (const CollXfer& x : p.xfers) {
+    if (group[x.src] >= R) continue;
+    CollXfer y = x;
+    y.send_step = cid[x.send_step];
+    const int rm = mrep[p.steps[x.recv_step].member];
+    y.recv_step = list[start[rm] + place[x.recv_step]];
+    q.xfers.push_back(y);
+  }
+  q.routes = p.routes;
+  q.latencies = p.latencies;
+  q.barrier = p.barrier;
+  q.min_duration = p.min_duration;
+  q.choice = p.choice;
+  return q;
 }
 
 double xfer_cap(const CollPlan& plan, const CollXfer& x) {
@@ -399,8 +449,19 @@ int pxn_via(int src, int dst, const Topology& topo) {
 // network one max-min re-solve each, thousands in a 1024-GPU AlltoAll).
 // Intra-node transfers need no proxy (the P2P and SHM transports' kernels
 // move the data themselves) and keep the single latency.
-void as_p2p(CollPlan& plan, const Collective& c, const Topology& topo, Workspace& ws) {
-  const NcclSystem sys = nccl_system(c.group, topo, ws);
+//
+// With R > 0, `plan` is the representatives' part of a plan (make_rep_plan)
+// that the server shift of R GPUs maps onto itself, each batch one round of
+// the step DAG, listed before the next: every GPU's sends and receives in a
+// batch equal its orbit's representative's (GPU g mod R), which are counted
+// from the representatives' transfers: a proxy sits on its sender's server,
+// so a representative GPU's sends are representatives' transfers, and the
+// transfers g receives are, one to one, the images of the representatives'
+// transfers to a GPU of g's orbit (shifted back until their sender is a
+// representative). So each batch's busiest proxy, and every latency, is the
+// full plan's.
+void as_p2p(CollPlan& plan, const Collective& c, const Topology& topo, Workspace& ws, int R = 0) {
+  const NcclSystem sys = *shared_nccl_system(c.group, topo, ws);
   const double inter_us = nccl_p2p_latency_us(sys, true), overhead_us = nccl_p2p_net_overhead_us(sys);
   plan.latencies = {us_time(nccl_p2p_latency_us(sys, false))};
   // Depth of every step (dependencies precede their steps in every plan).
@@ -414,7 +475,7 @@ void as_p2p(CollPlan& plan, const Collective& c, const Topology& topo, Workspace
   // Per GPU: sends and receives launched so far in batch `batch[g]` (every
   // plan lists a batch's transfers before the next batch's); per batch: the
   // most places any proxy holds.
-  const int G = topo.num_gpus();
+  const int G = R > 0 ? R : topo.num_gpus();  // GPUs counted (with R: orbits, by their representative)
   std::vector<int> batch(G, -1), sends(G, 0), recvs(G, 0), places(depths, 0);
   auto at = [&](int g, int d) {
     if (batch[g] != d) batch[g] = d, sends[g] = 0, recvs[g] = 0;
@@ -428,8 +489,8 @@ void as_p2p(CollPlan& plan, const Collective& c, const Topology& topo, Workspace
     x.via = pxn_via(a, b, topo);
     const int d = depth[x.send_step], proxy = x.via >= 0 ? x.via : a;
     at(proxy, d);
-    at(b, d);
-    places[d] = std::max({places[d], ++sends[proxy], ++recvs[b]});
+    at(b % G, d);
+    places[d] = std::max({places[d], ++sends[proxy], ++recvs[b % G]});
   }
   // One latency per distinct place count (index 1 + k - 1 for k places).
   for (CollXfer& x : plan.xfers) {
@@ -625,7 +686,7 @@ std::optional<NcclEstimate> nccl_pick(const Collective& c, const Topology& topo,
   }
   if (c.channels < 0 || c.channels > 64)
     throw UserError(fmt::format("collective '{}': channels must be 1..64, got {}", c.name, c.channels));
-  const NcclSystem sys = nccl_system(c.group, topo, ws);
+  const NcclSystem sys = *shared_nccl_system(c.group, topo, ws);
   if (sys_out) *sys_out = sys;
   const std::optional<NcclProto> proto = forced_proto(c);
   try {
@@ -678,6 +739,136 @@ CollPlan make_plan(const Collective& c, const Topology& topo, Workspace& ws) {
   CollPlan plan = step_plan(c, topo, algo);
   plan.choice = algo;
   if (algo == "p2p" || c.op == CollOp::saa) as_p2p(plan, c, topo, ws);
+  return plan;
+}
+
+// (the header says what it builds and when). Each builder below is
+// step_plan's, restricted to the representatives: the steps and transfers it
+// would create in the same order, skipping every step of another member and
+// every transfer another member sends, each transfer received by the step
+// its receiver's representative creates in the same round (the same place
+// among its member's steps: every member creates one step per round).
+std::optional<CollPlan> make_rep_plan(const Collective& c, const Topology& topo, const NodeShift& sh, Workspace& ws) {
+  const int P = topo.num_gpus(), R = sh.gpus, p = static_cast<int>(c.group.size());
+  if (R <= 0 || R >= P || P % R != 0 || R % topo.gpus_per_node() != 0 || p < 2) return std::nullopt;
+  if (!c.proto.empty() || c.channels != 0) return std::nullopt;
+  const std::string algo = resolve(c);
+  const bool rounds_algo = algo == "direct" || algo == "pairwise" || algo == "p2p";
+  const bool saa = c.op == CollOp::saa && (algo == "released" || algo == "pipelined") && c.inner > 0 && p % c.inner == 0;
+  const bool rounds = rounds_algo && (c.op == CollOp::alltoall || c.op == CollOp::alltoallv ||
+                                      ((c.op == CollOp::allgather || c.op == CollOp::reducescatter) && algo != "p2p") ||
+                                      (c.op == CollOp::allreduce && algo == "direct"));
+  if (!saa && !rounds) return std::nullopt;
+  // The shift on the group: member m's rank r goes to (r + R) mod P, which
+  // must be member (m + t) mod p for one t (a rotation: then every power of
+  // the shift rotates too, and the builders' member arithmetic commutes with it).
+  std::vector<int> member_of(P, -1);
+  for (int m = 0; m < p; ++m) {
+    const int r = c.group[m];
+    if (r < 0 || r >= P || member_of[r] >= 0) return std::nullopt;
+    member_of[r] = m;
+  }
+  const int t = member_of[(c.group[0] + R) % P];
+  if (t < 0) return std::nullopt;
+  for (int m = 0; m < p; ++m)
+    if (member_of[(c.group[m] + R) % P] != (m + t) % p) return std::nullopt;
+  if (saa && t % c.inner != 0) return std::nullopt;  // blocks onto blocks, in order
+  if (c.op == CollOp::alltoallv) {
+    if (static_cast<int>(c.matrix.size()) != p) return std::nullopt;
+    for (const auto& row : c.matrix)
+      if (static_cast<int>(row.size()) != p) return std::nullopt;
+    for (int i = 0; i < p; ++i)
+      for (int j = 0; j < p; ++j)
+        if (c.matrix[(i + t) % p][(j + t) % p] != c.matrix[i][j]) return std::nullopt;
+  }
+  // Representatives (members on ranks [0, R)), ascending, and each member's.
+  std::vector<int> reps, rep(p);
+  for (int m = 0; m < p; ++m) {
+    if (c.group[m] < R) reps.push_back(m);
+    rep[m] = member_of[c.group[m] % R];
+  }
+  CollPlan plan;
+  std::vector<int> last(p, -1);
+  auto step = [&plan, &last](int m) {
+    CollStep s;
+    s.member = m;
+    if (last[m] >= 0) s.add_dep(last[m]);
+    plan.steps.push_back(s);
+    return last[m] = static_cast<int>(plan.steps.size()) - 1;
+  };
+  auto xfer = [&plan](int src, int dst, std::uint64_t bytes, int ss, int rs) {
+    if (bytes == 0 || src == dst) return;
+    plan.xfers.push_back({src, dst, bytes, ss, rs});
+  };
+  const std::uint64_t S = c.bytes;
+  std::vector<int> s(p, -1);  // this round's step of each representative
+  if (rounds) {
+    const std::uint64_t per = ceil_div(S, static_cast<std::uint64_t>(p));
+    auto run = [&](int window, auto&& bytes) {  // Builder::rounds over every member
+      const int w = window <= 0 ? p - 1 : std::min(window, p - 1);
+      for (int lo = 1; lo <= p - 1; lo += w) {
+        const int hi = std::min(p - 1, lo + w - 1);
+        for (int i : reps) s[i] = step(i);
+        for (int i : reps)
+          for (int off = lo; off <= hi; ++off) {
+            const int j = (i + off) % p;
+            xfer(i, j, bytes(i, j), s[i], s[rep[j]]);
+          }
+      }
+    };
+    auto uniform = [per](int, int) { return per; };
+    const int window = algo == "pairwise" ? 1 : c.window;
+    if (c.op == CollOp::alltoallv)
+      run(window, [&c](int i, int j) { return c.matrix[i][j]; });
+    else
+      run(window, uniform);
+    if (c.op == CollOp::allreduce) run(window, uniform);  // reduce-scatter, then all-gather
+  } else {
+    const int G = c.inner;
+    const bool released = algo == "released";
+    const int W = released ? p : p / G;
+    const std::uint64_t chunk = ceil_div(S, static_cast<std::uint64_t>(W));
+    const std::size_t nr = reps.size();
+    plan.steps.reserve(2 * static_cast<std::size_t>(W) * nr);
+    plan.xfers.reserve(static_cast<std::size_t>(W) * nr * G);
+    std::vector<std::vector<int>> x(W, std::vector<int>(nr)), g(W, std::vector<int>(nr));
+    std::vector<int> at(p, -1);  // a representative's index in reps
+    for (std::size_t k = 0; k < nr; ++k) at[reps[k]] = static_cast<int>(k);
+    for (int i = 0; i < W; ++i) {
+      for (std::size_t k = 0; k < nr; ++k) x[i][k] = step(reps[k]);
+      for (std::size_t k = 0; k < nr; ++k) {
+        const int m = reps[k];
+        const int to = released ? (m + i) % p : ((m / G + i) % W) * G + m % G;
+        xfer(m, to, i == 0 ? 0 : chunk, x[i][k], x[i][at[rep[to]]]);
+      }
+    }
+    auto add_step = [&plan](int m, int d0, int d1) {
+      CollStep st;
+      st.member = m;
+      st.add_dep(d0);
+      if (d1 >= 0) st.add_dep(d1);
+      plan.steps.push_back(st);
+      return static_cast<int>(plan.steps.size()) - 1;
+    };
+    for (int i = 0; i < W; ++i)
+      for (std::size_t k = 0; k < nr; ++k) {
+        const int prev = (!released || i < W - 1) && i > 0 ? g[i - 1][k] : -1;
+        g[i][k] = add_step(reps[k], x[i][k], prev);
+      }
+    for (int i = 0; i < W; ++i)
+      for (std::size_t k = 0; k < nr; ++k) {
+        const int m = reps[k], blk = m / G;
+        for (int l2 = 0; l2 < G; ++l2) {
+          const int peer = blk * G + l2;
+          if (peer == m || chunk == 0) continue;
+          // Batches of p2p latencies are rounds only while the gathers stay in a server.
+          if (!topo.same_node(c.group[m], c.group[peer])) return std::nullopt;
+          plan.xfers.push_back({m, peer, chunk, g[i][k], g[i][at[rep[peer]]]});
+        }
+      }
+  }
+  plan.choice = algo;
+  if (algo == "p2p" || c.op == CollOp::saa) as_p2p(plan, c, topo, ws, R);
   return plan;
 }
 

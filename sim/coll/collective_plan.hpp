@@ -75,6 +75,7 @@
 //                 AlltoAll round i and gather i-1). p2p latency and PXN routes.
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,29 @@ double xfer_cap(const CollPlan& plan, const CollXfer& x);
 // mapped steps, its custom route mapped link by link and its PXN GPU shifted.
 // Routes of the topology itself are not compared (Topology::shift_route_ok).
 bool plan_maps_onto(const CollPlan& a, const CollPlan& b, const std::vector<int>& pi, const NodeShift& sh, int P);
+
+// The representatives' part of `full`, a plan that the server shift of R of
+// the topology's P GPUs maps onto itself (checked by the caller, e.g. with
+// plan_maps_onto): the steps of the members on ranks [0, R), in order, their
+// dependencies renumbered (each on a step of its own member), and the
+// transfers they send, in order, each received by its receiving step's
+// representative: the step at the same place among the steps of the member
+// on its rank mod R. Routes, latencies and the rest as in `full`. What the
+// engine's symmetry and the cost forms' read of such a plan.
+CollPlan compact_plan(const CollPlan& full, const std::vector<int>& group, int R, int P);
+
+// The same part built without the full plan, for a plan make_plan builds as a
+// function of (member index, group, sizes) that commutes with the shift by
+// construction: AlltoAll, AlltoAllv, AllGather, ReduceScatter and AllReduce
+// as direct, pairwise or p2p rounds, and SAA (released, pipelined). The
+// symmetry is proved on the inputs: the shift maps the group onto itself as a
+// rotation of member indices (by a whole number of SAA blocks), AlltoAllv's
+// sizes equal under it, and for p2p's latencies every SAA gather inside a
+// server (so each batch of NCCL send/recv is one round, counted per GPU orbit);
+// the topology's routes are checked where they are used, as for the full plan.
+// nullopt where any of that does not hold (the caller takes the full plan).
+// The full plan has sh.order times the part's transfers.
+std::optional<CollPlan> make_rep_plan(const Collective& c, const Topology& topo, const NodeShift& sh, Workspace& ws);
 
 std::string default_algorithm(CollOp op);
 

@@ -613,7 +613,7 @@ void Engine::find_symmetry(std::uint64_t topo_key) {
       rank_list[fill[t.rank]++] = t.id;
     }
   }
-  std::vector<int> gamma(C);
+  std::vector<int> gamma(C), member_at(P, -1);
   std::vector<std::vector<int>> pi(C);
   for (int shift_nodes = 1; shift_nodes < N; ++shift_nodes) {
     if (N % shift_nodes != 0) continue;
@@ -654,6 +654,15 @@ void Engine::find_symmetry(std::uint64_t topo_key) {
       if (pi[c][m] >= 0 && pi[c][m] != m2) ok = false;
       pi[c][m] = m2;
     }
+    // Whether the graph's member map of c is the shift's on its ranks (make_rep_plan's).
+    auto graph_map_is_shift = [&](int c, int R) {
+      const Collective& col = g_.collective(c);
+      for (std::size_t m = 0; m < col.group.size(); ++m) member_at[col.group[m]] = static_cast<int>(m);
+      bool same = true;
+      for (std::size_t m = 0; m < col.group.size() && same; ++m) same = pi[c][m] == member_at[(col.group[m] + R) % P];
+      for (int r : col.group) member_at[r] = -1;
+      return same;
+    };
     // Collectives: on representatives only, or mapped onto themselves; the
     // image's plan the member map's image of the plan.
     for (int c = 0; c < C && ok; ++c) {
@@ -666,6 +675,16 @@ void Engine::find_symmetry(std::uint64_t topo_key) {
       ok = (gamma[c] == c || !spans) && ca.op == cb.op && ca.bytes == cb.bytes && ca.group.size() == cb.group.size() &&
            (coll_[c].calibrated == nullptr) == (coll_[gamma[c]].calibrated == nullptr);
       if (!ok) break;
+      // Members on and off the representatives, a plan equivariant under the
+      // shift by construction (make_rep_plan proves it on the inputs, with
+      // the member map the graph gives): its representatives' part is built
+      // directly, never the full plan.
+      if (spans && graph_map_is_shift(c, R))
+        if (auto q = shared_rep_plan(ca, topo_, topo_key, *sh, ws_)) {
+          coll_[c].plan = std::move(q);
+          coll_[c].compact = true;
+          continue;
+        }
       full_plan(c);
       full_plan(gamma[c]);
       ok = cache.plans_map(coll_[c].plan, coll_[gamma[c]].plan, pi[c], sh, P);
@@ -685,63 +704,14 @@ void Engine::find_symmetry(std::uint64_t topo_key) {
 }
 
 // The representatives' part of collective c's plan, which a shift of R ranks
-// maps onto itself (checked): the steps of the members on ranks [0, R), in
-// order, their dependencies renumbered (each is on a step of its own member:
-// plan_maps_onto), and the transfers they send, in order, each received by
-// its receiving step's representative (the step at its place among its
-// member's representative's: what setup_symmetry's qrecv would name). Every
-// order the engine iterates in (steps, transfers, members' steps) is the full
-// plan's, restricted, and setup_symmetry reads nothing else: the simulation
-// is the same to the picosecond.
+// maps onto itself (checked): parmsim::compact_plan. Every order the engine
+// iterates in (steps, transfers, members' steps) is the full plan's,
+// restricted, and setup_symmetry reads nothing else (each transfer's
+// receiving step is what its qrecv would name): the simulation is the same
+// to the picosecond.
 void Engine::compact_plan(int c, int R) {
   CollState& s = coll_[c];
-  const CollPlan& p = *s.plan;
-  const Collective& col = g_.collective(c);
-  const int M = s.members, S = static_cast<int>(p.steps.size());
-  std::vector<int> member_of(topo_.num_gpus(), -1), mrep(M), place(S), cid(S, -1), count(M, 0);
-  for (int m = 0; m < M; ++m) member_of[col.group[m]] = m;
-  for (int m = 0; m < M; ++m) mrep[m] = member_of[col.group[m] % R];
-  auto out = std::make_shared<CollPlan>();
-  CollPlan& q = *out;
-  int kept = 0;
-  for (int st = 0; st < S; ++st) {
-    const CollStep& x = p.steps[st];
-    place[st] = count[x.member]++;
-    if (col.group[x.member] < R) cid[st] = kept++;
-  }
-  q.steps.reserve(kept);
-  for (int st = 0; st < S; ++st) {
-    if (cid[st] < 0) continue;
-    CollStep y = p.steps[st];
-    for (int& d : y.deps)
-      if (d >= 0) d = cid[d];  // on a step of its own member (plan_maps_onto): kept
-    q.steps.push_back(y);
-  }
-  // The compact steps of each member, by place.
-  std::vector<int> start(M + 1, 0), list(q.steps.size());
-  for (const CollStep& x : q.steps) ++start[x.member + 1];
-  for (int m = 0; m < M; ++m) start[m + 1] += start[m];
-  {
-    std::vector<int> fill(start.begin(), start.end() - 1);
-    for (std::size_t i = 0; i < q.steps.size(); ++i) list[fill[q.steps[i].member]++] = static_cast<int>(i);
-  }
-  std::size_t sent = 0;
-  for (const CollXfer& x : p.xfers) sent += col.group[x.src] < R;
-  q.xfers.reserve(sent);
-  for (const CollXfer& x : p.xfers) {
-    if (col.group[x.src] >= R) continue;
-    CollXfer y = x;
-    y.send_step = cid[x.send_step];
-    const int rm = mrep[p.steps[x.recv_step].member];
-    y.recv_step = list[start[rm] + place[x.recv_step]];
-    q.xfers.push_back(y);
-  }
-  q.routes = p.routes;
-  q.latencies = p.latencies;
-  q.barrier = p.barrier;
-  q.min_duration = p.min_duration;
-  q.choice = p.choice;
-  s.plan = std::move(out);
+  s.plan = std::make_shared<const CollPlan>(parmsim::compact_plan(*s.plan, g_.collective(c).group, R, topo_.num_gpus()));
   s.compact = true;
 }
 

@@ -195,6 +195,22 @@ SimCost estimate_graph(const TaskGraph& g) {
   return finish_cost(c);
 }
 
+SimCost with_symmetry(SimCost c, int order) {
+  if (order <= 1) return c;
+  c.transfers /= order;
+  c.a2a_transfers /= order;
+  c.flows /= order;
+  return finish_cost(c);
+}
+
+int topology_symmetry_order(const Topology& topo) {
+  const int N = topo.num_nodes();
+  for (int nodes = 1; nodes < N; ++nodes)
+    if (N % nodes == 0)
+      if (const std::optional<NodeShift> s = topo.node_shift(nodes)) return s->order;
+  return 1;
+}
+
 std::string describe(const SimCost& c) {
   const double gib = c.bytes / (1u << 30);
   const std::string t = c.seconds < 120    ? fmt::format("{:.0f} s", c.seconds)

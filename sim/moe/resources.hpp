@@ -9,6 +9,7 @@
 #include <string>
 
 #include "sim/graph/task_graph.hpp"
+#include "sim/topo/topology.hpp"
 #include "sim/moe/layer.hpp"
 
 namespace parmsim::moe {
@@ -38,6 +39,16 @@ SimCost estimate_graph(const TaskGraph& g);
 SimCost finish_cost(SimCost c);
 // One collective alone (`parmsim collective`): its members' tasks, its transfers and its flows at once.
 SimCost estimate_collective(const Collective& c);
+
+// The cost under the engine's symmetry of this order (docs/performance.md,
+// "Symmetry"): a collective with members on and off the representatives is
+// planned for them alone (make_rep_plan) and only their transfers run, so
+// 1/order of the transfers and of the flows at once; every rank's tasks are
+// still built and traced. order 1: c unchanged.
+SimCost with_symmetry(SimCost c, int order);
+// The order of the smallest server shift of topo (Topology::node_shift), 1 if none:
+// the symmetry a layer on every GPU of topo runs with, when its checks pass.
+int topology_symmetry_order(const Topology& topo);
 
 // "12.3 GiB and about 40 min (1.2e9 transfers, 2.5e9 events)", for messages.
 std::string describe(const SimCost& c);

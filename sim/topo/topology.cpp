@@ -106,21 +106,6 @@ std::string Topology::link_name(int id) const {
   return fmt::format("{}->{}", graph_[link_ends_[id].first].name, graph_[link_ends_[id].second].name);
 }
 
-namespace {
-
-// Keeps edge x->y for a search towards `dst` unless y is a GPU other than dst:
-// the reverse search then never expands through a GPU, so no route transits one.
-struct NoTransitThroughGpu {
-  const Topology::Graph* g = nullptr;
-  int dst = -1;
-  bool operator()(Topology::Graph::edge_descriptor e) const {
-    const auto y = boost::target(e, *g);
-    return (*g)[y].kind != DeviceKind::gpu || static_cast<int>(y) == dst;
-  }
-};
-
-}  // namespace
-
 std::size_t Topology::footprint_bytes() const {
   auto vec = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
   std::size_t b = sizeof(*this);
@@ -129,7 +114,7 @@ std::size_t Topology::footprint_bytes() const {
   b += boost::num_vertices(graph_) * (sizeof(Device) + 6 * sizeof(void*));
   b += boost::num_edges(graph_) * (sizeof(Link) + 7 * sizeof(void*));
   b += vec(gpu_vertex_) + vec(links_) + vec(link_ends_) + vec(link_class_) + vec(out_start_) + vec(out_) +
-       vec(local_hb_) + vec(table_) + vec(hb_dist_);
+       vec(local_hb_) + vec(table_) + vec(hb_dist_) + vec(in_start_) + vec(in_) + vec(is_gpu_);
   for (const Route& r : table_) b += vec(r.links);
   for (const auto& d : hb_dist_) b += vec(d);
   return b;
@@ -137,15 +122,24 @@ std::size_t Topology::footprint_bytes() const {
 
 std::vector<int> Topology::bfs_to(int dst_gpu) const { return bfs_to_vertex(gpu_vertex_[dst_gpu]); }
 
+// A breadth-first search backwards from `to` over the links, where GPUs other
+// than `to` do not forward (a GPU is reached, never passed through): hop
+// counts, the same as any breadth-first search gives. On the CSR of links
+// into each vertex (finalize), not on the graph: above kRouteTableGpus a
+// route costs one search per destination GPU.
 std::vector<int> Topology::bfs_to_vertex(int to) const {
-  NoTransitThroughGpu pred{&graph_, to};
-  boost::filtered_graph<Graph, NoTransitThroughGpu> fg(graph_, pred);
-  auto rg = boost::make_reverse_graph(fg);
-  std::vector<int> dist(boost::num_vertices(graph_), -1);
+  std::vector<int> dist(num_devices(), -1), queue;
+  queue.reserve(num_devices());
   dist[to] = 0;
-  boost::breadth_first_search(
-      rg, static_cast<Graph::vertex_descriptor>(to),
-      boost::visitor(boost::make_bfs_visitor(boost::record_distances(dist.data(), boost::on_tree_edge()))));
+  queue.push_back(to);
+  for (std::size_t h = 0; h < queue.size(); ++h) {
+    const int u = queue[h];
+    if (u != to && is_gpu_[u]) continue;
+    for (int k = in_start_[u]; k < in_start_[u + 1]; ++k) {
+      const int v = in_[k];
+      if (dist[v] < 0) dist[v] = dist[u] + 1, queue.push_back(v);
+    }
+  }
   return dist;
 }
 
@@ -211,6 +205,16 @@ void Topology::finalize() {
   for (const auto& [a, b] : link_ends_) ++out_start_[a + 1];
   for (int v = 0; v < num_devices(); ++v) out_start_[v + 1] += out_start_[v];
   out_.resize(link_ends_.size());
+  in_start_.assign(num_devices() + 1, 0);
+  for (const auto& [a, b] : link_ends_) ++in_start_[b + 1];
+  for (int v = 0; v < num_devices(); ++v) in_start_[v + 1] += in_start_[v];
+  in_.resize(link_ends_.size());
+  {
+    std::vector<int> fill(in_start_.begin(), in_start_.end() - 1);
+    for (const auto& [a, b] : link_ends_) in_[fill[b]++] = a;
+  }
+  is_gpu_.assign(num_devices(), 0);
+  for (int v = 0; v < num_devices(); ++v) is_gpu_[v] = graph_[v].kind == DeviceKind::gpu;
   {
     std::vector<int> fill(out_start_.begin(), out_start_.end() - 1);
     for (int id = 0; id < static_cast<int>(link_ends_.size()); ++id)

@@ -187,6 +187,8 @@ class Topology {
   int num_gpus() const { return static_cast<int>(gpu_vertex_.size()); }
   int gpus_per_node() const { return gpus_per_node_; }
   int num_nodes() const { return num_gpus() / gpus_per_node_; }
+  // Distinct for every finalize() in this process (copies share it): keys caches.
+  std::uint64_t id() const { return id_; }
   int node_of(int gpu) const { return gpu / gpus_per_node_; }
   bool same_node(int a, int b) const { return node_of(a) == node_of(b); }
   const Device& device(int v) const { return graph_[v]; }
@@ -255,6 +257,9 @@ class Topology {
   };
   std::vector<int> out_start_;  // CSR by vertex into out_ (built by finalize)
   std::vector<OutLink> out_;    // each vertex's outgoing links, sorted by (target, link id)
+  std::vector<int> in_start_;   // CSR by vertex into in_ (finalize)
+  std::vector<int> in_;         // each vertex's links' sources (bfs_to_vertex)
+  std::vector<char> is_gpu_;    // by vertex
   // Hops from every vertex to dst_gpu (-1: unreachable), by breadth-first
   // search; dist_to keeps them in the workspace (bounded), so routes above
   // kRouteTableGpus cost one search per destination, not GPUs x devices of memory.
