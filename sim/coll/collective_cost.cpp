@@ -871,6 +871,20 @@ std::size_t plan_bytes(const CollPlan& p) {
   for (const auto& r : p.routes) n += sizeof(r) + r.size() * sizeof(int);
   return n;
 }
+// The plan cache's copy of what a plan depends on (same_plan_inputs compares these).
+Collective plan_key(const Collective& c) {
+  Collective key;
+  key.op = c.op;
+  key.group = c.group;
+  key.bytes = c.bytes;
+  key.matrix = c.matrix;
+  key.algo = c.algo;
+  key.proto = c.proto;
+  key.channels = c.channels;
+  key.window = c.window;
+  key.inner = c.inner;
+  return key;
+}
 }  // namespace
 
 std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology& topo, std::uint64_t topo_key,
@@ -888,17 +902,7 @@ std::shared_ptr<const CollPlan> shared_plan(const Collective& c, const Topology&
   auto plan = std::make_shared<const CollPlan>(make_plan(c, topo, ws));
   const std::size_t n = plan_bytes(*plan);
   if (C.bytes + n > PlanCache::kMaxBytes) C.map.clear(), C.bytes = 0;
-  Collective key;
-  key.op = c.op;
-  key.group = c.group;
-  key.bytes = c.bytes;
-  key.matrix = c.matrix;
-  key.algo = c.algo;
-  key.proto = c.proto;
-  key.channels = c.channels;
-  key.window = c.window;
-  key.inner = c.inner;
-  C.map.emplace(h, PlanEntry{std::move(key), topo_key, plan});
+  C.map.emplace(h, PlanEntry{plan_key(c), topo_key, plan});
   C.bytes += n;
   return plan;
 }
@@ -917,17 +921,7 @@ std::shared_ptr<const CollPlan> shared_rep_plan(const Collective& c, const Topol
   auto plan = std::make_shared<const CollPlan>(std::move(*q));
   const std::size_t n = plan_bytes(*plan);
   if (C.bytes + n > PlanCache::kMaxBytes) C.map.clear(), C.bytes = 0;
-  Collective key;
-  key.op = c.op;
-  key.group = c.group;
-  key.bytes = c.bytes;
-  key.matrix = c.matrix;
-  key.algo = c.algo;
-  key.proto = c.proto;
-  key.channels = c.channels;
-  key.window = c.window;
-  key.inner = c.inner;
-  C.map.emplace(h, PlanEntry{std::move(key), topo_key, plan, sh.gpus});
+  C.map.emplace(h, PlanEntry{plan_key(c), topo_key, plan, sh.gpus});
   C.bytes += n;
   return plan;
 }
