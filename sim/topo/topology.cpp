@@ -202,6 +202,13 @@ Topology::DistView Topology::dist_to(int dst_gpu, Workspace& ws) const {
   return DistView(v, this, j);
 }
 
+std::vector<int> Topology::hop_distances(int dst_gpu, Workspace& ws) const {
+  const DistView d = dist_to(dst_gpu, ws);
+  std::vector<int> out(num_devices());
+  for (int v = 0; v < num_devices(); ++v) out[v] = d[v];
+  return out;
+}
+
 void Topology::set_dist_shift() {
   dist_shift_.clear();
   dist_shift_gpus_ = 0;

@@ -214,6 +214,18 @@ class Topology {
   // costs a search: loops pass a Workspace).
   Route route(int src_gpu, int dst_gpu) const;
   static constexpr int kRouteTableGpus = 256;
+  // Hops from every vertex to dst_gpu (-1: unreachable), by breadth-first
+  // search; routes keep them in the workspace (bounded), so a route above
+  // kRouteTableGpus costs at most one search per destination, not GPUs x
+  // devices of memory.
+  std::vector<int> bfs_to(int dst_gpu) const;
+  // The same distances as routes read them: above kRouteTableGpus, on a
+  // topology with a server shift, the search of dst_gpu's representative
+  // (dst_gpu mod distance_shift_gpus()) moved by the shift.
+  std::vector<int> hop_distances(int dst_gpu, Workspace& ws) const;
+  // GPUs per server shift whose searches stand for every destination's (the
+  // smallest shift node_shift proves); 0 where every destination is searched.
+  int distance_shift_gpus() const { return dist_shift_gpus_; }
   // The symmetry of shifting servers by `nodes` places, when it is one (see
   // NodeShift); nullopt when it is not, or when nodes does not divide the
   // servers into at least two groups.
@@ -260,10 +272,6 @@ class Topology {
   std::vector<int> in_start_;   // CSR by vertex into in_ (finalize)
   std::vector<int> in_;         // each vertex's links' sources (bfs_to_vertex)
   std::vector<char> is_gpu_;    // by vertex
-  // Hops from every vertex to dst_gpu (-1: unreachable), by breadth-first
-  // search; dist_to keeps them in the workspace (bounded), so routes above
-  // kRouteTableGpus cost one search per destination, not GPUs x devices of memory.
-  std::vector<int> bfs_to(int dst_gpu) const;
   // Hop distances to one destination: a representative's vector read through
   // the inverse of a power of the distance shift (dist_shift_), or a vector
   // as it is (j == 0). Valid until the next dist_to on the same workspace may
