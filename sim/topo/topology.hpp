@@ -296,8 +296,12 @@ class Topology {
   int dist_shift_gpus_ = 0;
   int shift_back(int v, int j) const {
     const int V = num_devices();
-    const int pos = dist_shift_[V + v], start = dist_shift_[2 * V + v], len = dist_shift_[3 * V + v];
-    return dist_shift_[start + ((pos - start - j) % len + len) % len];
+    const int len = dist_shift_[3 * V + v];
+    if (len == 1) return v;  // fixed by the shift (a rail or spine switch)
+    const int start = dist_shift_[2 * V + v];
+    int k = dist_shift_[V + v] - start - (j < len ? j : j % len);  // no division for a full orbit
+    if (k < 0) k += len;
+    return dist_shift_[start + k];
   }
   void set_dist_shift();
   std::vector<Route> table_;  // src * n + dst, when n <= kRouteTableGpus
