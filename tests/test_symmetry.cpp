@@ -549,3 +549,65 @@ TEST_CASE("a 256-GPU layer: symmetric simulation equals the rank-by-rank one", "
       CHECK(same_both_ways(g, t) == 4);
   }
 }
+
+TEST_CASE("hop distances read through the server shift equal a search from every destination", "[symmetry][dist]") {
+  // Above kRouteTableGpus (256) a route reads the hop distances to its
+  // destination; with a server shift only the first shift's GPUs are searched
+  // and the rest read through the shift's vertex map. Every destination's
+  // distances, from every vertex, against a direct search.
+  auto every_destination = [](const Topology& t) {
+    Workspace ws;
+    int differ = 0;
+    for (int d = 0; d < t.num_gpus(); ++d) differ += t.hop_distances(d, ws) != t.bfs_to(d);
+    return differ;
+  };
+  // 48 servers of 8 GPUs (384), 4 per leaf, 4 spines: the smallest shift is a
+  // leaf (4 servers, 32 GPUs; one server does not keep the leaves, as above).
+  const Topology ft = topo("fat-tree-1024", {"nodes=48", "fabric.nodes_per_leaf=4", "fabric.spines=4"});
+  REQUIRE(ft.num_gpus() == 384);
+  CHECK(ft.distance_shift_gpus() == 32);
+  CHECK(every_destination(ft) == 0);
+  // A rail fabric of 40 servers (320 GPUs): one server (8 GPUs) moves.
+  const Topology rail = topo("h200-cluster", {"nodes=40"});
+  REQUIRE(rail.num_gpus() == 320);
+  CHECK(rail.distance_shift_gpus() == 8);
+  CHECK(every_destination(rail) == 0);
+  // 130 two-GPU servers on a leaf switch each, the leaves on one core switch
+  // (260 GPUs); with one slower link on the last server no shift holds and
+  // every destination is searched.
+  auto make = [](std::uint64_t slow) {
+    Topology t("t", "h100", 2);
+    const int core = t.add_device({"core", DeviceKind::network_switch});
+    const std::uint64_t bw = 50'000'000'000ULL;
+    for (int n = 0; n < 130; ++n) {
+      const int leaf = t.add_device({"leaf" + std::to_string(n), DeviceKind::network_switch});
+      t.add_link(leaf, core, bw, bw, Time::us(1));
+      for (int i = 0; i < 2; ++i) {
+        const int g = t.add_device({"n" + std::to_string(n) + ".gpu" + std::to_string(i), DeviceKind::gpu, n, 2 * n + i});
+        const std::uint64_t b = n == 129 && i == 0 ? slow : bw;
+        t.add_link(g, leaf, b, b, Time::us(1));
+      }
+    }
+    t.finalize();
+    return t;
+  };
+  const Topology even = make(50'000'000'000ULL), uneven = make(25'000'000'000ULL);
+  CHECK(even.distance_shift_gpus() == 2);
+  CHECK(every_destination(even) == 0);
+  CHECK(uneven.distance_shift_gpus() == 0);
+  CHECK(every_destination(uneven) == 0);
+  // Hand-derived: GPU 0 (n0.gpu0) to GPU 259 (n129.gpu1) is gpu -> leaf0 ->
+  // core -> leaf129 -> gpu, 4 hops; to its server's other GPU (GPU 1) 2 hops;
+  // leaf0 to GPU 259 3 hops (leaf0 -> core -> leaf129 -> gpu).
+  Workspace ws;
+  const std::vector<int> d = even.hop_distances(259, ws);
+  const std::vector<int> e = even.hop_distances(1, ws);
+  int v0 = -1, leaf0 = -1;
+  for (int v = 0; v < even.num_devices(); ++v) {
+    if (even.graph()[v].name == "n0.gpu0") v0 = v;
+    if (even.graph()[v].name == "leaf0") leaf0 = v;
+  }
+  CHECK(d[v0] == 4);
+  CHECK(e[v0] == 2);
+  CHECK(d[leaf0] == 3);
+}

@@ -214,6 +214,18 @@ class Topology {
   // costs a search: loops pass a Workspace).
   Route route(int src_gpu, int dst_gpu) const;
   static constexpr int kRouteTableGpus = 256;
+  // Hops from every vertex to dst_gpu (-1: unreachable), by breadth-first
+  // search; routes keep them in the workspace (bounded), so a route above
+  // kRouteTableGpus costs at most one search per destination, not GPUs x
+  // devices of memory.
+  std::vector<int> bfs_to(int dst_gpu) const;
+  // The same distances as routes read them: above kRouteTableGpus, on a
+  // topology with a server shift, the search of dst_gpu's representative
+  // (dst_gpu mod distance_shift_gpus()) moved by the shift.
+  std::vector<int> hop_distances(int dst_gpu, Workspace& ws) const;
+  // GPUs per server shift whose searches stand for every destination's (the
+  // smallest shift node_shift proves); 0 where every destination is searched.
+  int distance_shift_gpus() const { return dist_shift_gpus_; }
   // The symmetry of shifting servers by `nodes` places, when it is one (see
   // NodeShift); nullopt when it is not, or when nodes does not divide the
   // servers into at least two groups.
@@ -260,11 +272,38 @@ class Topology {
   std::vector<int> in_start_;   // CSR by vertex into in_ (finalize)
   std::vector<int> in_;         // each vertex's links' sources (bfs_to_vertex)
   std::vector<char> is_gpu_;    // by vertex
-  // Hops from every vertex to dst_gpu (-1: unreachable), by breadth-first
-  // search; dist_to keeps them in the workspace (bounded), so routes above
-  // kRouteTableGpus cost one search per destination, not GPUs x devices of memory.
-  std::vector<int> bfs_to(int dst_gpu) const;
-  const std::vector<int>& dist_to(int dst_gpu, Workspace& ws) const;
+  // Hop distances to one destination: a representative's vector read through
+  // the inverse of a power of the distance shift (dist_shift_), or a vector
+  // as it is (j == 0). Valid until the next dist_to on the same workspace may
+  // drop the cache.
+  struct DistView {
+    const int* d = nullptr;
+    const Topology* t = nullptr;
+    int j = 0;  // the destination is the representative's image under the shift^j
+    DistView(const std::vector<int>& v) : d(v.data()) {}  // NOLINT: implicit
+    DistView(const std::vector<int>& v, const Topology* topo, int power) : d(v.data()), t(topo), j(power) {}
+    int operator[](int v) const { return j == 0 ? d[v] : d[t->shift_back(v, j)]; }
+  };
+  DistView dist_to(int dst_gpu, Workspace& ws) const;
+  // Above kRouteTableGpus, when a server shift is an automorphism of the
+  // graph (node_shift), its vertex map as cycles: dist_shift_[0, V) lists the
+  // vertices cycle by cycle, each as v, s(v), s^2(v), ...; [V, 2V) each
+  // vertex's index in that list, [2V, 3V) its cycle's first index and [3V,
+  // 4V) its cycle's length. Destination d = d0 + j x dist_shift_gpus_ (d0 a
+  // representative) has dist_d(v) = dist_d0(s^-j(v)): an automorphism keeps
+  // hop counts and which vertices are GPUs. Empty: every destination searched.
+  std::vector<int> dist_shift_;
+  int dist_shift_gpus_ = 0;
+  int shift_back(int v, int j) const {
+    const int V = num_devices();
+    const int len = dist_shift_[3 * V + v];
+    if (len == 1) return v;  // fixed by the shift (a rail or spine switch)
+    const int start = dist_shift_[2 * V + v];
+    int k = dist_shift_[V + v] - start - (j < len ? j : j % len);  // no division for a full orbit
+    if (k < 0) k += len;
+    return dist_shift_[start + k];
+  }
+  void set_dist_shift();
   std::vector<Route> table_;  // src * n + dst, when n <= kRouteTableGpus
   // Into r, reusing its storage.
   void compute_route(int src_gpu, int dst_gpu, Route& r, Workspace& ws) const;
@@ -272,7 +311,7 @@ class Topology {
   std::vector<int> bfs_to_vertex(int to) const;
   // Appends to r the shortest path from vertex `from` to vertex `to`
   // (dist: bfs_to_vertex(to)), fastest links first, then ECMP by `pick`.
-  void walk(int from, int to, const std::vector<int>& dist, unsigned pick, Route& r, Workspace& ws) const;
+  void walk(int from, int to, DistView dist, unsigned pick, Route& r, Workspace& ws) const;
   // Whether every shift keeps ECMP candidate list c (link ids, in out-link order) in order.
   bool shift_keeps_order(const std::vector<int>& c, const NodeShift& shift) const;
   // PXN (NVIDIA/nccl src/graph/search.cc@5067397c lines 1397-1470,
