@@ -2,7 +2,7 @@
 //   parmsim_bench --benchmark_filter=EventQueue     event-queue throughput (100,000 and 64 pending)
 //   parmsim_bench --benchmark_filter=FatTree        1024-GPU AlltoAll and AllReduce, flow model
 //   parmsim_bench --benchmark_filter=ModelLayer     the closed form of one layer (docs/performance.md)
-//   parmsim_bench --benchmark_filter=LayerScale     layers on 1024, 256 and 8192 GPUs, with and without symmetry
+//   parmsim_bench --benchmark_filter=LayerScale     layers on 1024, 256, 8192 and 16384 GPUs, with and without symmetry
 // Peak memory (max RSS of the process so far) is reported as a counter.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
@@ -137,12 +137,14 @@ BENCHMARK(BM_LayerAllSchedules)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillis
 //   /3  8192 GPUs: h200-cluster, nodes=1024, B=4,L=4096,M=7168,H=2048,E=8192,k=8,f=1.25,mp=8,dtype=bf16
 //       (tens of seconds; its peak RSS is the process's so far, so run it alone:
 //       --benchmark_filter=LayerScale/3)
+//   /4  16384 GPUs: the same with nodes=2048, E=16384 (run it alone: --benchmark_filter=LayerScale/4)
 static void BM_LayerScale(benchmark::State& state) {
   const auto mode = state.range(0);
   const std::string dir = std::string(PARMSIM_SOURCE_DIR) + "/topologies/";
   const Topology t =
       mode == 0   ? load_topology(dir + "fat-tree-1024.yaml")
       : mode == 3 ? load_topology(dir + "h200-cluster.yaml", {"nodes=1024"})
+      : mode == 4 ? load_topology(dir + "h200-cluster.yaml", {"nodes=2048"})
                   : load_topology(dir + "fat-tree-1024.yaml",
                                   {"nodes=32", "fabric.nodes_per_leaf=4", "fabric.spines=4", "fabric.oversubscription=4"});
   moe::LayerSpec spec;
@@ -151,6 +153,8 @@ static void BM_LayerScale(benchmark::State& state) {
                   mode == 0   ? std::vector<std::string>{"B=8", "L=2048", "M=4096", "H=14336", "E=1024", "k=2",
                                                          "f=1.25", "mp=8", "dtype=bf16"}
                   : mode == 3 ? std::vector<std::string>{"B=4", "L=4096", "M=7168", "H=2048", "E=8192", "k=8",
+                                                         "f=1.25", "mp=8", "dtype=bf16"}
+                  : mode == 4 ? std::vector<std::string>{"B=4", "L=4096", "M=7168", "H=2048", "E=16384", "k=8",
                                                          "f=1.25", "mp=8", "dtype=bf16"}
                               : std::vector<std::string>{"B=8", "L=1024", "M=2048", "H=4096", "E=256", "k=2", "f=1.2", "mp=4"},
                   "bench");
@@ -162,7 +166,7 @@ static void BM_LayerScale(benchmark::State& state) {
   }
   state.counters["peak_rss_MiB"] = peak_rss_mib();
 }
-BENCHMARK(BM_LayerScale)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_LayerScale)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 // The part of BM_LayerAllSchedules that is not simulation: the same layer's
 // op lists and timing-only task graphs, forward and backward, for the three
