@@ -98,6 +98,19 @@ void mix(std::uint64_t& h, const std::string& s) {
 
 // ---- the cache ----
 
+// The transfers each step of `p` sends or receives (a transfer within one step listed twice).
+Csr xfers_by_step(const CollPlan& p) {
+  std::vector<std::pair<int, int>> touch;
+  touch.reserve(2 * p.xfers.size());
+  for (int x = 0; x < static_cast<int>(p.xfers.size()); ++x) {
+    touch.emplace_back(p.xfers[x].send_step, x);
+    touch.emplace_back(p.xfers[x].recv_step, x);
+  }
+  Csr c;
+  c.build(static_cast<int>(p.steps.size()), touch);
+  return c;
+}
+
 struct Entry {
   CollOp op;
   std::string algo, proto;
@@ -346,15 +359,7 @@ bool form_on_reps(const Collective& c, const CollPlan& q, NodeShift& sh, double 
   // A transfer between two steps of the full plan (not one step to itself).
   auto two_steps = [](const CollXfer& xf) { return xf.src != xf.dst || xf.send_step != xf.recv_step; };
   // The transfers each representative step sends or receives (CSR).
-  std::vector<std::pair<int, int>> touch;
-  touch.reserve(2 * static_cast<std::size_t>(Xq));
-  for (int x = 0; x < Xq; ++x) {
-    touch.emplace_back(q.xfers[x].send_step, x);
-    touch.emplace_back(q.xfers[x].recv_step, x);
-  }
-  Csr step_need;
-  step_need.build(Sr, touch);
-  touch = {};
+  const Csr step_need = xfers_by_step(q);
   // Routes: the representatives' checked against the shift.
   Route scratch;
   auto routes_follow = [&](const Collective& col, const CollPlan& plan) {
@@ -722,14 +727,8 @@ CostForm make_cost_form(const Collective& c, const Topology& topo, Concurrent co
   }
 
   // Critical path over nodes R(s) = 2s (ready) and F(s) = 2s+1 (complete).
-  std::vector<std::pair<int, int>> sx, succ;
-  sx.reserve(2 * static_cast<std::size_t>(X));
-  for (int x = 0; x < X; ++x) {
-    sx.emplace_back(plan.xfers[x].send_step, x);
-    sx.emplace_back(plan.xfers[x].recv_step, x);
-  }
-  Csr step_xfers;
-  step_xfers.build(S, sx);
+  std::vector<std::pair<int, int>> succ;
+  const Csr step_xfers = xfers_by_step(plan);
   const int V = 2 * S;
   for (int s = 0; s < S; ++s) {
     for (int d : plan.steps[s].deps)
