@@ -111,30 +111,39 @@ nlohmann::json nccl_json(const NcclValidation& v, const std::string& file) {
 }
 
 
-void print_moe_table(const MoeValidation& v, const std::string& file) {
-  fmt::print("MoE layers (flow network, uncalibrated) vs published measurements ({}, {} rows)\n", file, v.rows.size());
+void print_moe_table(const MoeValidation& v, const std::string& file, bool all) {
+  fmt::print("MoE layers (flow network, uncalibrated) vs published measurements ({}, {} rows{})\n", file,
+             v.rows.size(),
+             v.suspect_rows && !all ? fmt::format("; {} marked suspect, listed with --all", v.suspect_rows) : "");
   fmt::print("{:>5} {:<18} {:<18} {:<9} {:>4} {:<5} {:<13} {:>12} {:>12} {:>8}  {}\n", "line", "source",
              "parmsim_system", "gpu", "gpus", "dtype", "what", "measured_ms", "predicted_ms", "error%", "layer");
   for (const MoeValidationRow& r : v.rows) {
+    if (r.m.suspect && !all) continue;
     const std::string pred = r.status == "not predicted" ? "-" : fmt::format("{:.3f}", r.predicted_ms);
     const std::string err = r.status == "not predicted" ? r.why : fmt::format("{:+.1f}", r.error_pct);
-    fmt::print("{:>5} {:<18} {:<18} {:<9} {:>4} {:<5} {:<13} {:>12.3f} {:>12} {:>8}  {}{}\n", r.m.line, r.m.source_id,
-               r.m.parmsim_system->name, r.m.gpu, r.m.gpus, r.m.dtype, r.m.what, r.m.measured_ms, pred, err,
-               r.m.layer, r.status == "nearest" ? "  (nearest)" : "");
+    fmt::print("{:>5} {:<18} {:<18} {:<9} {:>4} {:<5} {:<13} {:>12.3f} {:>12} {:>8}  {}{}{}\n", r.m.line,
+               r.m.source_id, r.m.parmsim_system->name, r.m.gpu, r.m.gpus, r.m.dtype, r.m.what, r.m.measured_ms, pred,
+               err, r.m.layer, r.status == "nearest" ? "  (nearest)" : "", r.m.suspect ? "  (suspect)" : "");
   }
   fmt::print("\nMAPE over the {} rows of modelled systems: {}\n", v.counted,
              mape_text(v.mape, static_cast<std::size_t>(v.counted)));
-  for (const auto& [src, f] : v.flat_sources)
+  if (v.counted_with_suspect != v.counted)
+    fmt::print("  with the {} suspect rows of modelled systems counted too: {} ({} rows)\n",
+               v.counted_with_suspect - v.counted,
+               mape_text(v.mape_with_suspect, static_cast<std::size_t>(v.counted_with_suspect)),
+               v.counted_with_suspect);
+  for (const auto& [src, f] : v.flat_sources) {
+    const bool ok = std::find(v.flat_ok_sources.begin(), v.flat_ok_sources.end(), src) != v.flat_ok_sources.end();
     fmt::print("  {}: its time does not follow the work: lines {} and {} differ only in B, {:g}x the tokens in {:.2f}x "
-               "the time (a harness bound by something no layer key drives, as a host that issues slower than the "
-               "GPU runs)\n",
-               src, f.line_small, f.line_large, f.tokens_ratio, f.time_ratio);
-  if (!v.flat_sources.empty())
-    fmt::print("MAPE over the {} rows of modelled systems from the other sources: {}\n", v.counted_work_bound,
-               mape_text(v.mape_work_bound, static_cast<std::size_t>(v.counted_work_bound)));
+               "the time (a harness bound by something no layer key drives){}\n",
+               src, f.line_small, f.line_large, f.tokens_ratio, f.time_ratio,
+               ok ? "; WARNING: rows of it are marked ok and counted" : "; its rows are marked suspect");
+  }
   fmt::print("by source (modelled systems):\n");
   for (const auto& [k, x] : v.mape_source_modelled)
     fmt::print("  {:<22} {:6.1f}% ({} rows)\n", k, x, v.count_source_modelled.at(k));
+  for (const auto& [k, x] : v.mape_source_suspect)
+    fmt::print("  {:<22} {:6.1f}% ({} rows, suspect: not counted)\n", k, x, v.count_source_suspect.at(k));
   fmt::print("by system (rows run as their nearest marked *):\n");
   for (const MoeSystem& s : moe_systems()) {
     const std::string k(s.name);
@@ -166,6 +175,7 @@ nlohmann::json moe_json(const MoeValidation& v, const std::string& file) {
                         {"layer", r.m.layer},
                         {"what", r.m.what},
                         {"measured_ms", r.m.measured_ms},
+                        {"quality", r.m.suspect ? "suspect" : "ok"},
                         {"source", r.m.source}};
     if (r.status == "not predicted") {
       j["why"] = r.why;
@@ -191,9 +201,11 @@ nlohmann::json moe_json(const MoeValidation& v, const std::string& file) {
           {"mape_pct_by_source", v.mape_source_modelled},
           {"mape_pct_by_system", v.mape_system},
           {"mape_pct_nearest", mape_json(v.mape_nearest, static_cast<std::size_t>(v.counted_nearest))},
+          {"mape_pct_with_suspect", mape_json(v.mape_with_suspect, static_cast<std::size_t>(v.counted_with_suspect))},
+          {"counted_with_suspect", v.counted_with_suspect},
+          {"mape_pct_by_source_suspect", v.mape_source_suspect},
           {"flat_sources", flat},
-          {"mape_pct_work_bound", mape_json(v.mape_work_bound, static_cast<std::size_t>(v.counted_work_bound))},
-          {"counted_work_bound", v.counted_work_bound},
+          {"flat_sources_marked_ok", v.flat_ok_sources},
           {"counted_nearest", v.counted_nearest}};
 }
 
@@ -337,9 +349,11 @@ void add_validate(CLI::App& app) {
   mo->add_option("file", m->file,
                  "CSV of measurements: source_id, system, parmsim_system, system_version, gpu, gpus, gpus_per_node, "
                  "node (single|nvswitch|pcie), B, L, M, H, E, k, f (empty: dropless), mp, ep, dtype, what "
-                 "(layer_fwd|layer_bwd|layer_fwd_bwd), measured_ms, source")
+                 "(layer_fwd|layer_bwd|layer_fwd_bwd), measured_ms, quality (ok|suspect), source")
       ->capture_default_str();
   mo->add_flag("--json", m->json, "print JSON instead of a table");
+  auto mall = std::make_shared<bool>(false);
+  mo->add_flag("--all", *mall, "also list the rows marked suspect (counted only in the MAPE that says so)");
   auto dd = std::make_shared<Args>();
   dd->file = "validation/moe-dispatch.csv";
   auto topodir = std::make_shared<std::string>("topologies");
@@ -370,12 +384,12 @@ void add_validate(CLI::App& app) {
     else
       print_dispatch_table(v, dd->file);
   });
-  mo->callback([m] {
+  mo->callback([m, mall] {
     const MoeValidation v = validate_moe(load_moe_measurements(m->file));
     if (m->json)
       fmt::print("{}\n", moe_json(v, m->file).dump(2));
     else
-      print_moe_table(v, m->file);
+      print_moe_table(v, m->file, *mall);
   });
   n->callback([b, all, textbook] {
     const NcclValidation v = validate_nccl(load_nccl_measurements(b->file), *textbook);

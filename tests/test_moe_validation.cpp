@@ -20,23 +20,28 @@ namespace {
 
 const char* const kHeader =
     "source_id,system,parmsim_system,system_version,gpu,gpus,gpus_per_node,node,B,L,M,H,E,k,f,mp,ep,dtype,what,"
-    "measured_ms,source\n";
+    "measured_ms,source,quality\n";
 
-// A CSV of `rows` under the header, in a temporary file removed on destruction.
+// A CSV of `rows` under the header, in a temporary file removed on destruction. Each row
+// gets quality `ok` appended unless `quality_given` (the row then ends with its own).
 struct Csv {
   std::string path;
-  explicit Csv(const std::string& rows) {
+  explicit Csv(const std::string& rows, bool quality_given = false) {
     path = (std::filesystem::temp_directory_path() /
             ("parmsim-moe-validation-" + std::to_string(std::hash<std::string>{}(rows)) + ".csv"))
                .string();
-    std::ofstream(path) << kHeader << rows;
+    std::string text;
+    std::size_t at = 0;
+    for (std::size_t nl; (nl = rows.find('\n', at)) != std::string::npos; at = nl + 1)
+      text += rows.substr(at, nl - at) + (quality_given ? "" : ",ok") + "\n";
+    std::ofstream(path) << kHeader << text;
   }
   ~Csv() { std::remove(path.c_str()); }
 };
 
 // The message load_moe_measurements throws for `rows`, or "" when it loads.
-std::string load_error(const std::string& rows) {
-  const Csv c(rows);
+std::string load_error(const std::string& rows, bool quality_given = false) {
+  const Csv c(rows, quality_given);
   try {
     load_moe_measurements(c.path);
   } catch (const UserError& e) {
@@ -60,6 +65,11 @@ TEST_CASE("validate moe refuses a bad row with its file, line and column", "[moe
   CHECK_THAT(load_error(kH100Row + "layer_all,4.3,src\n"), Contains(":2: column 'what'"));
   CHECK_THAT(load_error(kH100Row + "layer_fwd,,src\n"), Contains(":2: column 'measured_ms'"));
   CHECK_THAT(load_error(kH100Row + "layer_fwd,4.3,\n"), Contains(":2: column 'source' is empty"));
+  // quality is ok or suspect, and nothing else (an empty one included).
+  CHECK_THAT(load_error(kH100Row + "layer_fwd,4.3,src,suspect\n", true), Catch::Matchers::Equals(std::string()));
+  CHECK_THAT(load_error(kH100Row + "layer_fwd,4.3,src,good\n", true),
+             Contains(":2: column 'quality': expected ok or suspect, got 'good'"));
+  CHECK_THAT(load_error(kH100Row + "layer_fwd,4.3,src,\n", true), Contains(":2: column 'quality'"));
   // mp x ep must be the row's GPUs: 2 x 8 = 16 on 8.
   CHECK_THAT(load_error("s,X,megatron-alltoall,v,h100,8,8,nvswitch,1,4096,4096,14336,8,2,,2,8,bf16,layer_fwd,4.3,s\n"),
              Contains(":2: columns 'mp' x 'ep' = 2 x 8"));
@@ -161,7 +171,7 @@ TEST_CASE("validation/moe.csv: at least 30 rows from 4 sources, every system kno
   CHECK(sources.size() >= 4);
 }
 
-TEST_CASE("validate moe names a source whose time does not follow the work, and keeps it in the headline",
+TEST_CASE("validate moe names a source whose time does not follow the work; suspect rows stay out of the headline",
           "[moe][validation]") {
   // Source "h" (a host-bound harness): B=1 then B=4, 4x the tokens, 10.0 and 12.0 ms (1.2x < 1.25x).
   // Source "w": B=1 then B=4 at 10.0 and 30.0 ms (3x: the time follows the work). Source "n":
@@ -170,19 +180,52 @@ TEST_CASE("validate moe names a source whose time does not follow the work, and 
   const std::string w = "w,Megatron,megatron-alltoall,v,h100,8,8,nvswitch,";
   const std::string n = "n,Megatron,megatron-alltoall,v,h100,8,8,nvswitch,";
   const std::string keys = ",4096,4096,14336,8,2,,1,8,bf16,layer_fwd,";
-  const Csv c(h + "1" + keys + "10.0,src\n" + h + "4" + keys + "12.0,src\n" + w + "1" + keys + "10.0,src\n" + w +
-              "4" + keys + "30.0,src\n" + n + "1" + keys + "10.0,src\n" + n + "2" + keys + "10.5,src\n");
-  const MoeValidation v = validate_moe(load_moe_measurements(c.path));
-  REQUIRE(v.flat_sources.size() == 1);
-  const FlatSource& f = v.flat_sources.at("h");
-  CHECK(f.line_small == 2);
-  CHECK(f.line_large == 3);
-  CHECK(f.tokens_ratio == 4.0);
-  CHECK(f.time_ratio == Approx(1.2));
-  // The headline keeps every modelled row; the second MAPE leaves out h's two.
-  CHECK(v.counted == 6);
-  CHECK(v.counted_work_bound == 4);
-  double sum = 0;
-  for (int i = 2; i < 6; ++i) sum += std::abs(v.rows[i].error_pct);
-  CHECK(v.mape_work_bound == Approx(sum / 4));
+  const std::string others = w + "1" + keys + "10.0,src,ok\n" + w + "4" + keys + "30.0,src,ok\n" + n + "1" + keys +
+                             "10.0,src,ok\n" + n + "2" + keys + "10.5,src,ok\n";
+  // h's rows marked ok: named, counted, and flagged as counted.
+  {
+    const Csv c(h + "1" + keys + "10.0,src,ok\n" + h + "4" + keys + "12.0,src,ok\n" + others, true);
+    const MoeValidation v = validate_moe(load_moe_measurements(c.path));
+    REQUIRE(v.flat_sources.size() == 1);
+    const FlatSource& f = v.flat_sources.at("h");
+    CHECK(f.line_small == 2);
+    CHECK(f.line_large == 3);
+    CHECK(f.tokens_ratio == 4.0);
+    CHECK(f.time_ratio == Approx(1.2));
+    CHECK(v.flat_ok_sources == std::vector<std::string>{"h"});
+    CHECK(v.counted == 6);
+    CHECK(v.counted_with_suspect == 6);
+    CHECK(v.mape_with_suspect == v.mape);
+  }
+  // h's rows marked suspect: still found flat (the check reads every row), no longer flagged;
+  // the headline over w's and n's four rows, the MAPE with suspect rows over all six, h apart.
+  {
+    const Csv c(h + "1" + keys + "10.0,src,suspect\n" + h + "4" + keys + "12.0,src,suspect\n" + others, true);
+    const MoeValidation v = validate_moe(load_moe_measurements(c.path));
+    CHECK(v.flat_sources.count("h") == 1);
+    CHECK(v.flat_ok_sources.empty());
+    CHECK(v.suspect_rows == 2);
+    REQUIRE(v.rows.size() == 6);
+    CHECK(v.rows[0].status == "modelled");  // predicted all the same, for --all
+    CHECK(v.rows[0].predicted_ms > 0);
+    double ok = 0, bad = 0;
+    for (int i = 0; i < 2; ++i) bad += std::abs(v.rows[i].error_pct);
+    for (int i = 2; i < 6; ++i) ok += std::abs(v.rows[i].error_pct);
+    CHECK(v.counted == 4);
+    CHECK(v.mape == Approx(ok / 4));
+    CHECK(v.counted_with_suspect == 6);
+    CHECK(v.mape_with_suspect == Approx((ok + bad) / 6));
+    CHECK(v.mape_source_modelled.count("h") == 0);
+    CHECK(v.mape_source.count("h") == 0);
+    CHECK(v.mape_source_suspect.at("h") == Approx(bad / 2));
+    CHECK(v.count_system.at("megatron-alltoall") == 4);
+  }
+}
+
+TEST_CASE("validation/moe.csv: every source whose time does not follow the work is marked suspect",
+          "[moe][validation]") {
+  const MoeValidation v =
+      validate_moe(load_moe_measurements(std::string(PARMSIM_SOURCE_DIR) + "/validation/moe.csv"));
+  CHECK(!v.flat_sources.empty());  // the check finds the marin harness's rows
+  CHECK(v.flat_ok_sources.empty());
 }

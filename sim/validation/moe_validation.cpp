@@ -112,7 +112,7 @@ std::vector<MoeMeasurement> load_moe_measurements(const std::string& path) {
   read_csv_table(
       path,
       {"source_id", "system", "parmsim_system", "system_version", "gpu", "gpus", "gpus_per_node", "node", "B", "L", "M",
-       "H", "E", "k", "f", "mp", "ep", "dtype", "what", "measured_ms", "source"},
+       "H", "E", "k", "f", "mp", "ep", "dtype", "what", "measured_ms", "quality", "source"},
       [&](const CsvRow& row) {
         const std::string& where = row.where;
         auto get = [&](const char* c) { return row.get(c); };
@@ -170,6 +170,10 @@ std::vector<MoeMeasurement> load_moe_measurements(const std::string& path) {
         moe::ScheduleKeys keys;
         moe::apply_keys(&spec, &keys, split_csv(m.layer, where), where);
         m.measured_ms = positive_number(get("measured_ms"), "measured_ms", where);
+        const std::string& quality = get("quality");
+        if (quality != "ok" && quality != "suspect")
+          throw UserError(fmt::format("{}: column 'quality': expected ok or suspect, got '{}'", where, quality));
+        m.suspect = quality == "suspect";
         m.B = spec.B;
         m.work_group = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|L={},M={},H={},E={},k={},f={},mp={},ep={}", m.source_id,
                                    m.system, m.parmsim_system->name, m.gpu, m.gpus, m.node, m.dtype, m.what, get("L"),
@@ -213,11 +217,13 @@ std::string moe_validation_topology(const MoeMeasurement& m) {
 MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
   MoeValidation v;
   Workspace ws;  // kept across rows: rows on one topology share plans and routes
-  MapeTally by_source, by_system, by_source_modelled;
-  double sum = 0, sum_nearest = 0;
+  MapeTally by_source, by_system, by_source_modelled, by_source_suspect;
+  double sum = 0, sum_nearest = 0, sum_suspect = 0;
+  int counted_suspect = 0;
   for (const MoeMeasurement& m : rows) {
     MoeValidationRow r;
     r.m = m;
+    v.suspect_rows += m.suspect;
     const MoeSystem& sys = *m.parmsim_system;
     if (sys.schedule.empty()) {
       r.status = "not predicted";
@@ -241,18 +247,27 @@ MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
       r.error_pct = 100.0 * (r.predicted_ms - m.measured_ms) / m.measured_ms;
       r.ran = fmt::format("{} {}{}{}", sys.schedule, m.layer, sys.keys.empty() ? "" : ",", sys.keys);
       const double e = std::abs(r.error_pct);
-      if (sys.modelled) {
-        sum += e, ++v.counted;
-        by_source_modelled.add(m.source_id, e);
+      if (m.suspect) {
+        if (sys.modelled) {
+          sum_suspect += e, ++counted_suspect;
+          by_source_suspect.add(m.source_id, e);
+        }
       } else {
-        sum_nearest += e, ++v.counted_nearest;
+        if (sys.modelled) {
+          sum += e, ++v.counted;
+          by_source_modelled.add(m.source_id, e);
+        } else {
+          sum_nearest += e, ++v.counted_nearest;
+        }
+        by_source.add(m.source_id, e);
+        by_system.add(std::string(sys.name), e);
       }
-      by_source.add(m.source_id, e);
-      by_system.add(std::string(sys.name), e);
     }
     v.rows.push_back(std::move(r));
   }
   if (v.counted) v.mape = sum / v.counted;
+  v.counted_with_suspect = v.counted + counted_suspect;
+  if (v.counted_with_suspect) v.mape_with_suspect = (sum + sum_suspect) / v.counted_with_suspect;
   // Sources whose time does not follow the work: the first pair of rows (in file order) that
   // differ only in B, with kWorkRatio times the tokens or more and under kFlatRatio times the time.
   for (std::size_t i = 0; i < rows.size(); ++i)
@@ -263,15 +278,14 @@ MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
       if (tokens >= FlatSource::kWorkRatio && time < FlatSource::kFlatRatio)
         v.flat_sources[a.source_id] = {a.line, b.line, tokens, time};
     }
-  double sum_work = 0;
-  for (const MoeValidationRow& r : v.rows)
-    if (r.status == "modelled" && !v.flat_sources.count(r.m.source_id))
-      sum_work += std::abs(r.error_pct), ++v.counted_work_bound;
-  if (v.counted_work_bound) v.mape_work_bound = sum_work / v.counted_work_bound;
+  for (const auto& [src, f] : v.flat_sources)
+    if (std::any_of(rows.begin(), rows.end(), [&](const MoeMeasurement& m) { return m.source_id == src && !m.suspect; }))
+      v.flat_ok_sources.push_back(src);
   if (v.counted_nearest) v.mape_nearest = sum_nearest / v.counted_nearest;
   v.mape_source = by_source.means(), v.count_source = by_source.count;
   v.mape_system = by_system.means(), v.count_system = by_system.count;
   v.mape_source_modelled = by_source_modelled.means(), v.count_source_modelled = by_source_modelled.count;
+  v.mape_source_suspect = by_source_suspect.means(), v.count_source_suspect = by_source_suspect.count;
   return v;
 }
 
