@@ -53,9 +53,8 @@ void plan_cmd(const Args& a) {
   moe::LayerSpec spec;
   moe::ScheduleKeys keys;
   if (!a.layer_file.empty()) {
-    const YamlReader r = YamlReader::load_file(a.layer_file);
-    r.check_keys(moe::layer_file_section());
-    for (const std::string& k : r.keys()) moe::apply_keys(&spec, &keys, {k + "=" + r.at(k).as_string()}, r.at(k).where());
+    for (const auto& [kv, where] : moe::layer_file_keys(YamlReader::load_file(a.layer_file)))
+      moe::apply_keys(&spec, &keys, {kv}, where);
   }
   moe::apply_keys(&spec, &keys, split_assignments(a.set, "--set"), "--set");
   std::vector<std::string> names;

@@ -28,8 +28,6 @@ namespace parmsim::cli {
 
 namespace {
 
-const Section kLayerFile = moe::layer_file_section();
-
 // Bytes as GiB with two decimals: peak memory is rarely a whole number of MiB.
 std::string gib(std::uint64_t b) { return fmt::format("{:.2f}GiB", static_cast<double>(b) / (1ULL << 30)); }
 
@@ -106,9 +104,8 @@ Output, per schedule (forward + backward of one layer):
     moe::LayerSpec spec;
     moe::ScheduleKeys keys;
     if (!a->layer_file.empty()) {
-      const YamlReader r = YamlReader::load_file(a->layer_file);
-      r.check_keys(kLayerFile);
-      for (const std::string& k : r.keys()) moe::apply_keys(&spec, &keys, {k + "=" + r.at(k).as_string()}, r.at(k).where());
+      for (const auto& [kv, where] : moe::layer_file_keys(YamlReader::load_file(a->layer_file)))
+        moe::apply_keys(&spec, &keys, {kv}, where);
     }
     moe::apply_keys(&spec, &keys, split_assignments(a->set, "--set"), "--set");
     if (keys.shaped && a->schedule == "baseline")

@@ -6,9 +6,11 @@
 #include <numeric>
 
 #include "sim/core/error.hpp"
+#include "sim/io/yaml_reader.hpp"
 #include "sim/moe/dispatch.hpp"
 #include "sim/moe/layer_keys.hpp"
 #include "sim/moe/layer_sim.hpp"
+#include "sim/moe/model.hpp"
 #include "sim/topo/topology_io.hpp"
 
 using namespace parmsim;
@@ -131,4 +133,41 @@ TEST_CASE("dropless: bad load input names the key", "[moe][dropless]") {
   apply_keys(&s, &keys, {"load=capacity"}, "--set");
   CHECK(!s.load);
   CHECK(spec_string(s).find("load=") == std::string::npos);
+}
+
+TEST_CASE("dropless: a histogram named in a layer file or a model spec is relative to that file", "[moe][dropless]") {
+  // A folder with a histogram and, beside it, a layer file and a model spec that name it by its
+  // bare name; the working directory (the build folder under ctest) holds no such file.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "parmsim-test-relative-load";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "hist.txt") << "8 0 0 0 0 0 0 0\n";
+  std::ofstream(dir / "layer.yaml") << "E: 8\nk: 1\nload: hist.txt\n";
+  const std::string want = (dir / "hist.txt").lexically_normal().string();
+  REQUIRE(!std::filesystem::exists("hist.txt"));
+
+  const auto kv = layer_file_keys(YamlReader::load_file((dir / "layer.yaml").string()));
+  REQUIRE(kv.size() == 3);
+  CHECK(kv[2].first == "load=" + want);
+  LayerSpec s;
+  ScheduleKeys keys;
+  for (const auto& [k, where] : kv) apply_keys(&s, &keys, {k}, where);
+  REQUIRE(s.load);
+  CHECK(s.load->weights == std::vector<double>{8, 0, 0, 0, 0, 0, 0, 0});
+
+  // The model spec: the same rule as its topology (an absolute topology path, so only load is relative).
+  std::ofstream(dir / "model.yaml") << "name: m\ntopology: " << PARMSIM_SOURCE_DIR
+                                    << "/topologies/dgx-h100.yaml\nlayers: 2\nheads: 8\nvocab: 1000\nhidden: 256\n"
+                                       "ffn: 128\nseq: 128\nbatch: 1\nmp: 1\nE: 8\nk: 1\nload: hist.txt\n";
+  const ModelSpec m = load_model_spec((dir / "model.yaml").string());
+  REQUIRE(m.layer.load);
+  CHECK(m.layer.load->text == want);
+  CHECK(m.layer.load->weights.size() == 8);
+
+  // What is not a relative path stays as given.
+  CHECK(file_relative_load("zipf:1.2", "/a/b.yaml") == "zipf:1.2");
+  CHECK(file_relative_load("uniform", "/a/b.yaml") == "uniform");
+  CHECK(file_relative_load("capacity", "/a/b.yaml") == "capacity");
+  CHECK(file_relative_load("/x/h.txt", "/a/b.yaml") == "/x/h.txt");
+  CHECK(file_relative_load("h.txt", "/a/b.yaml") == "/a/h.txt");
+  std::filesystem::remove_all(dir);
 }

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <stdexcept>
 
 #include "sim/core/error.hpp"
@@ -282,6 +283,24 @@ const SectionRegistrar reg(kLayerFile);
 }  // namespace
 
 std::span<const LayerKey> layer_keys() { return kKeys; }
+
+std::string file_relative_load(const std::string& value, const std::string& file) {
+  if (value == "capacity" || value == "uniform" || value.rfind("zipf", 0) == 0 || value.empty() ||
+      std::filesystem::path(value).is_absolute())
+    return value;
+  return (std::filesystem::path(file).parent_path() / value).lexically_normal().string();
+}
+
+std::vector<std::pair<std::string, std::string>> layer_file_keys(const YamlReader& r) {
+  r.check_keys(kLayerFile);
+  std::vector<std::pair<std::string, std::string>> kv;
+  for (const std::string& k : r.keys()) {
+    std::string v = r.at(k).as_string();
+    if (k == "load") v = file_relative_load(v, r.file());
+    kv.emplace_back(k + "=" + v, r.at(k).where());
+  }
+  return kv;
+}
 
 const LayerKey* find_layer_key(std::string_view name) { return find_named(layer_keys(), name); }
 

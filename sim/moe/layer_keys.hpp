@@ -7,12 +7,14 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sim/moe/layer.hpp"
 
 namespace parmsim {
 struct Section;
+class YamlReader;
 }
 
 namespace parmsim::moe {
@@ -58,6 +60,13 @@ std::string layer_key_columns(std::string_view sep);
 std::string layer_key_values(const LayerSpec& spec, std::string_view sep);
 // The keys of a `--layer` file, for --help-config (every key of the registry).
 Section layer_file_section();
+// A `--layer` file's keys (checked against layer_file_section()) as "KEY=VALUE", each with
+// where it is. A histogram file named by `load` is read relative to the layer file's
+// folder, as a model spec's topology is (file_relative_load).
+std::vector<std::pair<std::string, std::string>> layer_file_keys(const YamlReader& r);
+// The value of key `load` given in `file`: a relative histogram path joined to the file's
+// folder; capacity, uniform, zipf:S and absolute paths as they are.
+std::string file_relative_load(const std::string& value, const std::string& file);
 // Every key with its type, default and meaning, a line each, for a command's --help.
 std::string layer_keys_help();
 

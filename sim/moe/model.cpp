@@ -11,6 +11,7 @@
 #include "sim/compute/gpu_profile.hpp"
 #include "sim/io/yaml_reader.hpp"
 #include "sim/moe/layer_kernels.hpp"
+#include "sim/moe/layer_keys.hpp"
 #include "sim/net/network_model.hpp"
 
 namespace parmsim::moe {
@@ -171,7 +172,11 @@ ModelSpec build_model_spec(const YamlReader& r) {
   m.heads = static_cast<int>(r.at("heads").as_int(1, 100000));
   m.vocab = r.at("vocab").as_int(1, 1LL << 32);
   auto set = [&](const char* key, const char* as) {
-    if (r.has(key)) set_key(&m.layer, nullptr, as, r.at(key).as_string(), r.at(key).where());
+    if (!r.has(key)) return;
+    const std::string v = r.at(key).as_string();
+    // A histogram file is relative to the spec's folder, as its topology is.
+    set_key(&m.layer, nullptr, as, std::string_view(key) == "load" ? file_relative_load(v, file) : v,
+            r.at(key).where());
   };
   set("hidden", "M");
   set("ffn", "H");

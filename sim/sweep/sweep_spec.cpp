@@ -222,8 +222,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
             throw UserError(fmt::format("{}: {}", f->where(), e.what()));
           }
         }();
-        lf.check_keys(moe::layer_file_section());
-        for (const std::string& key : lf.keys()) k.keys.emplace_back(key + "=" + lf.at(key).as_string(), lf.at(key).where());
+        for (auto& kv : moe::layer_file_keys(lf)) k.keys.push_back(std::move(kv));
         s.input_hash = fnv1a(read_file(k.file), s.input_hash);
       }
       if (auto set = c.opt("set"))
