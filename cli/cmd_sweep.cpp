@@ -72,11 +72,9 @@ void add_sweep(CLI::App& app) {
           std::min<std::size_t>(spec.configs.size(), static_cast<std::size_t>(sweep::sweep_threads(a->jobs)));
       moe::SimCost worst, all;
       std::size_t worst_at = 0;
+      const std::vector<int> orders = sweep::symmetry_orders(spec);
       for (const sweep::Config& c : spec.configs) {
-        const Topology& t = *spec.topologies[static_cast<std::size_t>(c.topology)].topo;
-        const moe::Dims d = moe::make_dims(c.layer, t.num_gpus(), t.gpus_per_node());
-        moe::SimCost one;
-        for (const std::string& n : spec.schedules) one += moe::estimate_schedule(c.layer, d, moe::schedule_options(n, c.keys));
+        const moe::SimCost one = sweep::config_cost(spec, c, orders);
         if (one.bytes > worst.bytes) worst = one, worst_at = static_cast<std::size_t>(c.index);
         all += one;
       }

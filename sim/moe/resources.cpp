@@ -211,6 +211,10 @@ int topology_symmetry_order(const Topology& topo) {
   return 1;
 }
 
+int symmetry_order(const Topology& topo, const std::string& network, bool symmetry) {
+  return symmetry && network == "flow" ? topology_symmetry_order(topo) : 1;
+}
+
 std::string describe(const SimCost& c) {
   const double gib = c.bytes / (1u << 30);
   const std::string t = c.seconds < 120    ? fmt::format("{:.0f} s", c.seconds)

@@ -49,6 +49,9 @@ SimCost with_symmetry(SimCost c, int order);
 // The order of the smallest server shift of topo (Topology::node_shift), 1 if none:
 // the symmetry a layer on every GPU of topo runs with, when its checks pass.
 int topology_symmetry_order(const Topology& topo);
+// The order a layer on every GPU of topo runs with: topology_symmetry_order under the flow
+// network with symmetry on, else 1 (the other networks and --no-symmetry simulate every rank).
+int symmetry_order(const Topology& topo, const std::string& network, bool symmetry);
 
 // "12.3 GiB and about 40 min (1.2e9 transfers, 2.5e9 events)", for messages.
 std::string describe(const SimCost& c);

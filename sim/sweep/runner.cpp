@@ -134,14 +134,29 @@ std::string run_config_unnamed(const Spec& spec, const Config& c, const moe::Alp
 
 namespace {
 
-// A configuration's estimated cost: the resource model's seconds for its
-// schedules (sim/moe/resources.hpp), from the layer's shape alone.
-double config_weight(const Spec& spec, const Config& c) {
-  const Topology& t = *spec.topologies[static_cast<std::size_t>(c.topology)].topo;
-  const moe::Dims d = moe::make_dims(c.layer, t.num_gpus(), t.gpus_per_node());
-  double w = 0;
-  for (const std::string& n : spec.schedules) w += moe::estimate_schedule(c.layer, d, moe::schedule_options(n, c.keys)).seconds;
-  return std::max(w, 1e-9);
+}  // namespace
+
+std::vector<int> symmetry_orders(const Spec& spec) {
+  std::vector<int> o;
+  for (const auto& t : spec.topologies) o.push_back(moe::symmetry_order(*t.topo, spec.network, spec.symmetry));
+  return o;
+}
+
+moe::SimCost config_cost(const Spec& spec, const Config& c, const std::vector<int>& orders) {
+  const auto t = static_cast<std::size_t>(c.topology);
+  const Topology& topo = *spec.topologies[t].topo;
+  const moe::Dims d = moe::make_dims(c.layer, topo.num_gpus(), topo.gpus_per_node());
+  moe::SimCost cost;
+  for (const std::string& n : spec.schedules)
+    cost += moe::with_symmetry(moe::estimate_schedule(c.layer, d, moe::schedule_options(n, c.keys)), orders.at(t));
+  return cost;
+}
+
+namespace {
+
+// A configuration's estimated cost in seconds (config_cost), never 0.
+double config_weight(const Spec& spec, const Config& c, const std::vector<int>& orders) {
+  return std::max(config_cost(spec, c, orders).seconds, 1e-9);
 }
 
 class Progress {
@@ -535,7 +550,8 @@ RunSummary run_sweep(const Spec& spec, const RunOptions& opt_in) {
     // the same assignment out; rows are written in configuration order.
     std::vector<double> weight(n, 0.0);
     std::vector<std::size_t> order;
-    for (std::size_t i = start; i < n; ++i) weight[i] = config_weight(spec, spec.configs[i]), order.push_back(i);
+    const std::vector<int> orders = symmetry_orders(spec);
+    for (std::size_t i = start; i < n; ++i) weight[i] = config_weight(spec, spec.configs[i], orders), order.push_back(i);
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return weight[a] > weight[b]; });
     std::vector<std::size_t> mine;
     std::vector<double> load(static_cast<std::size_t>(opt.mpi_size), 0.0);

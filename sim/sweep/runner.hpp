@@ -20,6 +20,10 @@
 
 #include "sim/sweep/sweep_spec.hpp"
 
+namespace parmsim::moe {
+struct SimCost;
+}
+
 namespace parmsim::sweep {
 
 struct RunOptions {
@@ -46,6 +50,14 @@ struct RunSummary {
   double seconds = 0;
 };
 RunSummary run_sweep(const Spec& spec, const RunOptions& opt);
+
+// Each topology variant's symmetry order as the run simulates it (moe::symmetry_order: the
+// spec's network, Spec::symmetry), by topology index.
+std::vector<int> symmetry_orders(const Spec& spec);
+// What simulating configuration `c`'s schedules takes (moe::estimate_schedule under
+// its topology's symmetry, `orders` from symmetry_orders): the up-front memory check
+// and the run's balance and ETA weigh configurations by it.
+moe::SimCost config_cost(const Spec& spec, const Config& c, const std::vector<int>& orders);
 
 // The threads a run uses for RunOptions::threads = `asked` (before the cap
 // at one per configuration): all cores for 0, else at most 4 per core.

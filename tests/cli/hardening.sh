@@ -339,10 +339,11 @@ refused layer-16k-gpus "layer: simulating baseline, s1, s2 on 16384 GPUs needs a
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 [ $ms -lt 5000 ] && ok || bad "refusing the 16,384-GPU layer took $ms ms"
 echo "layer on 16,384 GPUs refused in $ms ms"
-# A sweep whose layers are too large for its threads: refused before any runs, naming the configuration.
+# A sweep whose layers are too large for its threads: refused before any runs, naming the configuration
+# (rank by rank, --no-symmetry: under the topology's symmetry these 4096-GPU layers fit).
 printf 'name: big\ntopologies:\n  - {file: %s/%s, set: {nodes: 512}}\ngrid: {B: [2, 4], experts_per_gpu: [1], mp: [1]}\n' "$PWD" $T > "$tmp/big.yaml"
 refused sweep-layers-too-large "sweep: 2 thread(s) simulating at once need an estimated" "configuration 0 (B=2," "run fewer threads (-j)" -- \
-  "$bin" sweep "$tmp/big.yaml" -q -o "$tmp/big.csv" -j 2 --max-memory 12GiB
+  "$bin" sweep "$tmp/big.yaml" -q -o "$tmp/big.csv" -j 2 --max-memory 12GiB --no-symmetry
 # model: the MoE layer's schedules past --max-memory are refused before any simulation.
 refused model-max-memory "model: simulating the MoE layer's schedules" "needs an estimated" "(--max-memory 1MiB)" -- \
   "$bin" model experiments/bert-moe.yaml --max-memory 1MiB
@@ -622,6 +623,22 @@ cat $T > "$tmp/fifo.yaml" &
 PARMSIM_ALLOW_SPECIAL_INPUT=1 timeout 60 "$bin" topology -t "$tmp/fifo.yaml" > /dev/null 2>&1 && ok || bad "FIFO with PARMSIM_ALLOW_SPECIAL_INPUT=1"
 wait
 rm "$tmp/fifo.yaml"
+
+# ---- a sweep's memory check counts what the run simulates -----------------
+# 256 GPUs of the H200 cluster: under the topology's symmetry the layer's estimate is about
+# 0.05 GiB (6.6e4 transfers), every rank simulated 0.09 GiB (2.1e6): `layer --estimate` with and
+# without --no-symmetry. The sweep runs under a 64 MiB limit with symmetry and is refused without
+# (before: refused both ways, its check counted rank by rank).
+cat > "$tmp/sym.yaml" <<EOF
+name: sym
+topologies:
+  - {file: $PWD/topologies/h200-cluster.yaml, set: {nodes: 32}}
+grid: {B: [1], L: [512], M: [1024], H: [1024], E: [256], k: [2], f: [1.25], mp: [8]}
+EOF
+"$bin" sweep "$tmp/sym.yaml" -o "$tmp/sym.csv" -q --max-memory 64MiB && [ -s "$tmp/sym.csv" ] && ok ||
+  bad "a 256-GPU sweep under symmetry within --max-memory 64MiB"
+refused sweep-no-symmetry-memory "need an estimated 0.09 GiB" "above the 64MiB a run may use" -- \
+  "$bin" sweep "$tmp/sym.yaml" -o "$tmp/sym2.csv" -q --max-memory 64MiB --no-symmetry
 
 # ---- threads that cannot start (B) -----------------------------------------
 # 64 CPU ranks need 64+ threads of 8 MiB stacks: under a 600 MB address-space
