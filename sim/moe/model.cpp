@@ -704,7 +704,7 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   // The lean gate's and experts' backward GEMMs are the data and weight gradients as one
   // batch of two equal GEMMs (layer_kernels.cpp): half of each is W.
   const GpuProfile& gpu = topo.gpu();
-  const bool lean = s.ds_moe == DsMoe::lean;
+  const bool lean = lean_like(s.ds_moe);
   const auto wgrad = [&](std::span<const MoeOp> ops) {
     Time t;
     for (const MoeOp& o : ops)
