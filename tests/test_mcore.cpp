@@ -76,9 +76,9 @@ TEST_CASE("mcore: the router, its host sync and the probabilities' multiply by h
   CHECK(std::abs(router - mem_seconds(655360.0, 12)) < 1e-11);
 
   // Gate backward: 6 router kernels (24 bytes per [1024, 16] element), the TF32 data and weight
-  // gradients as two bf16 GEMMs of their shape with fp32 bytes, the [1024, 1024] casts (to fp32
-  // for the weight gradient, back to bf16 for the input gradient: 2 * 6 bytes an element), the
-  // sum of the input's two gradients (read 2 + 2, write 2 bytes an element).
+  // gradients as two bf16 GEMMs of their shape with fp32 bytes, four casts in 4 launches (the
+  // input [1024, 1024] and the weight [16, 1024] to fp32, their gradients back to bf16: 6 bytes an
+  // element each), the sum of the input's two gradients (read 2 + 2, write 2 bytes an element).
   const auto gb = kernels(op_of(bwd, MoeStep::gate), s, d);
   REQUIRE(names(gb) ==
           std::vector<std::string>{"router_bwd", "gate_dgrad", "gate_cast_bwd", "gate_wgrad", "input_grad_sum"});
@@ -89,7 +89,8 @@ TEST_CASE("mcore: the router, its host sync and the probabilities' multiply by h
   CHECK(gb[1].shape == std::array<std::int64_t, 4>{1024, 1024, 16, 2});
   REQUIRE(gb[1].dtype);
   CHECK(*gb[1].dtype == DType::bf16);
-  CHECK(gb[2].bytes == 2ULL * 1024 * 1024 * 6);  // 12'582'912
+  CHECK(gb[2].bytes == 2ULL * (1024 * 1024 + 16 * 1024) * 6);  // 12'779'520
+  CHECK(gb[2].launches == 4);
   CHECK(gb[3].shape == std::array<std::int64_t, 4>{1024, 16, 1024, 2});
   CHECK(gb[4].bytes == 3ULL * 1024 * 1024 * 2);  // 6'291'456
 

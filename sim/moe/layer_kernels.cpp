@@ -193,9 +193,10 @@ inline __attribute__((always_inline)) void each_kernel_body(const MoeOp& o, bool
         // weight gradients by TE's GEMM, which runs pure-fp32 GEMMs on TF32 tensor cores
         // (transformer_engine/common/gemm/cublaslt_gemm.cu@5c2f2ff5 L447-451): each timed as two
         // bf16 GEMMs of its shape (TF32 at half the BF16 rate: H100 494.5 against 989 TFLOP/s,
-        // sim/compute/gpu_profile.cpp) with fp32 bytes. The input cast to fp32 for the weight
-        // gradient and the input gradient cast back to the layer dtype ([t, M] each); last, the
-        // layer input's two gradients (through the router and through the permute) summed.
+        // sim/compute/gpu_profile.cpp) with fp32 bytes. Four casts: the weight and the input to
+        // fp32 for the two GEMMs (L1006, L1009), the input's and the weight's gradients back to
+        // bf16 (L1011-1012); last, the layer input's two gradients (through the router and
+        // through the permute) summed.
         Kernel router = mem("router_bwd", OpKind::elementwise, kMcoreRouterBwdBytesPerTE * TE, kMcoreRouterBwdLaunches);
         router.dtype = DType::fp32;
         Kernel dg = gemm("gate_dgrad", t, M, E, 2, 4);
@@ -204,7 +205,7 @@ inline __attribute__((always_inline)) void each_kernel_body(const MoeOp& o, bool
         Kernel wg = gemm("gate_wgrad", M, E, t, 2, 4);
         wg.bytes /= 2;
         wg.dtype = DType::bf16;
-        return emit(out, router, dg, mem("gate_cast_bwd", OpKind::elementwise, 2 * t * M * (b + 4)), wg,
+        return emit(out, router, dg, mem("gate_cast_bwd", OpKind::elementwise, 2 * (t + E) * M * (b + 4), 4), wg,
                     mem("input_grad_sum", OpKind::elementwise, 3 * t * M * b));
       }
       if (lean) {  // parmsim's earlier gate: one GEMM in the layer's dtype, one softmax/top-k
