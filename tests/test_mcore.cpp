@@ -128,6 +128,13 @@ TEST_CASE("mcore: the router, its host sync and the probabilities' multiply by h
   CHECK(f32[3].bytes == 8ULL * 2048 * 2048);
   CHECK(f32[3].launches == 1);
 
+  // Behind the AllGather dispatcher (its permute sorts by local expert): no chunk sort.
+  LayerSpec ag = s;
+  ag.token_dispatcher = TokenDispatcher::allgather;
+  const Dims dag = make_dims(ag, 8, 8);
+  CHECK(names(kernels(op_of(forward_ops(ag, dag, o), MoeStep::experts), ag, dag)) ==
+        std::vector<std::string>{"expert_fc1", "expert_act", "expert_probs", "expert_fc2"});
+
   // One local expert (E=8 on 8 GPUs): no chunk sort.
   LayerSpec one = s;
   one.E = 8;

@@ -291,8 +291,10 @@ inline __attribute__((always_inline)) void each_kernel_body(const MoeOp& o, bool
         const auto [pb, lb] = probs_bwd(b);
         Kernel probs = backward ? mem("expert_probs", OpKind::elementwise, pb * n, lb)
                                 : mem("expert_probs", OpKind::elementwise, pf * n, lf);
-        // No chunk sort with one local expert: a kernel of no bytes and no launch.
-        const bool sorts = d.E_local > 1;
+        // No chunk sort with one local expert, nor behind the AllGather dispatcher, whose permute
+        // orders the rows by local expert itself (token_dispatcher.py L287-293): a kernel of no
+        // bytes and no launch, left out.
+        const bool sorts = d.E_local > 1 && s.token_dispatcher == TokenDispatcher::alltoall;
         Kernel sort_in = mem("expert_sort_chunks", OpKind::order, sorts ? 2 * R * (M * b + 4) : 0, sorts ? 1 : 0);
         Kernel sort_out = mem("expert_unsort_chunks", OpKind::iorder, sorts ? 2 * R * M * b : 0, sorts ? 1 : 0);
         auto put = [&out](const Kernel& k) {
