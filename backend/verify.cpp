@@ -102,6 +102,9 @@ void check_executable(const moe::LayerSpec& s) {
                                 "(fc1 -> activation -> fc2); gated and shared experts are timed by the simulator: "
                                 "parmsim layer",
                                 s.glu && s.shared_H > 0 ? "glu, shared_H" : s.glu ? "glu" : "shared_H"));
+  if (s.ds_moe == moe::DsMoe::mcore)
+    throw UserError("--set ds_moe=mcore: the executors (verify, execute) run DeepSpeed-MoE's baselines; Megatron-Core's "
+                    "MoELayer is timed by the simulator: parmsim layer");
   if (s.token_dispatcher == moe::TokenDispatcher::allgather)
     throw UserError("--set token_dispatcher: the executors (verify, execute) run the AlltoAll dispatcher; the "
                     "AllGather dispatcher is timed by the simulator: parmsim layer");

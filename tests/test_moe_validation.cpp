@@ -91,9 +91,9 @@ TEST_CASE("validate moe runs a row on the cluster its columns describe", "[moe][
   // One HGX H100 node written by hand: 8 GPUs on an NVSwitch at 900 / 2 = 450 GB/s
   // per direction (NVIDIA H100 datasheet: 900 GB/s bidirectional), PCIe Gen5 x16
   // (63 GB/s per direction) to the host. The generated topology must time the
-  // layer the same; the system megatron-alltoall runs parmsim's baseline with
-  // the lean gate and index dispatch and an eager host at 7 us per call,
-  // dropless (f empty) as f = 1.0.
+  // layer the same; the system megatron-alltoall runs parmsim's baseline as
+  // Megatron-Core's MoELayer (ds_moe=mcore) with index dispatch and an eager
+  // host at 7 us per call, dropless (f empty) as f = 1.0.
   const std::string yaml =
       "name: hand\ngpu: h100\nnodes: 1\nnode:\n  gpus: 8\n  devices:\n"
       "    - {name: sw, kind: nvswitch}\n    - {name: p, kind: pcie_switch}\n    - {name: c, kind: host_bridge}\n"
@@ -104,7 +104,7 @@ TEST_CASE("validate moe runs a row on the cluster its columns describe", "[moe][
   moe::LayerSpec spec;
   moe::ScheduleKeys keys;
   moe::apply_keys(&spec, &keys,
-                  {"B=1", "L=4096", "M=4096", "H=14336", "E=8", "k=2", "f=1.0", "mp=1", "dtype=bf16", "ds_moe=lean",
+                  {"B=1", "L=4096", "M=4096", "H=14336", "E=8", "k=2", "f=1.0", "mp=1", "dtype=bf16", "ds_moe=mcore",
                    "dispatch=index", "host_op=7us"},
                   "test");
   const moe::ScheduleResult want = moe::run_schedule({topo, spec}, moe::schedule_options("baseline", keys));

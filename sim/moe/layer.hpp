@@ -43,8 +43,16 @@ struct LoadModel;
 //            gathered over MP after it;
 //   lean     parmsim's earlier idealised baseline: one ESP AllReduce of the
 //            whole buffer, an fp16/bf16 gate without gating tensors or host sync,
-//            local experts as one batched GEMM (for ablations).
-enum class DsMoe { v0_14_4, v0_14_5, lean };
+//            local experts as one batched GEMM (for ablations);
+//   mcore    Megatron-Core 0.16's MoELayer with the AlltoAll dispatcher and TE grouped GEMM:
+//            `lean`'s collectives and batched experts, with the router's fp32 logits, its
+//            small kernels and the host sync before the AlltoAll, the probabilities'
+//            multiply after the activation, bf16 rows on the wire in an fp8 layer and TE's
+//            per-call weight quantization (layer_kernels.cpp; docs/moe-costs.md).
+enum class DsMoe { v0_14_4, v0_14_5, lean, mcore };
+// The baselines whose collectives and experts are `lean`'s: one ESP AllReduce of the whole
+// buffer, the local experts as one batched GEMM.
+inline bool lean_like(DsMoe v) { return v == DsMoe::lean || v == DsMoe::mcore; }
 // How tokens are dispatched to and combined from expert slots, in every schedule:
 //   einsum  DeepSpeed-MoE's dense einsums over the [S, E, C] masks (GEMMs of 2*S*E*C*M FLOPs);
 //   index   gather/scatter kernels that move each token row once (Tutel, FSMoE): memory copies.
@@ -194,6 +202,9 @@ struct Dims {
   // dtype fp8: the experts' GEMMs (routed and shared) in fp8, the tokens on their way to
   // the experts in fp8 with one fp32 scale per 128 elements (fp8_wire), the rest in bf16.
   bool fp8 = false;
+  // fp8 layers whose rows travel in fp8 (fp8_wire): all but ds_moe=mcore, whose AlltoAll
+  // dispatcher sends the bf16 hidden states and TE quantizes them inside the grouped GEMM.
+  bool fp8_rows = false;
 };
 Dims make_dims(const LayerSpec& s, int P, int gpus_per_node);
 

@@ -4,6 +4,7 @@
 #include "sim/compute/gpu_profile.hpp"
 
 #include <string>
+#include <utility>
 
 namespace parmsim::moe {
 
@@ -94,6 +95,42 @@ Kernel fp8_cast(const char* name, u64 elems, u64 fp8_elems) {
 // and both saved halves (2h), writes both halves' gradients (2h).
 u64 act_units(bool glu, bool backward) { return glu ? (backward ? 5 : 3) : (backward ? 3 : 2); }
 
+// ds_moe=mcore: Megatron-Core's MoELayer (NVIDIA/Megatron-LM@cf39a4dd, megatron-core 0.16.0;
+// TransformerEngine@5c2f2ff5, 2.12.0.dev0, its tree on the day the moe_perf baselines were
+// added). Counted by us from the source; docs/moe-costs.md, "Megatron-Core's MoELayer".
+
+// The router's small kernels, forward, each on [t, E] (t tokens, E experts): RandomSTE's
+// clone and normal_ (moe_router_force_load_balancing; moe_utils.py L943), the fused top-k
+// with score function (L562), the aux loss's fused scores (L643), routing_map.sum (router.py
+// L277), the fused aux loss (moe_utils.py L103); then the AlltoAll dispatcher's preprocess
+// (token_dispatcher.py L476-525): the tokens per expert, the input splits, and four
+// reductions and a copy of the gathered counts. 12 launches (the aux-loss tracker's add,
+// moe_utils.py L754, is skipped: the test builds its MoELayer without a layer number,
+// tests/functional_tests/test_cases/common/moe_perf/__main__.py L298, and
+// save_to_aux_losses_tracker returns at once, moe_utils.py L747-748); about 40 bytes per
+// [t, E] element in all (fp32 logits read and written by the first five, the bool map and the
+// sums' reads).
+constexpr int kMcoreRouterLaunches = 12;
+constexpr std::uint64_t kMcoreRouterBytesPerTE = 40;
+// Backward: the fused aux loss's, aux scores' and top-k's backward, the sum of the two
+// gradients of the logits, MoEAuxLossAutoScaler's ones_like * scale (moe_utils.py
+// L206-208): 6 launches, about 24 bytes per [t, E] element.
+constexpr int kMcoreRouterBwdLaunches = 6;
+constexpr std::uint64_t kMcoreRouterBwdBytesPerTE = 24;
+
+// The probabilities' multiply after the activation (experts.py L750-752): `act * probs` with
+// probs fp32 [rows, 1] makes an fp32 [rows, h] tensor (reads b, writes 4 bytes an element),
+// `.to(original_dtype)` casts it back (reads 4, writes b; no kernel when the layer is fp32).
+// Returns {bytes per element, launches}.
+std::pair<u64, int> probs_fwd(u64 b) { return b == 4 ? std::pair<u64, int>{8, 1} : std::pair<u64, int>{b + 4 + 4 + b, 2}; }
+// Its autograd backward, in order: the cast's (the gradient to fp32: b + 4), MulBackward's
+// gradient of the activation (grad * probs: 4 + 4) and its cast to the activation's dtype
+// (4 + b), the gradient of the probabilities (grad * act: 4 + b + 4) and its sum over h (4).
+// bf16: 6 + 8 + 6 + 10 + 4 = 34 bytes an element in 5 launches; fp32: 8 + 12 + 4 = 24 in 3.
+std::pair<u64, int> probs_bwd(u64 b) {
+  return b == 4 ? std::pair<u64, int>{24, 3} : std::pair<u64, int>{(b + 4) + 8 + (4 + b) + (4 + b + 4) + 4, 5};
+}
+
 // The capacity a gate over t tokens works with.
 u64 gate_capacity(u64 t, const Dims& d) {
   return t == static_cast<u64>(d.S) ? static_cast<u64>(d.T_base) : static_cast<u64>(d.T_parm);
@@ -109,7 +146,7 @@ Time kernel_time(const Kernel& k, DType layer_dtype, const GpuProfile& gpu, cons
 }
 
 std::int64_t expert_repeats(const LayerSpec& s, const Dims& d) {
-  return s.ds_moe == DsMoe::lean ? 1 : d.E_local;
+  return lean_like(s.ds_moe) ? 1 : d.E_local;
 }
 
 std::int64_t expert_elems(const MoeOp& o, const LayerSpec& s, const Dims& d) {
@@ -133,10 +170,44 @@ inline __attribute__((always_inline)) void each_kernel_body(const MoeOp& o, bool
   const u64 b = static_cast<u64>(d.dtype_bytes);
   const bool q = d.fp8;
   const u64 M = s.M, E = s.E, t = o.tokens, h = s.H / d.G, k = s.k;
-  const bool lean = s.ds_moe == DsMoe::lean;
+  const bool lean = lean_like(s.ds_moe), mcore = s.ds_moe == DsMoe::mcore;
   const bool einsum = s.dispatch == Dispatch::einsum;
   switch (o.kind) {
     case MoeStep::gate: {
+      if (mcore) {
+        // Megatron-Core's router: the gate GEMM on the bf16 input and weight with fp32 logits
+        // (te_general_gemm(..., fp32), moe_utils.py L980-981), the router's small kernels, and
+        // the host's wait for the tokens per expert before the AlltoAll
+        // (self.d2h_event.synchronize(), token_dispatcher.py L864, at "before_ep_alltoall"
+        // with EP > 1, L529): the host then issues the rest of the layer as the GPU runs it.
+        const u64 TE = t * E;
+        if (!backward) {
+          Kernel g = gemm("gate_gemm", t, E, M, 1, b);
+          g.bytes = (t * M + M * E) * b + TE * 4;
+          Kernel router = mem("router", OpKind::topk, kMcoreRouterBytesPerTE * TE, kMcoreRouterLaunches);
+          Kernel sync = mem("tokens_sync", OpKind::copy, 8 * E);
+          sync.host_wait = Time::ns(kHostSyncNs);
+          return emit(out, g, router, sync);
+        }
+        // Backward (RouterGatingLinearFunction.backward, moe_utils.py L1004-1011): fp32 data and
+        // weight gradients by TE's GEMM, which runs pure-fp32 GEMMs on TF32 tensor cores
+        // (transformer_engine/common/gemm/cublaslt_gemm.cu@5c2f2ff5 L447-451): each timed as two
+        // bf16 GEMMs of its shape (TF32 at half the BF16 rate: H100 494.5 against 989 TFLOP/s,
+        // sim/compute/gpu_profile.cpp) with fp32 bytes. Four casts: the weight and the input to
+        // fp32 for the two GEMMs (L1006, L1009), the input's and the weight's gradients back to
+        // bf16 (L1011-1012); last, the layer input's two gradients (through the router and
+        // through the permute) summed.
+        Kernel router = mem("router_bwd", OpKind::elementwise, kMcoreRouterBwdBytesPerTE * TE, kMcoreRouterBwdLaunches);
+        router.dtype = DType::fp32;
+        Kernel dg = gemm("gate_dgrad", t, M, E, 2, 4);
+        dg.bytes /= 2;
+        dg.dtype = DType::bf16;
+        Kernel wg = gemm("gate_wgrad", M, E, t, 2, 4);
+        wg.bytes /= 2;
+        wg.dtype = DType::bf16;
+        return emit(out, router, dg, mem("gate_cast_bwd", OpKind::elementwise, 2 * (t + E) * M * (b + 4), 4), wg,
+                    mem("input_grad_sum", OpKind::elementwise, 3 * t * M * b));
+      }
       if (lean) {  // parmsim's earlier gate: one GEMM in the layer's dtype, one softmax/top-k
         // Backward: the data and weight gradients as one kernel of twice the
         // work, a batch of two GEMMs of the forward's shape (the tile model
@@ -199,6 +270,54 @@ inline __attribute__((always_inline)) void each_kernel_body(const MoeOp& o, bool
       // Gated (glu): fc1's output is 2h wide (the gate and up projections side by side), see act_units.
       const u64 h1 = s.glu ? 2 * h : h;
       Kernel act = mem("expert_act", OpKind::activation, act_units(s.glu, backward) * rows * h * b * batch);
+      if (mcore) {
+        // Megatron-Core: the probabilities' multiply after the activation, forward and backward
+        // (probs_fwd, probs_bwd); in an fp8 layer TE's GroupedLinear quantizes the bf16 rows it
+        // gets, rowwise and columnwise (grouped_linear.py@5c2f2ff5 L109-116, L146), and the
+        // weights on every call, rowwise and columnwise when the input needs a gradient
+        // (L117-128, L159-170: no cache without is_first_microbatch).
+        //
+        // With more than one local expert the AlltoAll's output, grouped by source rank, is
+        // sorted by local expert before the experts (dispatch_postprocess: sort_chunks_by_idxs
+        // of the rows and their fp32 probabilities, token_dispatcher.py L697-703) and back after
+        // them (combine_preprocess, L730-737): TE's fused chunk sort, a copy of the rows each
+        // (read and written), and in backward its adjoint, the same copy the other way. Each
+        // local expert's GEMMs run on one of TE's 4 compute streams (multi_stream_cublas_gemm,
+        // transformer_engine/common/gemm/cublaslt_gemm.cu@5c2f2ff5 L947-1000; 4 streams,
+        // common/util/multi_stream.cpp L53): concurrent per-expert cuBLAS GEMMs, which lean's
+        // batched GEMM stands for.
+        const u64 n = rows * h * batch, R = rows * batch;
+        const auto [pf, lf] = probs_fwd(b);
+        const auto [pb, lb] = probs_bwd(b);
+        Kernel probs = backward ? mem("expert_probs", OpKind::elementwise, pb * n, lb)
+                                : mem("expert_probs", OpKind::elementwise, pf * n, lf);
+        // No chunk sort with one local expert, nor behind the AllGather dispatcher, whose permute
+        // orders the rows by local expert itself (token_dispatcher.py L287-293): a kernel of no
+        // bytes and no launch, left out.
+        const bool sorts = d.E_local > 1 && s.token_dispatcher == TokenDispatcher::alltoall;
+        Kernel sort_in = mem("expert_sort_chunks", OpKind::order, sorts ? 2 * R * (M * b + 4) : 0, sorts ? 1 : 0);
+        Kernel sort_out = mem("expert_unsort_chunks", OpKind::iorder, sorts ? 2 * R * M * b : 0, sorts ? 1 : 0);
+        auto put = [&out](const Kernel& k) {
+          if (k.launches > 0) out(k);
+        };
+        if (!q) {
+          if (!backward)
+            return emit(put, sort_in, gemm("expert_fc1", rows, h1, M, batch, b), act, probs,
+                        gemm("expert_fc2", rows, M, h, batch, b), sort_out);
+          return emit(put, sort_out, gemm("expert_fc2", rows, M, h, 2 * batch, b), probs, act,
+                      gemm("expert_fc1", rows, h1, M, 2 * batch, b), sort_in);
+        }
+        if (!backward)
+          return emit(put, sort_in, fp8_cast("expert_fp8_cast_in", rows * M * batch, 0),
+                      fp8_cast("expert_fp8_cast_w", (M * h1 + h * M) * batch, 0),
+                      xgemm("expert_fc1", rows, h1, M, batch, b, true), act, probs,
+                      fp8_cast("expert_fp8_cast", rows * h * batch, 0), xgemm("expert_fc2", rows, M, h, batch, b, true),
+                      sort_out);
+        return emit(put, sort_out, fp8_cast("expert_fp8_cast_dout", rows * M * batch, 0),
+                    xgemm("expert_fc2", rows, M, h, 2 * batch, b, true), probs, act,
+                    fp8_cast("expert_fp8_cast_dact", rows * h1 * batch, 0),
+                    xgemm("expert_fc1", rows, h1, M, 2 * batch, b, true), sort_in);
+      }
       if (q) {
         // fp8 (fp8_cast): fc1's input arrives in fp8 (the dispatch); forward, its transposed copy
         // for fc1's weight gradient, and the activation's output cast to fc2's fp8 input and its

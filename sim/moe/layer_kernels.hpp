@@ -129,8 +129,9 @@ Time kernel_time(const Kernel& k, DType layer_dtype, const GpuProfile& gpu, cons
 // The kernels of a compute op (gate, order, iorder, slot_slice, kernel) in
 // order; for `experts`, the kernels of ONE local expert (see expert_repeats).
 std::vector<Kernel> kernels(const MoeOp& o, const LayerSpec& s, const Dims& d);
-// The same without heap allocation (an op has at most 8 kernels: the shared experts' backward in an fp8 layer).
-using KernelList = boost::container::static_vector<Kernel, 8>;
+// The same without heap allocation (an op has at most 9 kernels: ds_moe=mcore's experts in an fp8 layer
+// with more than one local expert, their chunk sorts and TE's casts around the two GEMMs).
+using KernelList = boost::container::static_vector<Kernel, 9>;
 KernelList kernel_list(const MoeOp& o, const LayerSpec& s, const Dims& d);
 // Seconds of the op's kernels one after another, as the closed form sums
 // them, `backward` standing for o.backward (the closed form times a backward

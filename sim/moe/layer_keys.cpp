@@ -146,14 +146,14 @@ void set_a2a_algo(const Key& k, LayerSpec&, ScheduleOptions& o, const std::strin
 }
 
 // In the order of the enums DsMoe, Dispatch, Split and Gather (layer.hpp).
-constexpr std::array<std::string_view, 3> kDsMoe = {"0.14.4", "0.14.5", "lean"};
+constexpr std::array<std::string_view, 4> kDsMoe = {"0.14.4", "0.14.5", "lean", "mcore"};
 constexpr std::array<std::string_view, 2> kDispatch = {"einsum", "index"};
 constexpr std::array<std::string_view, 2> kTokenDispatcher = {"alltoall", "allgather"};
 constexpr std::array<std::string_view, 2> kSaa = {"released", "pipelined"};
 constexpr std::array<std::string_view, 2> kSplit = {"before_gate", "after_order"};
 constexpr std::array<std::string_view, 2> kGather = {"after_iorder", "before_iorder"};
 constexpr std::array<std::string_view, 3> kA2a = {"p2p", "pairwise", "direct"};
-static_assert(static_cast<int>(DsMoe::lean) == 2 && static_cast<int>(Dispatch::index) == 1 &&
+static_assert(static_cast<int>(DsMoe::lean) == 2 && static_cast<int>(DsMoe::mcore) == 3 && static_cast<int>(Dispatch::index) == 1 &&
               static_cast<int>(TokenDispatcher::allgather) == 1 &&
               static_cast<int>(Split::after_order) == 1 && static_cast<int>(Gather::before_iorder) == 1);
 
@@ -219,7 +219,8 @@ constexpr std::array<LayerKey, 27> kKeys = {{
      "fp32 | fp16 | bf16 | fp8 (fp8: expert GEMMs in fp8 and tokens dispatched in fp8, the rest bf16; "
      "docs/moe-costs.md, \"FP8 layers\")", L, {}, set_dtype, get_dtype, true},
     {"ds_moe", "string", "0.14.4",
-     "the baseline's DeepSpeed-MoE: 0.14.4 (what Parm measured) | 0.14.5 | lean (docs/moe-costs.md)", L, kDsMoe,
+     "the baseline's DeepSpeed-MoE: 0.14.4 (what Parm measured) | 0.14.5 | lean | mcore (Megatron-Core 0.16's "
+     "MoELayer: lean's collectives with its router, host sync and probability multiply; docs/moe-costs.md)", L, kDsMoe,
      set_ds_moe, get_ds_moe},
     {"dispatch", "string", "einsum",
      "token dispatch/combine: einsum (DeepSpeed's dense einsums) | index (gather/scatter kernels)", L, kDispatch,

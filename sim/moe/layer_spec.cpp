@@ -104,7 +104,7 @@ std::vector<ScheduleOptions> search_space() {
 }
 
 const char* to_string(DsMoe v) {
-  return v == DsMoe::v0_14_4 ? "0.14.4" : v == DsMoe::v0_14_5 ? "0.14.5" : "lean";
+  return v == DsMoe::v0_14_4 ? "0.14.4" : v == DsMoe::v0_14_5 ? "0.14.5" : v == DsMoe::lean ? "lean" : "mcore";
 }
 const char* to_string(Dispatch v) {
   return v == Dispatch::einsum ? "einsum" : "index";
@@ -115,8 +115,10 @@ const char* to_string(TokenDispatcher v) {
 
 std::string baseline_system(const LayerSpec& s) {
   // lean: parmsim's idealised DeepSpeed-MoE (one ESP AllReduce, no host sync, batched experts).
-  const std::string sys = s.ds_moe == DsMoe::lean ? "a lean DeepSpeed-MoE"
-                                                  : fmt::format("DeepSpeed-MoE {}", to_string(s.ds_moe));
+  // mcore: Megatron-Core's MoELayer on lean's collectives (layer_kernels.cpp).
+  const std::string sys = s.ds_moe == DsMoe::lean    ? "a lean DeepSpeed-MoE"
+                          : s.ds_moe == DsMoe::mcore ? "Megatron-Core's MoELayer"
+                                                     : fmt::format("DeepSpeed-MoE {}", to_string(s.ds_moe));
   if (s.token_dispatcher == TokenDispatcher::allgather)
     return fmt::format("{} with Megatron-Core's AllGather token dispatcher (ds_moe={}, token_dispatcher=allgather)", sys,
                        to_string(s.ds_moe));
@@ -272,6 +274,10 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
                                 "most 2^60)", s.shared_H, s.M, s.B, s.L));
   // An fp8 layer's activations are bf16; its expert GEMMs and the rows sent to the experts are fp8.
   d.fp8 = s.dtype == DType::fp8;
+  // Megatron-Core's AlltoAll dispatcher permutes and sends the bf16 hidden states
+  // (token_dispatcher.py@cf39a4dd L598-638); TE's GroupedLinear quantizes them
+  // (transformer_engine/pytorch/module/grouped_linear.py@5c2f2ff5 L146).
+  d.fp8_rows = d.fp8 && s.ds_moe != DsMoe::mcore;
   d.dtype_bytes = dtype_bytes(d.fp8 ? DType::bf16 : s.dtype);
   if (d.fp8) {
     // One fp32 scale per 128 elements of a token row (DeepSeek-V3's 1x128 activation tiles,
@@ -326,7 +332,7 @@ double inter_node_share(const LayerLoad& l, const Dims& d, int gpus_per_node) {
 }
 
 bool fp8_wire(const Dims& d, MoeStep kind, CollData data, bool experts_seen) {
-  return d.fp8 && !experts_seen && data == CollData::current &&
+  return d.fp8_rows && !experts_seen && data == CollData::current &&
          (kind == MoeStep::a2a || kind == MoeStep::ag || kind == MoeStep::saa);
 }
 

@@ -51,7 +51,7 @@ OpMem describe(const MoeOp& o, const LayerSpec& s, const Dims& d, u128 in, bool 
   const u128 b = static_cast<u128>(d.dtype_bytes), M = static_cast<u128>(s.M), E = static_cast<u128>(s.E);
   const u128 t = static_cast<u128>(o.tokens), n = static_cast<u128>(o.elems), G = static_cast<u128>(d.G);
   const u128 h = static_cast<u128>(s.H / d.G);
-  const bool lean = s.ds_moe == DsMoe::lean, einsum = s.dispatch == Dispatch::einsum;
+  const bool lean = lean_like(s.ds_moe), einsum = s.dispatch == Dispatch::einsum;
   OpMem m;
   switch (o.kind) {
     case MoeStep::gate: {

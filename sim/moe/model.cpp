@@ -707,15 +707,16 @@ std::vector<IterationResult> run_model(const ModelSpec& m, const Topology& topo,
   // DualPipe's W: each backward's weight-gradient GEMMs (kernels named *_wgrad), one after
   // another on the GPU's model (the experts' once per local expert when run one by one).
   // The lean gate's and experts' backward GEMMs are the data and weight gradients as one
-  // batch of two equal GEMMs (layer_kernels.cpp): half of each is W.
+  // batch of two equal GEMMs (layer_kernels.cpp): half of each is W. ds_moe=mcore's gate has
+  // its weight gradient apart (gate_wgrad), its experts lean's pairs.
   const GpuProfile& gpu = topo.gpu();
-  const bool lean = s.ds_moe == DsMoe::lean;
+  const bool lean = lean_like(s.ds_moe), lean_gate = s.ds_moe == DsMoe::lean;
   const auto wgrad = [&](std::span<const MoeOp> ops) {
     Time t;
     for (const MoeOp& o : ops)
       for (const Kernel& k : kernel_list(o, s, d)) {
         const bool lean_pair = lean && o.backward && k.op == OpKind::gemm &&
-                               (o.kind == MoeStep::experts || o.kind == MoeStep::gate);
+                               (o.kind == MoeStep::experts || (lean_gate && o.kind == MoeStep::gate));
         if (!lean_pair && !std::string_view(k.name).ends_with("_wgrad")) continue;
         Time one = kernel_time(k, s.dtype, gpu, nullptr, {});
         if (lean_pair) one = Time::ps(one.count_ps() / 2);

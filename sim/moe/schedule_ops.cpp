@@ -144,8 +144,8 @@ void build_forward(const LayerSpec& s, const Dims& d, const ScheduleOptions& o, 
     MoeOp& ex = add_compute(v, MoeStep::experts, 0, D, "experts");
     // Megatron-DeepSpeed's RowParallelLinear ends each sharded expert with an
     // AllReduce over TP (mappings.py L76-105 @c2402048), one per local expert.
-    ex.allreduce_each = s.ds_moe != DsMoe::lean && G > 1;
-    if (s.ds_moe == DsMoe::lean) add_coll(v, MoeStep::ar, GroupKind::esp, D, "esp_allreduce");
+    ex.allreduce_each = !lean_like(s.ds_moe) && G > 1;
+    if (lean_like(s.ds_moe)) add_coll(v, MoeStep::ar, GroupKind::esp, D, "esp_allreduce");
     alltoall("drop_tokens_combine", "combine_a2a", "gather_tokens_combine");
     add_compute(v, MoeStep::iorder, d.S, D, "iorder");
     return;

@@ -28,6 +28,10 @@ namespace {
 // send/recv (torch all_to_all_single) in both. Both run eager PyTorch: the host issues each call
 // in about 7 us (the simplest op with autograd, pytorch/pytorch#41383; docs/moe-costs.md, "The host").
 constexpr std::string_view kGatherExperts = "ds_moe=lean,dispatch=index,host_op=7us";
+// Megatron-Core's MoELayer (docs/moe-costs.md, "Megatron-Core's MoELayer"): `lean`'s collectives
+// and batched experts with Megatron-Core 0.16's router, host sync before the AlltoAll,
+// probabilities' multiply, chunk sorts and (fp8) TE's quantization of bf16 rows and weights.
+constexpr std::string_view kMcore = "ds_moe=mcore,dispatch=index,host_op=7us";
 
 // The AllGather token dispatcher (docs/moe-costs.md) with the lean gate and
 // dropless routing drawn uniformly: Flux's tests route by `--dist random`
@@ -46,16 +50,16 @@ constexpr std::array<MoeSystem, 9> kSystems = {{
      true, "baseline", kGatherExperts},
     {"megatron-alltoall",
      "Megatron-Core MoELayer, alltoall dispatcher: router, permute, NCCL AlltoAll, TE grouped GEMM, unpermute; "
-     "parmsim's baseline with the lean gate and index dispatch",
-     true, "baseline", kGatherExperts},
+     "parmsim's baseline as Megatron-Core's MoELayer (ds_moe=mcore) with index dispatch",
+     true, "baseline", kMcore},
     {"megatron-deepep",
      "Megatron-Core MoELayer, flex dispatcher with DeepEP's fused dispatch/combine kernels: not modelled; run as "
      "megatron-alltoall, its nearest, and reported apart",
-     false, "baseline", kGatherExperts},
+     false, "baseline", kMcore},
     {"megatron-hybridep",
      "Megatron-Core MoELayer, flex dispatcher with HybridEP kernels: not modelled; run as megatron-alltoall and "
      "reported apart",
-     false, "baseline", kGatherExperts},
+     false, "baseline", kMcore},
     {"flux-torch",
      "Flux's PyTorch reference (all-gather, scatter, grouped GEMM; GEMM, top-k reduce, reduce-scatter; forward, no "
      "gate): not modelled (its kernels are the test's); run as the AllGather token dispatcher, its nearest, with "
