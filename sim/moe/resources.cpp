@@ -215,6 +215,8 @@ int symmetry_order(const Topology& topo, const std::string& network, bool symmet
   return symmetry && network == "flow" ? topology_symmetry_order(topo) : 1;
 }
 
+int layer_symmetry_order(const LayerSpec& s, int order) { return s.load ? 1 : order; }
+
 std::string describe(const SimCost& c) {
   const double gib = c.bytes / (1u << 30);
   const std::string t = c.seconds < 120    ? fmt::format("{:.0f} s", c.seconds)

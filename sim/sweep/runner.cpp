@@ -148,7 +148,8 @@ moe::SimCost config_cost(const Spec& spec, const Config& c, const std::vector<in
   const moe::Dims d = moe::make_dims(c.layer, topo.num_gpus(), topo.gpus_per_node());
   moe::SimCost cost;
   for (const std::string& n : spec.schedules)
-    cost += moe::with_symmetry(moe::estimate_schedule(c.layer, d, moe::schedule_options(n, c.keys)), orders.at(t));
+    cost += moe::with_symmetry(moe::estimate_schedule(c.layer, d, moe::schedule_options(n, c.keys)),
+                               moe::layer_symmetry_order(c.layer, orders.at(t)));
   return cost;
 }
 

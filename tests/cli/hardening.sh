@@ -639,6 +639,11 @@ EOF
   bad "a 256-GPU sweep under symmetry within --max-memory 64MiB"
 refused sweep-no-symmetry-memory "need an estimated 0.09 GiB" "above the 64MiB a run may use" -- \
   "$bin" sweep "$tmp/sym.yaml" -o "$tmp/sym2.csv" -q --max-memory 64MiB --no-symmetry
+# Dropless routing (load=uniform) draws every rank's own counts, which no shift preserves: the run
+# simulates every rank (109 MiB peak measured, as with --no-symmetry), and so does the estimate.
+sed 's/mp: \[8\]}/mp: [8], load: [uniform]}/' "$tmp/sym.yaml" > "$tmp/symload.yaml"
+refused sweep-load-memory "need an estimated 0.09 GiB" "above the 64MiB a run may use" -- \
+  "$bin" sweep "$tmp/symload.yaml" -o "$tmp/sym3.csv" -q --max-memory 64MiB
 
 # ---- threads that cannot start (B) -----------------------------------------
 # 64 CPU ranks need 64+ threads of 8 MiB stacks: under a 600 MB address-space
