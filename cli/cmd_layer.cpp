@@ -129,7 +129,7 @@ Output, per schedule (forward + backward of one layer):
     // With symmetry (the flow network, not --no-symmetry), the transfers and
     // flows of the representatives only.
     {
-      const int order = moe::layer_symmetry_order(spec, moe::symmetry_order(topo, a->network, !a->no_symmetry));
+      const int order = moe::layer_symmetry_order(spec, dims, moe::symmetry_order(topo, a->network, !a->no_symmetry));
       moe::SimCost all;
       std::vector<std::pair<std::string, moe::SimCost>> each;
       for (const std::string& n : est_names) {

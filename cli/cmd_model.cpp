@@ -148,7 +148,7 @@ void add_model(CLI::App& app) {
       const moe::Dims d = moe::make_dims(layer, topo.num_gpus(), topo.gpus_per_node());
       moe::SimCost e;
       // run_model simulates with symmetry
-      const int order = moe::layer_symmetry_order(layer, moe::symmetry_order(topo, m.network, true));
+      const int order = moe::layer_symmetry_order(layer, d, moe::symmetry_order(topo, m.network, true));
       for (const std::string& n : moe::preset_names())
         e += moe::with_symmetry(moe::estimate_schedule(layer, d, moe::preset(n)), order);
       check_estimate(fmt::format("model: simulating the MoE layer's schedules ({})", moe::spec_string(layer)), e,

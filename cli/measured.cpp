@@ -118,7 +118,7 @@ void compare_measured_csv(const CompareArgs& a) {
         const moe::ScheduleOptions o = moe::schedule_options(r.schedule, keys);
         check_estimate(fmt::format("{}: simulating the layer", r.where),
                        moe::with_symmetry(moe::estimate_schedule(spec, d, o),
-                                         moe::layer_symmetry_order(spec, moe::symmetry_order(topo, a.network, true))),
+                                         moe::layer_symmetry_order(spec, d, moe::symmetry_order(topo, a.network, true))),
                        a.max_memory, "use a smaller layer or fewer GPUs, or raise --max-memory");
         const moe::ScheduleResult res = moe::run_schedule(moe::LayerRun{topo, spec, a.network, c}, o);
         const Time t = r.what == "forward" ? res.forward : r.what == "backward" ? res.backward : res.total();

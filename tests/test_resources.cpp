@@ -71,3 +71,25 @@ TEST_CASE("the estimate of one collective by hand", "[resources]") {
   c.algo = "pairwise";
   CHECK(moe::estimate_collective(c).flows == 8);
 }
+
+TEST_CASE("the symmetry order a layer's estimate takes: whole blocks, no load model", "[resources]") {
+  moe::Dims d;
+  d.P = 32, d.G = 2, d.n_ep = 8;  // blocks of 16 GPUs, two data-parallel replicas
+  moe::LayerSpec s;
+  // A topology shift of 8 GPUs (order 4) moves a block onto half of two blocks; the smallest
+  // shift that moves whole blocks is lcm(8, 16) = 16 GPUs: order 32 / 16 = 2.
+  CHECK(moe::layer_symmetry_order(s, d, 4) == 2);
+  // One block over every GPU: the topology's shift is the layer's, order 4.
+  d.n_ep = 16;
+  CHECK(moe::layer_symmetry_order(s, d, 4) == 4);
+  // 24 GPUs, a shift of 8 (order 3), blocks of 12: lcm(8, 12) = 24, the identity: order 1.
+  d.P = 24, d.G = 1, d.n_ep = 12;
+  CHECK(moe::layer_symmetry_order(s, d, 3) == 1);
+  // No topology symmetry, no layer symmetry.
+  CHECK(moe::layer_symmetry_order(s, d, 1) == 1);
+  // A load model draws each rank's counts: every rank is simulated, whatever the topology.
+  d.P = 32, d.G = 2, d.n_ep = 16;
+  moe::ScheduleKeys keys;
+  moe::apply_keys(&s, &keys, {"load=uniform"}, "test");
+  CHECK(moe::layer_symmetry_order(s, d, 4) == 1);
+}

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "sim/moe/layer_kernels.hpp"
 
@@ -215,7 +216,12 @@ int symmetry_order(const Topology& topo, const std::string& network, bool symmet
   return symmetry && network == "flow" ? topology_symmetry_order(topo) : 1;
 }
 
-int layer_symmetry_order(const LayerSpec& s, int order) { return s.load ? 1 : order; }
+int layer_symmetry_order(const LayerSpec& s, const Dims& d, int order) {
+  if (s.load || order <= 1) return 1;
+  const int block = d.G * d.n_ep;
+  if (block >= d.P) return order;
+  return d.P / std::lcm(d.P / order, block);
+}
 
 std::string describe(const SimCost& c) {
   const double gib = c.bytes / (1u << 30);

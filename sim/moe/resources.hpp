@@ -52,10 +52,12 @@ int topology_symmetry_order(const Topology& topo);
 // The order a layer on every GPU of topo runs with: topology_symmetry_order under the flow
 // network with symmetry on, else 1 (the other networks and --no-symmetry simulate every rank).
 int symmetry_order(const Topology& topo, const std::string& network, bool symmetry);
-// The order layer `s` runs with where the topology's is `order`: 1 for a layer with a load
-// model (dropless routing, `load`), whose per-rank counts the shift does not preserve, so the
-// engine's check falls back to every rank (docs/performance.md, "Symmetry"); else `order`.
-int layer_symmetry_order(const LayerSpec& s, int order);
+// The order layer `s` (dims `d`) runs with where the topology's is `order`: 1 for a layer with
+// a load model (dropless routing, `load`), whose per-rank counts the shift does not preserve, so
+// the engine's check falls back to every rank (docs/performance.md, "Symmetry"). With data-
+// parallel replicas of the G*N_EP block (dp > 1) a shift must also move whole blocks: the
+// smallest is lcm(P/order, G*N_EP) GPUs, of order P / that.
+int layer_symmetry_order(const LayerSpec& s, const Dims& d, int order);
 
 // "12.3 GiB and about 40 min (1.2e9 transfers, 2.5e9 events)", for messages.
 std::string describe(const SimCost& c);

@@ -149,7 +149,7 @@ moe::SimCost config_cost(const Spec& spec, const Config& c, const std::vector<in
   moe::SimCost cost;
   for (const std::string& n : spec.schedules)
     cost += moe::with_symmetry(moe::estimate_schedule(c.layer, d, moe::schedule_options(n, c.keys)),
-                               moe::layer_symmetry_order(c.layer, orders.at(t)));
+                               moe::layer_symmetry_order(c.layer, d, orders.at(t)));
   return cost;
 }
 

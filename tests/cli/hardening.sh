@@ -639,6 +639,11 @@ EOF
   bad "a 256-GPU sweep under symmetry within --max-memory 64MiB"
 refused sweep-no-symmetry-memory "need an estimated 0.09 GiB" "above the 64MiB a run may use" -- \
   "$bin" sweep "$tmp/sym.yaml" -o "$tmp/sym2.csv" -q --max-memory 64MiB --no-symmetry
+# Two data-parallel replicas of a 512-GPU block (ep=64, mp=8 on 1024 GPUs): a shift must move whole
+# blocks, order 2, not the fat-tree's own; estimated 0.43 GiB (0.30 before, admitted under 400 MiB,
+# and the run peaked at about 590 MiB), so refused up front.
+refused layer-dp-blocks-memory "needs an estimated 0.43 GiB" "above the 400MiB a run may use" -- \
+  "$bin" layer -t topologies/fat-tree-1024.yaml --set B=8,L=2048,M=4096,H=14336,E=1024,k=2,f=1.25,mp=8,dtype=bf16,ep=64 --max-memory 400MiB
 # Dropless routing (load=uniform) draws every rank's own counts, which no shift preserves: the run
 # simulates every rank (109 MiB peak measured, as with --no-symmetry), and so does the estimate.
 sed 's/mp: \[8\]}/mp: [8], load: [uniform]}/' "$tmp/sym.yaml" > "$tmp/symload.yaml"
