@@ -153,6 +153,10 @@ void print_moe_table(const MoeValidation& v, const std::string& file, bool all) 
   if (v.counted_nearest)
     fmt::print("MAPE over the {} rows of unmodelled systems run as their nearest: {:.1f}%\n", v.counted_nearest,
                v.mape_nearest);
+  if (v.counted_nearest_with_suspect != v.counted_nearest)
+    fmt::print("  with the {} suspect rows run as their nearest counted too: {:.1f}% ({} rows)\n",
+               v.counted_nearest_with_suspect - v.counted_nearest, v.mape_nearest_with_suspect,
+               v.counted_nearest_with_suspect);
   int skipped = 0;
   for (const MoeValidationRow& r : v.rows) skipped += r.status == "not predicted";
   if (skipped) fmt::print("{} rows not predicted (an unmodelled system or dtype)\n", skipped);
@@ -201,6 +205,8 @@ nlohmann::json moe_json(const MoeValidation& v, const std::string& file) {
           {"mape_pct_by_source", v.mape_source_modelled},
           {"mape_pct_by_system", v.mape_system},
           {"mape_pct_nearest", mape_json(v.mape_nearest, static_cast<std::size_t>(v.counted_nearest))},
+          {"mape_pct_nearest_with_suspect",
+           mape_json(v.mape_nearest_with_suspect, static_cast<std::size_t>(v.counted_nearest_with_suspect))},
           {"mape_pct_with_suspect", mape_json(v.mape_with_suspect, static_cast<std::size_t>(v.counted_with_suspect))},
           {"counted_with_suspect", v.counted_with_suspect},
           {"mape_pct_by_source_suspect", v.mape_source_suspect},

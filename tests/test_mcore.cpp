@@ -9,6 +9,7 @@
 
 #include "backend/verify.hpp"
 #include "sim/compute/gpu_profile.hpp"
+#include "sim/moe/memory.hpp"
 #include "sim/core/error.hpp"
 #include "sim/moe/layer_kernels.hpp"
 #include "sim/moe/layer_keys.hpp"
@@ -93,6 +94,21 @@ TEST_CASE("mcore: the router, its host sync and the probabilities' multiply by h
   CHECK(gb[2].launches == 4);
   CHECK(gb[3].shape == std::array<std::int64_t, 4>{1024, 16, 1024, 2});
   CHECK(gb[4].bytes == 3ULL * 1024 * 1024 * 2);  // 6'291'456
+
+  // An fp32 layer: the router's casts are no-ops (no kernel), and the forward gate GEMM runs on
+  // TF32 as the backward's: two bf16 GEMMs of its shape with fp32 bytes,
+  // (1024 * 1024 + 1024 * 16) * 4 + 1024 * 16 * 4 = 4'325'376 bytes.
+  const LayerSpec sf = small(DType::fp32);
+  const Dims df = make_dims(sf, 8, 8);
+  const auto ff = forward_ops(sf, df, o);
+  const auto gf = kernels(op_of(ff, MoeStep::gate), sf, df);
+  REQUIRE(names(gf) == std::vector<std::string>{"gate_gemm", "router", "tokens_sync"});
+  CHECK(gf[0].shape == std::array<std::int64_t, 4>{1024, 16, 1024, 2});
+  CHECK(gf[0].bytes == (1024ULL * 1024 + 1024 * 16) * 4 + 1024ULL * 16 * 4);
+  REQUIRE(gf[0].dtype);
+  CHECK(*gf[0].dtype == DType::bf16);
+  CHECK(names(kernels(op_of(backward_ops(ff, sf, df, o), MoeStep::gate), sf, df)) ==
+        std::vector<std::string>{"router_bwd", "gate_dgrad", "gate_wgrad", "input_grad_sum"});
 
   // Experts forward, per rank: 1024 rows of each of the 2 local experts, h = 2048.
   //   chunk sort: the 2048 rows (2048 bytes each) and their fp32 probabilities, read and written:
@@ -189,10 +205,8 @@ TEST_CASE("mcore: lean's collectives, the key's spelling, the executors refuse i
   CHECK(!lean_like(DsMoe::v0_14_4));
   CHECK_THROWS_WITH(apply_keys(&s, &keys, {"ds_moe=megatron"}, "test"),
                     Catch::Contains("key 'ds_moe': expected 0.14.4, 0.14.5, lean or mcore"));
-  // With expert sharding (mp=2 on 8 GPUs) the collectives are lean's: one ESP AllReduce of the
-  // buffer after the experts, none per expert.
+  // The collectives are lean's (mp=1: the AlltoAlls, no AllReduce per expert).
   LayerSpec m = small(DType::bf16);
-  m.mp = 2;
   const Dims d = make_dims(m, 8, 8);
   const auto fwd = forward_ops(m, d, preset("baseline"));
   CHECK(!op_of(fwd, MoeStep::experts).allreduce_each);
@@ -202,5 +216,14 @@ TEST_CASE("mcore: lean's collectives, the key's spelling, the executors refuse i
   for (const MoeOp& op : fwd) a.push_back(op.kind);
   for (const MoeOp& op : forward_ops(l, make_dims(l, 8, 8), preset("baseline"))) b.push_back(op.kind);
   CHECK(a == b);
+  // With tensor parallelism Megatron-Core runs sequence parallelism, which mcore does not build:
+  // refused in one line naming the key.
+  LayerSpec tp = small(DType::bf16);
+  tp.mp = 2;
+  CHECK_THROWS_WITH(make_dims(tp, 8, 8), Catch::Contains("key 'ds_moe': mcore models Megatron-Core's MoELayer at mp=1"));
+  // mcore keeps fewer bytes in its router than lean's [t, E, C] buffers, and more in its experts
+  // (the activation the probabilities' multiply saves, the fp32 product): its peak is higher here.
+  const Dims dl = make_dims(l, 8, 8);
+  CHECK(peak_memory(fwd, m, d).peak() > peak_memory(forward_ops(l, dl, preset("baseline")), l, dl).peak());
   CHECK_THROWS_WITH(exec::check_executable(small(DType::bf16)), Catch::Contains("ds_moe=mcore"));
 }

@@ -229,3 +229,19 @@ TEST_CASE("validation/moe.csv: every source whose time does not follow the work 
   CHECK(!v.flat_sources.empty());  // the check finds the marin harness's rows
   CHECK(v.flat_ok_sources.empty());
 }
+
+TEST_CASE("validate moe: the nearest systems' MAPE, with and without their suspect rows", "[moe][validation]") {
+  // Two DeepEP rows run as their nearest (the AlltoAll dispatcher), one ok and one suspect:
+  // the nearest MAPE counts the ok one, the second figure both.
+  const std::string row = "s,DeepEP,megatron-deepep,v,h100,8,8,nvswitch,1,4096,4096,14336,8,2,,1,8,bf16,layer_fwd,";
+  const Csv c(row + "2.0,src,ok\n" + row + "8.0,src,suspect\n", true);
+  const MoeValidation v = validate_moe(load_moe_measurements(c.path));
+  REQUIRE(v.rows.size() == 2);
+  const double e0 = std::abs(v.rows[0].error_pct), e1 = std::abs(v.rows[1].error_pct);
+  CHECK(e0 != e1);
+  CHECK(v.counted_nearest == 1);
+  CHECK(v.mape_nearest == Approx(e0));
+  CHECK(v.counted_nearest_with_suspect == 2);
+  CHECK(v.mape_nearest_with_suspect == Approx((e0 + e1) / 2));
+  CHECK(v.counted == 0);
+}

@@ -76,9 +76,10 @@ TEST_CASE("every layer key is accepted by --set, a --layer file and a sweep grid
     CHECK(help.find(std::string(k.help)) != std::string::npos);
     // and so does the footer of `layer --help`, `verify --help` and `execute --help`
     CHECK(moe::layer_keys_help().find("\n  " + key + " ") != std::string::npos);
-    // a sweep grid on the paper's cluster
+    // a sweep grid on the paper's cluster (ds_moe=mcore, Megatron-Core's layer at mp=1, with mp: [1])
     const std::string spec_text = fmt::format(
-        "name: t\ntopologies: [{{file: ../topologies/parm-32gpu.yaml}}]\ngrid: {{{}: [{}]}}\n", key, v);
+        "name: t\ntopologies: [{{file: ../topologies/parm-32gpu.yaml}}]\ngrid: {{{}: [{}]{}}}\n", key, v,
+        key == "ds_moe" && v == "mcore" ? ", mp: [1]" : "");
     sweep::Spec s;
     CHECK_NOTHROW(s = sweep::parse_spec_text(spec_text, std::string(PARMSIM_SOURCE_DIR) + "/experiments/t.yaml"));
     if (!s.configs.empty()) CHECK(s.configs[0].keys.given.size() == (k.scope == moe::KeyScope::schedule ? 1u : 0u));

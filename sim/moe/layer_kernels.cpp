@@ -184,6 +184,13 @@ inline __attribute__((always_inline)) void each_kernel_body(const MoeOp& o, bool
         if (!backward) {
           Kernel g = gemm("gate_gemm", t, E, M, 1, b);
           g.bytes = (t * M + M * E) * b + TE * 4;
+          if (b == 4) {
+            // An fp32 layer's gate GEMM is TE's pure-fp32 GEMM, on TF32 tensor cores as the
+            // backward's (below): two bf16 GEMMs of its shape with fp32 bytes.
+            g = gemm("gate_gemm", t, E, M, 2, 4);
+            g.bytes = (t * M + M * E) * 4 + TE * 4;
+            g.dtype = DType::bf16;
+          }
           Kernel router = mem("router", OpKind::topk, kMcoreRouterBytesPerTE * TE, kMcoreRouterLaunches);
           Kernel sync = mem("tokens_sync", OpKind::copy, 8 * E);
           sync.host_wait = Time::ns(kHostSyncNs);
@@ -205,8 +212,9 @@ inline __attribute__((always_inline)) void each_kernel_body(const MoeOp& o, bool
         Kernel wg = gemm("gate_wgrad", M, E, t, 2, 4);
         wg.bytes /= 2;
         wg.dtype = DType::bf16;
-        return emit(out, router, dg, mem("gate_cast_bwd", OpKind::elementwise, 2 * (t + E) * M * (b + 4), 4), wg,
-                    mem("input_grad_sum", OpKind::elementwise, 3 * t * M * b));
+        const Kernel sum = mem("input_grad_sum", OpKind::elementwise, 3 * t * M * b);
+        if (b == 4) return emit(out, router, dg, wg, sum);  // fp32 layer: the casts are no-ops
+        return emit(out, router, dg, mem("gate_cast_bwd", OpKind::elementwise, 2 * (t + E) * M * (b + 4), 4), wg, sum);
       }
       if (lean) {  // parmsim's earlier gate: one GEMM in the layer's dtype, one softmax/top-k
         // Backward: the data and weight gradients as one kernel of twice the

@@ -216,11 +216,13 @@ constexpr std::array<LayerKey, 27> kKeys = {{
     {"f", "number", "1.2", "capacity factor: an expert takes at most k*f*B*L/E tokens", L, {}, set_f, get_f, true},
     {"mp", "int", "4", "tensor-parallel and expert-sharding degree, N_MP = N_ESP = G (inside a node)", L, {}, set_mp, get_mp, true},
     {"dtype", "string", "fp32",
-     "fp32 | fp16 | bf16 | fp8 (fp8: expert GEMMs in fp8 and tokens dispatched in fp8, the rest bf16; "
-     "docs/moe-costs.md, \"FP8 layers\")", L, {}, set_dtype, get_dtype, true},
+     "fp32 | fp16 | bf16 | fp8 (fp8: expert GEMMs in fp8 and tokens dispatched in fp8, the rest bf16; with "
+     "ds_moe=mcore the tokens travel in bf16 and TE casts them; docs/moe-costs.md, \"FP8 layers\")", L, {}, set_dtype,
+     get_dtype, true},
     {"ds_moe", "string", "0.14.4",
      "the baseline's DeepSpeed-MoE: 0.14.4 (what Parm measured) | 0.14.5 | lean | mcore (Megatron-Core 0.16's "
-     "MoELayer: lean's collectives with its router, host sync and probability multiply; docs/moe-costs.md)", L, kDsMoe,
+     "MoELayer at mp=1: lean's collectives with its router, host sync and probability multiply; docs/moe-costs.md)",
+     L, kDsMoe,
      set_ds_moe, get_ds_moe},
     {"dispatch", "string", "einsum",
      "token dispatch/combine: einsum (DeepSpeed's dense einsums) | index (gather/scatter kernels)", L, kDispatch,

@@ -272,6 +272,14 @@ Dims make_dims(const LayerSpec& s, int P, int gpus_per_node) {
     throw UserError(fmt::format("layer too large: keys 'shared_H', 'M', 'B', 'L' (shared_H={}, M={}, B={}, L={}): the "
                                 "shared experts' FLOPs 3*B*L*M*shared_H overflow the simulator's 64-bit counts (at "
                                 "most 2^60)", s.shared_H, s.M, s.B, s.L));
+  // ds_moe=mcore is Megatron-Core's MoELayer with TP=1 (the moe_perf baselines' layout). With
+  // tensor parallelism Megatron-Core runs sequence parallelism: each TP rank routes its S/mp
+  // tokens and the AlltoAll dispatcher gathers and scatters over the expert-TP group, which this
+  // mode does not build (it would keep DeepSpeed's S tokens per rank and its ESP AllReduce).
+  if (s.ds_moe == DsMoe::mcore && s.mp > 1 && s.token_dispatcher == TokenDispatcher::alltoall)
+    throw UserError(fmt::format("key 'ds_moe': mcore models Megatron-Core's MoELayer at mp=1; with mp={} Megatron-Core "
+                                "runs sequence parallelism, which it does not build: set mp=1, or ds_moe=lean",
+                                s.mp));
   // An fp8 layer's activations are bf16; its expert GEMMs and the rows sent to the experts are fp8.
   d.fp8 = s.dtype == DType::fp8;
   // Megatron-Core's AlltoAll dispatcher permutes and sends the bf16 hidden states

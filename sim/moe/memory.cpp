@@ -60,6 +60,13 @@ OpMem describe(const MoeOp& o, const LayerSpec& s, const Dims& d, u128 in, bool 
       m.gate = true;
       const u128 C = static_cast<u128>(o.tokens == d.S ? d.T_base : d.T_parm);
       const u128 sec = t * E * C;
+      if (s.ds_moe == DsMoe::mcore) {
+        // Megatron-Core's router keeps [t, E] tensors, no [t, E, C] ones: the fp32 probabilities
+        // and the bool routing map (docs/moe-costs.md, "Megatron-Core's MoELayer").
+        m.saved = t * E * (4 + 1);
+        m.bwd_temp = t * M * b;
+        break;
+      }
       if (lean) {
         // parmsim's idealised gate: combine weights in the layer dtype, the bool mask.
         m.saved = sec * b;
@@ -157,6 +164,15 @@ OpMem describe(const MoeOp& o, const LayerSpec& s, const Dims& d, u128 in, bool 
       m.out = R * M * b;
       // torch.cat copies: the experts' outputs and the concatenation are alive together.
       if (!lean) m.temp = R * M * b;
+      if (s.ds_moe == DsMoe::mcore) {
+        // Megatron-Core's probabilities' multiply (experts.py L750-752) saves the activation's
+        // output for its backward, and makes an fp32 product and its cast back (transient); with
+        // more than one local expert behind the AlltoAll dispatcher the chunk sorts copy the rows
+        // before and after the experts (layer_kernels.cpp).
+        m.saved += R * h * b;
+        m.temp = R * h * (4 + b);
+        if (d.E_local > 1 && s.token_dispatcher == TokenDispatcher::alltoall) m.temp += R * M * b;
+      }
       // Backward, one expert at a time: the gradients of its activation output and fc1 output.
       m.bwd_temp = (w + 1) * (R / reps) * h * b;
       break;

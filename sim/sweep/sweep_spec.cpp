@@ -196,7 +196,12 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
   if (tops.size() == 0) tops.fail("at least one topology");
   const YamlReader grid = r.at("grid");
   grid.expect_map();
-  const auto axes = axes_of(grid);
+  auto axes = axes_of(grid);
+  // A histogram file named by `load` is relative to the spec's folder, as its topologies and
+  // layer files are (moe::file_relative_load).
+  for (auto& [key, vals] : axes)
+    if (key == "load")
+      for (std::string& v : vals) v = moe::file_relative_load(v, r.file());
   for (const moe::LayerKey& k : moe::layer_keys())
     if (k.scope == moe::KeyScope::layer && !k.column && grid.has(std::string(k.name)))
       s.extra_columns.emplace_back(k.name);
@@ -227,7 +232,10 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
       }
       if (auto set = c.opt("set"))
         for (const std::string& key : set->keys())
-          k.keys.emplace_back(key + "=" + set->at(key).as_string(), set->at(key).where());
+          k.keys.emplace_back(
+              key + "=" +
+                  (key == "load" ? moe::file_relative_load(set->at(key).as_string(), r.file()) : set->at(key).as_string()),
+              set->at(key).where());
       // Every key once on its own: a typo is an error at its line, counting or not.
       for (const auto& [kv, where] : k.keys) {
         moe::LayerSpec spec;

@@ -222,8 +222,8 @@ MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
   MoeValidation v;
   Workspace ws;  // kept across rows: rows on one topology share plans and routes
   MapeTally by_source, by_system, by_source_modelled, by_source_suspect;
-  double sum = 0, sum_nearest = 0, sum_suspect = 0;
-  int counted_suspect = 0;
+  double sum = 0, sum_nearest = 0, sum_suspect = 0, sum_nearest_suspect = 0;
+  int counted_suspect = 0, counted_nearest_suspect = 0;
   for (const MoeMeasurement& m : rows) {
     MoeValidationRow r;
     r.m = m;
@@ -255,6 +255,8 @@ MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
         if (sys.modelled) {
           sum_suspect += e, ++counted_suspect;
           by_source_suspect.add(m.source_id, e);
+        } else {
+          sum_nearest_suspect += e, ++counted_nearest_suspect;
         }
       } else {
         if (sys.modelled) {
@@ -286,6 +288,9 @@ MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
     if (std::any_of(rows.begin(), rows.end(), [&](const MoeMeasurement& m) { return m.source_id == src && !m.suspect; }))
       v.flat_ok_sources.push_back(src);
   if (v.counted_nearest) v.mape_nearest = sum_nearest / v.counted_nearest;
+  v.counted_nearest_with_suspect = v.counted_nearest + counted_nearest_suspect;
+  if (v.counted_nearest_with_suspect)
+    v.mape_nearest_with_suspect = (sum_nearest + sum_nearest_suspect) / v.counted_nearest_with_suspect;
   v.mape_source = by_source.means(), v.count_source = by_source.count;
   v.mape_system = by_system.means(), v.count_system = by_system.count;
   v.mape_source_modelled = by_source_modelled.means(), v.count_source_modelled = by_source_modelled.count;

@@ -104,6 +104,8 @@ struct MoeValidation {
   std::vector<std::string> flat_ok_sources;
   double mape_nearest = 0;  // over the rows run as their nearest system
   int counted_nearest = 0;
+  double mape_nearest_with_suspect = 0;  // the same with the suspect ones counted too
+  int counted_nearest_with_suspect = 0;
   // Over the predicted rows (modelled and nearest), keyed by source_id and by
   // parmsim_system; the modelled rows alone by source.
   std::map<std::string, double> mape_source, mape_system, mape_source_modelled;

@@ -650,6 +650,20 @@ sed 's/mp: \[8\]}/mp: [8], load: [uniform]}/' "$tmp/sym.yaml" > "$tmp/symload.ya
 refused sweep-load-memory "need an estimated 0.09 GiB" "above the 64MiB a run may use" -- \
   "$bin" sweep "$tmp/symload.yaml" -o "$tmp/sym3.csv" -q --max-memory 64MiB
 
+# A histogram named by `load` in a sweep's grid or a case's set is read beside the spec, as its
+# topologies are (before: relative to the working directory, "no such file can be found").
+printf '8 0 0 0 0 0 0 0\n' > "$tmp/hist8.txt"
+cat > "$tmp/histsweep.yaml" <<EOF
+name: hist
+topologies:
+  - {file: $PWD/topologies/dgx-h100.yaml, set: {nodes: 1}}
+grid: {B: [1], L: [256], M: [256], H: [512], E: [8], k: [1], mp: [1], load: [hist8.txt]}
+cases:
+  - {label: set, set: {load: hist8.txt}}
+EOF
+"$bin" sweep "$tmp/histsweep.yaml" -o "$tmp/hist.csv" -q && [ -s "$tmp/hist.csv" ] && ok ||
+  bad "a sweep whose load histogram sits beside the spec"
+
 # ---- threads that cannot start (B) -----------------------------------------
 # 64 CPU ranks need 64+ threads of 8 MiB stacks: under a 600 MB address-space
 # limit some cannot start. One line and exit 1 (before: "terminate called
