@@ -181,6 +181,7 @@ CHECKS = [
     (r"layer .*--search --json", layer_json),
     (r"layer .*--trace out/layer\.json", both(has(LAYER_HEADER, PHASE_HEADER), trace_file("layer.json"))),
     (r"layer .*--calibration out/nccl-calibration\.yaml", has(LAYER_HEADER, PHASE_HEADER)),
+    (r"layer .*ds_moe=mcore", has(LAYER_HEADER, PHASE_HEADER, r"^baseline: Megatron-Core's MoELayer with index dispatch")),
     (r"layer ", has(LAYER_HEADER, PHASE_HEADER, r"^baseline: .*DeepSpeed-MoE .* dispatch", r"^auto \(alpha-beta model\) picks s[12]")),
     (r"^scripts/report\.py out/paper-grid\.csv -o out/paper-grid-report$", report("paper-grid-report")),
     (r"^mkdir -p out && cp topologies/dgx-h100\.yaml out/my-cluster\.yaml$", files("my-cluster.yaml")),
