@@ -294,14 +294,15 @@ std::string file_relative_load(const std::string& value, const std::string& file
   return (std::filesystem::path(file).parent_path() / value).lexically_normal().string();
 }
 
+std::string key_value_in_file(std::string_view key, const std::string& value, const std::string& file) {
+  return key == "load" ? file_relative_load(value, file) : value;
+}
+
 std::vector<std::pair<std::string, std::string>> layer_file_keys(const YamlReader& r) {
   r.check_keys(kLayerFile);
   std::vector<std::pair<std::string, std::string>> kv;
-  for (const std::string& k : r.keys()) {
-    std::string v = r.at(k).as_string();
-    if (k == "load") v = file_relative_load(v, r.file());
-    kv.emplace_back(k + "=" + v, r.at(k).where());
-  }
+  for (const std::string& k : r.keys())
+    kv.emplace_back(k + "=" + key_value_in_file(k, r.at(k).as_string(), r.file()), r.at(k).where());
   return kv;
 }
 

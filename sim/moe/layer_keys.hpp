@@ -67,6 +67,9 @@ std::vector<std::pair<std::string, std::string>> layer_file_keys(const YamlReade
 // The value of key `load` given in `file`: a relative histogram path joined to the file's
 // folder; capacity, uniform, zipf:S and absolute paths as they are.
 std::string file_relative_load(const std::string& value, const std::string& file);
+// Layer key `key`'s value as given in `file` (a layer file, a model spec, a sweep spec): the
+// keys that name a file (load) relative to that file's folder, the others as they are.
+std::string key_value_in_file(std::string_view key, const std::string& value, const std::string& file);
 // Every key with its type, default and meaning, a line each, for a command's --help.
 std::string layer_keys_help();
 

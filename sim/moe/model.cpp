@@ -173,10 +173,8 @@ ModelSpec build_model_spec(const YamlReader& r) {
   m.vocab = r.at("vocab").as_int(1, 1LL << 32);
   auto set = [&](const char* key, const char* as) {
     if (!r.has(key)) return;
-    const std::string v = r.at(key).as_string();
     // A histogram file is relative to the spec's folder, as its topology is.
-    set_key(&m.layer, nullptr, as, std::string_view(key) == "load" ? file_relative_load(v, file) : v,
-            r.at(key).where());
+    set_key(&m.layer, nullptr, as, key_value_in_file(as, r.at(key).as_string(), file), r.at(key).where());
   };
   set("hidden", "M");
   set("ffn", "H");

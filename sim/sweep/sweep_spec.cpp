@@ -200,8 +200,7 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
   // A histogram file named by `load` is relative to the spec's folder, as its topologies and
   // layer files are (moe::file_relative_load).
   for (auto& [key, vals] : axes)
-    if (key == "load")
-      for (std::string& v : vals) v = moe::file_relative_load(v, r.file());
+    for (std::string& v : vals) v = moe::key_value_in_file(key, v, r.file());
   for (const moe::LayerKey& k : moe::layer_keys())
     if (k.scope == moe::KeyScope::layer && !k.column && grid.has(std::string(k.name)))
       s.extra_columns.emplace_back(k.name);
@@ -232,10 +231,8 @@ Spec build_spec(const YamlReader& r, const std::string& text, const std::string&
       }
       if (auto set = c.opt("set"))
         for (const std::string& key : set->keys())
-          k.keys.emplace_back(
-              key + "=" +
-                  (key == "load" ? moe::file_relative_load(set->at(key).as_string(), r.file()) : set->at(key).as_string()),
-              set->at(key).where());
+          k.keys.emplace_back(key + "=" + moe::key_value_in_file(key, set->at(key).as_string(), r.file()),
+                              set->at(key).where());
       // Every key once on its own: a typo is an error at its line, counting or not.
       for (const auto& [kv, where] : k.keys) {
         moe::LayerSpec spec;

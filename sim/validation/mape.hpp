@@ -1,11 +1,24 @@
 #pragma once
 // Mean absolute percentage errors by key, as every validation table reports
 // them (per source, per kernel, per system ...).
+#include <fmt/format.h>
+
 #include <cmath>
 #include <map>
 #include <string>
 
+#include "sim/core/error.hpp"
+
 namespace parmsim {
+
+// A validation CSV's column `quality`: "ok", or "suspect" for a run known or likely not to time
+// what its columns say (counted in no headline MAPE). Returns whether it is suspect; anything
+// else throws UserError "WHERE: column 'quality': expected ok or suspect, got '...'".
+inline bool quality_suspect(const std::string& value, const std::string& where) {
+  if (value != "ok" && value != "suspect")
+    throw UserError(fmt::format("{}: column 'quality': expected ok or suspect, got '{}'", where, value));
+  return value == "suspect";
+}
 
 struct MapeTally {
   std::map<std::string, double> sum;

@@ -174,10 +174,7 @@ std::vector<MoeMeasurement> load_moe_measurements(const std::string& path) {
         moe::ScheduleKeys keys;
         moe::apply_keys(&spec, &keys, split_csv(m.layer, where), where);
         m.measured_ms = positive_number(get("measured_ms"), "measured_ms", where);
-        const std::string& quality = get("quality");
-        if (quality != "ok" && quality != "suspect")
-          throw UserError(fmt::format("{}: column 'quality': expected ok or suspect, got '{}'", where, quality));
-        m.suspect = quality == "suspect";
+        m.suspect = quality_suspect(get("quality"), where);
         m.B = spec.B;
         m.work_group = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|L={},M={},H={},E={},k={},f={},mp={},ep={}", m.source_id,
                                    m.system, m.parmsim_system->name, m.gpu, m.gpus, m.node, m.dtype, m.what, get("L"),

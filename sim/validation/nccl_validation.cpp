@@ -80,8 +80,7 @@ std::vector<NcclMeasurement> load_nccl_measurements(const std::string& path) {
     m.proto = get("proto");
     for (char& c : m.proto) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     m.quality = get("quality");
-    if (m.quality != "ok" && m.quality != "suspect")
-      throw UserError(fmt::format("{}: column 'quality': expected ok or suspect, got '{}'", where, m.quality));
+    quality_suspect(m.quality, where);
     m.source = get("source");
     if (m.source.empty()) throw UserError(fmt::format("{}: column 'source' is empty", where));
     rows.push_back(std::move(m));
