@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "sim/coll/collective_plan.hpp"
@@ -396,4 +397,22 @@ TEST_CASE("every attention kind and pipeline schedule runs a model; --help-confi
       CHECK(help.find(std::string(p.name) + ": ") != std::string::npos);
     }
   CHECK(help.find("attention kind: mha | mla") != std::string::npos);
+}
+
+TEST_CASE("--help-config lists its sections in a fixed order, whatever the link order", "[registry]") {
+  // The roots in the order help_config() fixes (topology, layer, model, sweep, graph,
+  // calibration, measured); within a root, the order its translation unit registers them
+  // (topology_io.cpp, graph_io.cpp, calibration.cpp, sweep_spec.cpp).
+  const std::vector<std::string> expected = {
+      "topology",       "topology.node",          "topology.node.devices[]", "topology.node.links[]",
+      "topology.fabric", "topology.link_efficiency", "topology.nccl",          "topology.compute",
+      "layer",          "model",                  "sweep",                   "sweep.topologies[]",
+      "sweep.cases[]",  "graph",                  "graph.buffers[]",         "graph.collectives[]",
+      "graph.tasks[]",  "calibration",            "calibration.collectives[]", "calibration.kernels[]",
+      "measured"};
+  std::vector<std::string> got;
+  std::istringstream in(help_config());
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] != ' ') got.push_back(line);
+  CHECK(got == expected);
 }
