@@ -631,3 +631,42 @@ TEST_CASE("The platform's NCCL settings: NCCL_PROTO and the NVLS chunk sizes a n
   CHECK_THROWS_WITH(with("dgx-h100", "nccl: {nvls_chunksize: 1KiB}\n"),
                     Catch::Contains("nvls_chunksize") && Catch::Contains("4KiB to 1GiB"));
 }
+
+TEST_CASE("One GPU per node: NCCL's one ring channel at the GPU's PCIe link, as NCCL 2.17.1 costs it", "[nccl]") {
+  // The cluster validate nccl generates for azure-ndm-a100-v4-2x1gpu (2 nodes x 1 A100, the VM's 8 x 200 Gb/s
+  // NICs): the GPU's PCIe Gen4 x16 link, 32 x 0.75 = 24 GB/s, binds before the NICs. NCCL 2.17.1 on
+  // ndv4-topo.xml finds the same (docs/collectives.md section 7, "One GPU per node"): the GPU's path to a NIC
+  // min(24, 25) = 24, the ladder's rung 24, one channel (1 x 24 reaches the GPU's PCIe link), not duplicated
+  // (24 < 25).
+  NcclMeasurement m;
+  m.system = "ndm-2x1";
+  m.gpu = "a100";
+  m.fabric = "ib";
+  m.nodes = 2;
+  m.gpus_per_node = 1;
+  m.nics_per_node = 8;
+  m.nic_gbps = 200;
+  const Topology t = nccl_validation_cluster(m);
+  const NcclSystem s = nccl_system(all(CollOp::allgather, 2, 1).group, t);
+  CHECK(s.ppn == 1);
+  CHECK(s.nic_bw == Approx(24.0));
+  const NcclGraph r = nccl_ring_graph(s);
+  CHECK(r.channels == 1);
+  CHECK(r.bw_inter == Approx(24.0));
+  // AllGather of 1 GiB, ring Simple: bus 1 x 24, algorithm bandwidth 24 x 2 ranks / 1 step = 48 GB/s,
+  // 2^30 / 48000 = 22369.62 us; latency 8.4 + 1 network step x max(14.0, NCCL's tree Simple network hop at
+  // one GPU per node, the topology's 4.0) = 22.4 us: 22392.02 us (measured 33893.4, busbw 15.84 GB/s).
+  const std::uint64_t g = 1ULL << 30;
+  const NcclEstimate ag = nccl_choose(CollOp::allgather, s, static_cast<double>(g));
+  CHECK(ag.label() == "ring/simple/1");
+  CHECK(ag.bw_GBps == Approx(48.0));
+  CHECK(ag.lat_us == Approx(22.4));
+  CHECK(sim_us(t, all(CollOp::allgather, 2, g)) == Approx(22392.02).epsilon(1e-6));
+  // AllReduce of 1 GiB, ring Simple: 24 x 2 / 2 = 24 GB/s, 2^30 / 24000 = 44739.24 us; latency (8.4 + 2 x 14.0)
+  // x 1.4 (the ring's plateau: 2^30 / (2 runtime channels x 2 ranks) >= 64) = 50.96 us: 44790.20 us
+  // (measured 57573.3, busbw 18.65 GB/s).
+  const NcclEstimate ar = nccl_choose(CollOp::allreduce, s, static_cast<double>(g));
+  CHECK(ar.label() == "ring/simple/1");
+  CHECK(ar.lat_us == Approx(50.96));
+  CHECK(sim_us(t, all(CollOp::allreduce, 2, g)) == Approx(44790.20).epsilon(1e-6));
+}
