@@ -399,7 +399,7 @@ TEST_CASE("every attention kind and pipeline schedule runs a model; --help-confi
   CHECK(help.find("attention kind: mha | mla") != std::string::npos);
 }
 
-TEST_CASE("--help-config lists its sections in a fixed order, whatever the link order", "[registry]") {
+TEST_CASE("help_config lists its sections in a fixed order, whatever the link order", "[registry]") {
   // The roots in the order help_config() fixes (topology, layer, model, sweep, graph,
   // calibration, measured); within a root, the order its translation unit registers them
   // (topology_io.cpp, graph_io.cpp, calibration.cpp, sweep_spec.cpp).
