@@ -376,6 +376,19 @@ CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& 
     case NcclAlgo::ring: {
       const int nsteps = ar ? 2 * (p - 1) : p - 1;
       const double B = nsteps * S / p;  // payload each member sends over the whole collective
+      // Without peer-to-peer the ring's edges inside a node are NCCL's SHM
+      // transport: the sender's kernel writes into host memory, the
+      // receiver's kernel reads it back over PCIe (shm.cc, buffers on the
+      // receiver's side, no copy engine by default). One loop of the ring
+      // kernel runs its steps in program order in the same threads (NVIDIA/nccl
+      // v2.21.5 src/device/all_reduce.h runRing: send, 2p-3 receive-and-send
+      // steps, receive; all_gather.h: send, p-2, receive), so each chunk takes
+      // nsteps + 1 step times where a full-duplex path takes nsteps: the first
+      // send only writes (the PCIe path's read direction idle) and the last
+      // receive only reads (its write direction idle). The intra-node flows
+      // carry that as (nsteps + 1) / nsteps of their bytes (docs/collectives.md,
+      // section 5, "The SHM transport's program order").
+      const double shm = topo.hints().p2p ? 1.0 : static_cast<double>(nsteps + 1) / nsteps;
       for (int i = 0; i < N; ++i) {
         const auto& v = nodes[i];
         const auto& next = nodes[(i + 1) % N];
@@ -385,7 +398,7 @@ CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& 
         for (int r = 0; r < k; ++r) owns[rail_member(r, k, mv)] = 1;
         for (int j = 0; j < mv; ++j) {
           const double inter = owns[j] ? B / k : 0.0;
-          const double intra = B - inter;
+          const double intra = (B - inter) * shm;
           if (mv > 1 && intra > 0)
             plan.xfers.push_back({v[j], v[(j + 1) % mv], wire(intra, eff), step[v[j]], step[v[(j + 1) % mv]]});
           if (inter > 0) {
