@@ -456,10 +456,20 @@ TEST_CASE("A ring over NCCL's SHM transport pays one more step per loop than it 
   const double ag_us = 14.1 + 2 * S / 13e3;
   CHECK(sim_us(t, ag) == Approx(ag_us).epsilon(1e-6));
   CHECK(collective_time_s(ag, t) * 1e6 == Approx(ag_us).epsilon(1e-6));
-  // The bytes on the uplink, from the plan: AllReduce 1.5 S per edge.
+  // The plan: each edge holds its links for 1.5 S and moves S (what traffic counts report).
   const CollPlan plan = make_plan(ar, t);
   REQUIRE(plan.xfers.size() == 2);
-  for (const CollXfer& x : plan.xfers) CHECK(x.bytes == 1610612736ULL);
+  for (const CollXfer& x : plan.xfers) {
+    CHECK(x.bytes == 1610612736ULL);
+    CHECK(moved_bytes(x) == 1073741824ULL);
+  }
+  // What the simulator reports as sent inside the node: S per GPU, 2 S in all (not 3 S).
+  TaskGraphBuilder b(2);
+  b.add_stream_all("comm");
+  b.add_collective_tasks(ar, "comm", "c");
+  const SimResult r = simulate(std::move(b).build(), t, {});
+  CHECK(r.intra_node_bytes == 2ULL * 1073741824ULL);
+  CHECK(r.makespan.to_us() == Approx(ar_us).epsilon(1e-6));
   // With P2P the same server's ring edges are NCCL's P2P transport: no extra step (S per edge).
   const Topology tp = parse_topology_text(
       "name: p2p2\ngpu: rtx2080ti\nnodes: 1\nlink_efficiency: {nvlink: 1.0, pcie: 1.0, network: 1.0}\n"
@@ -467,7 +477,10 @@ TEST_CASE("A ring over NCCL's SHM transport pays one more step per loop than it 
       "  links:\n    - {a: [gpu0, gpu1], b: sw0, bandwidth: 13GBps, latency: 500ns}\n"
       "    - {a: sw0, b: cpu0, bandwidth: 13GBps, latency: 500ns}\n",
       "p2p2.yaml", {});
-  for (const CollXfer& x : make_plan(ar, tp).xfers) CHECK(x.bytes == 1073741824ULL);
+  for (const CollXfer& x : make_plan(ar, tp).xfers) {
+    CHECK(x.bytes == 1073741824ULL);
+    CHECK(x.moved == 0);
+  }
 }
 
 TEST_CASE("Topology keys nccl.launch and nccl.net_latency add to NCCL's latencies", "[nccl]") {

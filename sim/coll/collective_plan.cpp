@@ -386,8 +386,9 @@ CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& 
       // nsteps + 1 step times where a full-duplex path takes nsteps: the first
       // send only writes (the PCIe path's read direction idle) and the last
       // receive only reads (its write direction idle). The intra-node flows
-      // carry that as (nsteps + 1) / nsteps of their bytes (docs/collectives.md,
-      // section 5, "The SHM transport's program order").
+      // hold their links for (nsteps + 1) / nsteps of their bytes (`moved` keeps
+      // what they send; docs/collectives.md, section 5, "The SHM transport's
+      // program order").
       const double shm = topo.hints().p2p ? 1.0 : static_cast<double>(nsteps + 1) / nsteps;
       for (int i = 0; i < N; ++i) {
         const auto& v = nodes[i];
@@ -398,9 +399,11 @@ CollPlan nccl_plan(const Collective& c, const Topology& topo, const NcclSystem& 
         for (int r = 0; r < k; ++r) owns[rail_member(r, k, mv)] = 1;
         for (int j = 0; j < mv; ++j) {
           const double inter = owns[j] ? B / k : 0.0;
-          const double intra = (B - inter) * shm;
-          if (mv > 1 && intra > 0)
-            plan.xfers.push_back({v[j], v[(j + 1) % mv], wire(intra, eff), step[v[j]], step[v[(j + 1) % mv]]});
+          const double intra = B - inter;
+          if (mv > 1 && intra > 0) {
+            plan.xfers.push_back({v[j], v[(j + 1) % mv], wire(intra * shm, eff), step[v[j]], step[v[(j + 1) % mv]]});
+            if (shm != 1.0) plan.xfers.back().moved = wire(intra, eff);
+          }
           if (inter > 0) {
             const int to = next[j % next.size()];
             plan.xfers.push_back({v[j], to, wire(inter, eff), step[v[j]], step[to]});

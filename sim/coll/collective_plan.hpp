@@ -98,7 +98,14 @@ struct CollXfer {
   int route = -1;  // >= 0: these links (CollPlan::routes) instead of the topology's route
   int via = -1;    // >= 0: routed through this GPU (rank), PXN: route(src, via) + route(via, dst)
   int lat = -1;    // >= 0: CollPlan::latencies[lat] instead of the route's latency
+  // > 0: the bytes the transfer moves where `bytes`, what it holds its links
+  // for, is more (a ring's SHM edges: nccl_plan); traffic counts take this.
+  std::uint64_t moved = 0;
 };
+
+inline std::uint64_t moved_bytes(const CollXfer& x) {
+  return x.moved > 0 ? x.moved : x.bytes;
+}
 
 struct CollPlan {
   std::vector<CollStep> steps;

@@ -226,7 +226,7 @@ class Engine {
         for (const CollXfer& xf : s.plan->xfers) {
           s.step_xfers_left[xf.send_step]++;
           s.step_xfers_left[xf.recv_step]++;
-          s.member_sent[xf.src] += xf.bytes;
+          s.member_sent[xf.src] += moved_bytes(xf);
           ++s.member_in_left[xf.dst];
         }
       const auto& steps = s.plan->steps;
@@ -347,7 +347,7 @@ class Engine {
         for (const CollXfer& xf : s.plan->xfers)
           if (s.qrecv.empty() || s.qrecv[&xf - s.plan->xfers.data()] >= 0)
             (topo_.same_node(col.group[xf.src], col.group[xf.dst]) ? res_.intra_node_bytes : res_.inter_node_bytes) +=
-                xf.bytes * static_cast<std::uint64_t>(q_.order);
+                moved_bytes(xf) * static_cast<std::uint64_t>(q_.order);
         const Time end = now_ + s.calibrated->time(col.bytes);
         for (int part : g_.parts(tc))
           if (simulated(part)) events_.push(end, part);
@@ -421,7 +421,7 @@ class Engine {
       s.xfer_started[x] = 1;
       const Collective& col = g_.collective(c);
       const int src = col.group[xf.src], dst = col.group[xf.dst];
-      (topo_.same_node(src, dst) ? res_.intra_node_bytes : res_.inter_node_bytes) += xf.bytes;
+      (topo_.same_node(src, dst) ? res_.intra_node_bytes : res_.inter_node_bytes) += moved_bytes(xf);
       ++res_.transfers;
       const std::uint64_t fid = flow_ids_.size();
       flow_ids_.emplace_back(c, x);
@@ -443,7 +443,7 @@ class Engine {
       const Collective& col = g_.collective(c);
       const int src = col.group[xf.src], dst = col.group[xf.dst];
       (topo_.same_node(src, dst) ? res_.intra_node_bytes : res_.inter_node_bytes) +=
-          xf.bytes * static_cast<std::uint64_t>(q_.order);
+          moved_bytes(xf) * static_cast<std::uint64_t>(q_.order);
       res_.transfers += static_cast<std::uint64_t>(q_.order);
       const std::uint64_t fid = flow_ids_.size();
       flow_ids_.emplace_back(c, x);
@@ -761,7 +761,7 @@ void Engine::setup_symmetry() {
     for (std::size_t x = 0; x < xfers.size(); ++x) {
       const CollXfer& xf = xfers[x];
       if (col.group[xf.src] >= R) continue;
-      s.member_sent[xf.src] += xf.bytes;
+      s.member_sent[xf.src] += moved_bytes(xf);
       const int rs = s.member_steps.of(s.member_rep[s.plan->steps[xf.recv_step].member])[place[xf.recv_step]];
       s.qrecv[x] = rs;
       ++s.qstart[xf.send_step + 1];
