@@ -428,7 +428,7 @@ TEST_CASE("Validation against published nccl-tests runs does not regress", "[ncc
   for (const NcclValidationRow& r : v.rows)
     if (r.m.system == "autodl-2080ti-x2" && r.m.op == CollOp::allreduce && r.m.bytes == (1ULL << 30)) {
       ++found;
-      CHECK(std::abs(r.error_pct) < 25);
+      CHECK(std::abs(r.error_pct) < 10);  // the collectives' target is 25% of its busbw
     }
   CHECK(found == 1);
   CHECK(v.mape_system.at("autodl-2080ti-x2") < 15);
