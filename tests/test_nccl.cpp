@@ -483,6 +483,40 @@ TEST_CASE("A ring over NCCL's SHM transport pays one more step per loop than it 
   }
 }
 
+TEST_CASE("A ring across nodes without P2P pays the SHM step on its intra-node edges only", "[nccl][p2p]") {
+  // parm-32gpu (4 GPUs per node, no P2P, no GPUDirect RDMA): an AllGather over GPUs 0-7 is one ring
+  // across two nodes, p - 1 = 7 steps of data in 8 step times. Each edge inside a node holds its
+  // links for 8/7 of what it moves; the edges between the nodes are NCCL's net transport (a proxy
+  // moves them), not SHM, and keep their bytes.
+  const Topology t = load_topology(std::string(PARMSIM_SOURCE_DIR) + "/topologies/parm-32gpu.yaml");
+  const Collective ag = all(CollOp::allgather, 8, 64ULL << 20);
+  const CollPlan plan = make_plan(ag, t);
+  int intra = 0, inter = 0;
+  for (const CollXfer& x : plan.xfers) {
+    if (t.same_node(ag.group[x.src], ag.group[x.dst])) {
+      ++intra;
+      REQUIRE(x.moved > 0);
+      CHECK(static_cast<double>(x.bytes) / static_cast<double>(x.moved) == Approx(8.0 / 7.0).epsilon(1e-6));
+    } else {
+      ++inter;
+      CHECK(x.moved == 0);
+    }
+  }
+  CHECK(intra > 0);
+  CHECK(inter > 0);
+  // An AllReduce over the same 8 GPUs as a ring: 2(p - 1) = 14 steps in 15 step times, 15/14.
+  Collective ar = all(CollOp::allreduce, 8, 64ULL << 20);
+  ar.algo = "ring";
+  int ar_intra = 0;
+  for (const CollXfer& x : make_plan(ar, t).xfers)
+    if (t.same_node(ar.group[x.src], ar.group[x.dst])) {
+      ++ar_intra;
+      REQUIRE(x.moved > 0);
+      CHECK(static_cast<double>(x.bytes) / static_cast<double>(x.moved) == Approx(15.0 / 14.0).epsilon(1e-6));
+    }
+  CHECK(ar_intra > 0);
+}
+
 TEST_CASE("Topology keys nccl.launch and nccl.net_latency add to NCCL's latencies", "[nccl]") {
   std::ifstream in(std::string(PARMSIM_SOURCE_DIR) + "/topologies/dgx-h100.yaml");
   std::stringstream text;
