@@ -281,9 +281,11 @@ MoeValidation validate_moe(const std::vector<MoeMeasurement>& rows) {
       if (tokens >= FlatSource::kWorkRatio && time < FlatSource::kFlatRatio)
         v.flat_sources[a.source_id] = {a.line, b.line, tokens, time};
     }
-  for (const auto& [src, f] : v.flat_sources)
+  for (const auto& entry : v.flat_sources) {
+    const std::string& src = entry.first;  // a named reference: clang before 16 cannot capture a structured binding
     if (std::any_of(rows.begin(), rows.end(), [&](const MoeMeasurement& m) { return m.source_id == src && !m.suspect; }))
       v.flat_ok_sources.push_back(src);
+  }
   if (v.counted_nearest) v.mape_nearest = sum_nearest / v.counted_nearest;
   v.counted_nearest_with_suspect = v.counted_nearest + counted_nearest_suspect;
   if (v.counted_nearest_with_suspect)
