@@ -112,7 +112,7 @@ bool plan_maps_onto(const CollPlan& pa, const CollPlan& pb, const std::vector<in
     const CollXfer* y = nullptr;
     for (int i = start[s2]; i < start[s2 + 1] && !y; ++i)
       if (!taken[list[i]] && pb.xfers[list[i]].recv_step == r2) y = &pb.xfers[list[i]], taken[list[i]] = 1;
-    if (!y || y->src != pi[x.src] || y->dst != pi[x.dst] || y->bytes != x.bytes) return false;
+    if (!y || y->src != pi[x.src] || y->dst != pi[x.dst] || y->bytes != x.bytes || y->moved != x.moved) return false;
     if ((x.lat < 0) != (y->lat < 0) || (x.lat >= 0 && pa.latencies[x.lat] != pb.latencies[y->lat])) return false;
     if ((x.via < 0) != (y->via < 0) || (x.via >= 0 && y->via != sh.shift_gpu(x.via, P))) return false;
     if ((x.route < 0) != (y->route < 0)) return false;
