@@ -400,16 +400,16 @@ TEST_CASE("every attention kind and pipeline schedule runs a model; --help-confi
 }
 
 TEST_CASE("help_config lists its sections in a fixed order, whatever the link order", "[registry]") {
-  // The roots in the order help_config() fixes (topology, layer, model, sweep, graph,
-  // calibration, measured); within a root, the order its translation unit registers them
-  // (topology_io.cpp, graph_io.cpp, calibration.cpp, sweep_spec.cpp).
+  // The roots by name (calibration, graph, layer, measured, model, sweep, topology); within a
+  // root, the order its translation unit registers them (calibration.cpp, graph_io.cpp,
+  // sweep_spec.cpp, topology_io.cpp).
   const std::vector<std::string> expected = {
-      "topology",       "topology.node",          "topology.node.devices[]", "topology.node.links[]",
-      "topology.fabric", "topology.link_efficiency", "topology.nccl",          "topology.compute",
-      "layer",          "model",                  "sweep",                   "sweep.topologies[]",
-      "sweep.cases[]",  "graph",                  "graph.buffers[]",         "graph.collectives[]",
-      "graph.tasks[]",  "calibration",            "calibration.collectives[]", "calibration.kernels[]",
-      "measured"};
+      "calibration",      "calibration.collectives[]", "calibration.kernels[]", "graph",
+      "graph.buffers[]",  "graph.collectives[]",       "graph.tasks[]",         "layer",
+      "measured",         "model",                     "sweep",                 "sweep.topologies[]",
+      "sweep.cases[]",    "topology",                  "topology.node",         "topology.node.devices[]",
+      "topology.node.links[]", "topology.fabric",      "topology.link_efficiency", "topology.nccl",
+      "topology.compute"};
   std::vector<std::string> got;
   std::istringstream in(help_config());
   for (std::string line; std::getline(in, line);)

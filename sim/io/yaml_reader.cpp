@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <charconv>
 #include <cerrno>
@@ -36,18 +35,12 @@ std::vector<const Section*>& config_sections() {
 std::string help_config() {
   // Registration follows static initialisation, whose order across translation units the
   // linker decides (it differed between a build with CUDA and one without), so the sections
-  // are listed in a fixed order of their root: the inputs a user writes first come first.
-  // Sections of one root keep their order (one translation unit registers them); a root not
-  // listed goes last.
-  static constexpr std::array<std::string_view, 7> kRoots = {"topology", "layer", "model", "sweep",
-                                                             "graph",    "calibration", "measured"};
-  auto rank = [](const Section* s) {
-    const std::string_view root = std::string_view(s->name).substr(0, s->name.find('.'));
-    return static_cast<std::size_t>(std::find(kRoots.begin(), kRoots.end(), root) - kRoots.begin());
-  };
+  // are listed by their root's name; sections of one root keep their order (one translation
+  // unit registers them: the mapping first, then its parts).
+  auto root = [](const Section* s) { return std::string_view(s->name).substr(0, s->name.find('.')); };
   std::vector<const Section*> sections = config_sections();
   std::stable_sort(sections.begin(), sections.end(),
-                   [&](const Section* a, const Section* b) { return rank(a) < rank(b); });
+                   [&](const Section* a, const Section* b) { return root(a) < root(b); });
   std::string out;
   for (const Section* s : sections) {
     out += fmt::format("{}\n  {}\n", s->name, s->help);
