@@ -31,6 +31,13 @@ struct NcclMeasurement {
   // (resolved against the CSV's folder, e.g. ../topologies/aws-p5.yaml) with
   // nodes set to the row's; empty: the cluster generated from the columns.
   std::string topology;
+  // Optional column `host_us`: the host's time per collective call in the
+  // run's launch mode, measured on the same host (its source in
+  // validation/nccl-tests-sources.md); 0 = not measured. nccl-tests issues its
+  // timed calls back to back from one thread and waits once at the end, so a
+  // call's time is the larger of the GPU's time and the host's:
+  // predicted = max(simulated, host_us).
+  double host_us = 0;
   CollOp op = CollOp::allreduce;
   std::uint64_t bytes = 0;
   double measured_us = 0;  // printed, or derived from busbw
@@ -49,7 +56,7 @@ std::string nccl_validation_topology(const NcclMeasurement& m, bool line_rate = 
 
 struct NcclValidationRow {
   NcclMeasurement m;
-  std::string choice;  // what the simulator ran, e.g. "nvls/simple/8"
+  std::string choice;  // what the simulator ran, e.g. "nvls/simple/8"; " (host)" when host_us binds
   double predicted_us = 0;
   double error_pct = 0;  // 100 * (predicted - measured) / measured
 };
