@@ -248,3 +248,24 @@ TEST_CASE("parm-32gpu's AlltoAll against the Parm authors' fitted alpha-beta, fr
     }
   }
 }
+
+TEST_CASE("--topo-set adds p2p, gdr and nccl keys a file leaves at their default", "[p2p][topology]") {
+  const std::string dir = std::string(PARMSIM_SOURCE_DIR) + "/topologies/";
+  // parm-32gpu-p2p.yaml is parm-32gpu.yaml without its `p2p: false` and `gdr: false` lines (and
+  // its name): set back by override, every route and so every collective time is the same.
+  const Topology without = load_topology(dir + "parm-32gpu.yaml");
+  const Topology set = load_topology(dir + "parm-32gpu-p2p.yaml", {"p2p=false", "gdr=false"});
+  CHECK_FALSE(set.hints().p2p);
+  CHECK_FALSE(set.hints().gdr);
+  for (std::uint64_t bytes : {1ULL << 10, 64ULL << 20}) CHECK(allreduce_us(set, 32, bytes) == allreduce_us(without, 32, bytes));
+  CHECK(allreduce_us(load_topology(dir + "parm-32gpu-p2p.yaml"), 32, 64ULL << 20) != allreduce_us(without, 32, 64ULL << 20));
+  // nccl.launch on a file without an nccl map: added once to the collective, 5 us.
+  const Topology dgx = load_topology(dir + "dgx-h100.yaml"), late = load_topology(dir + "dgx-h100.yaml", {"nccl.launch=5us"});
+  CHECK(late.hints().launch_us == 5.0);
+  CHECK(allreduce_us(late, 8, 1 << 20) == Approx(allreduce_us(dgx, 8, 1 << 20) + 5.0).margin(1e-6));
+  // A key no registry knows is still refused, never added.
+  CHECK_THAT(error_of([&] { load_topology(dir + "dgx-h100.yaml", {"p2q=false"}); }), Catch::Contains("unknown key 'p2q'"));
+  CHECK_THAT(error_of([&] { load_topology(dir + "dgx-h100.yaml", {"nccl.lunch=5us"}); }), Catch::Contains("nccl.lunch"));
+  // And p2p=false on NVLink is refused as in a file.
+  CHECK_THAT(error_of([&] { load_topology(dir + "dgx-h100.yaml", {"p2p=false"}); }), Catch::Contains("NVLink"));
+}

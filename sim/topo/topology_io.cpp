@@ -472,13 +472,16 @@ Topology build(const YamlReader& top) {
   return t;
 }
 
-// An override may add gpu_memory and the compute keys to a file without them (a what-if card
-// on any topology: --topo-set gpu_memory=48GiB or compute.gemm_efficiency=0.9, a sweep's set or
-// grid); every other key must exist already (a typo is reported, never added).
+// An override may add the optional keys that have a default to a file without them (a what-if
+// on any topology: --topo-set gpu_memory=48GiB, compute.gemm_efficiency=0.9, p2p=false,
+// nccl.launch=5us, a sweep's set or grid); every other key must exist already (a typo is
+// reported, never added).
 bool adds_allowed(const std::string& o) {
-  if (o.rfind("gpu_memory=", 0) == 0) return true;
-  for (const KeyDoc& k : kCompute.keys)
-    if (o.rfind(fmt::format("compute.{}=", k.key), 0) == 0) return true;
+  for (const char* k : {"gpu_memory", "cpu", "p2p", "gdr"})
+    if (o.rfind(fmt::format("{}=", k), 0) == 0) return true;
+  for (const Section* sec : {&kCompute, &kNccl})
+    for (const KeyDoc& k : sec->keys)
+      if (o.rfind(fmt::format("{}.{}=", sec->name.substr(sec->name.find('.') + 1), k.key), 0) == 0) return true;
   return false;
 }
 
