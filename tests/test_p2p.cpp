@@ -249,7 +249,7 @@ TEST_CASE("parm-32gpu's AlltoAll against the Parm authors' fitted alpha-beta, fr
   }
 }
 
-TEST_CASE("--topo-set adds p2p, gdr and nccl keys a file leaves at their default", "[p2p][topology]") {
+TEST_CASE("A topology override adds p2p, gdr and nccl keys a file leaves at their default", "[p2p][topology]") {
   const std::string dir = std::string(PARMSIM_SOURCE_DIR) + "/topologies/";
   // parm-32gpu-p2p.yaml is parm-32gpu.yaml without its `p2p: false` and `gdr: false` lines (and
   // its name): set back by override, every route and so every collective time is the same.
