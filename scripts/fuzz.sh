@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/, one per input loader) with clang under
 # AddressSanitizer + UndefinedBehaviorSanitizer in build-fuzz/ and runs each for
-# SECONDS (default 60), one after the other:
+# SECONDS (default 60), as many at once as there are cores (or FUZZ_JOBS):
 #   scripts/fuzz.sh [SECONDS] [TARGET...]        targets: topology graph_yaml ... (fuzz/CMakeLists.txt)
 # Each starts from its committed corpus (fuzz/corpus/TARGET/) and seeds taken
 # from the repository's real files; new inputs go to build-fuzz/corpus/TARGET/,
@@ -42,25 +42,42 @@ seeds() {
 }
 
 # Input files are text: 64 KiB holds every seed. A run of one input over 10 s,
-# or a process over 2 GiB, is a finding.
-failed=()
-for t in "${targets[@]}"; do
-  work="$dir/corpus/$t" found="$dir/findings/$t" seed="$dir/seeds/$t"
-  rm -rf "$seed" && mkdir -p "$work" "$found" "$seed" "fuzz/corpus/$t"
-  for f in $(seeds "$t"); do cp "$f" "$seed/$(echo "$f" | tr / _)"; done
-  echo "fuzz: $t for ${secs}s" >&2
-  if ! UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
+# or a process over 2 GiB, is a finding. Each libFuzzer process runs on one core:
+# FUZZ_JOBS targets (default: the number of cores) run at once.
+run_one() {
+  local t=$1 work="$dir/corpus/$1" found="$dir/findings/$1" seed="$dir/seeds/$1"
+  if UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
     "$dir/fuzz/fuzz_$t" "$work" "fuzz/corpus/$t" "$seed" -max_total_time="$secs" -timeout=10 \
     -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -artifact_prefix="$found/" \
     > "$dir/fuzz-$t.log" 2>&1; then
+    echo 0 > "$dir/fuzz-$t.rc"
+  else
+    echo 1 > "$dir/fuzz-$t.rc"
+  fi
+}
+jobs_max=${FUZZ_JOBS:-$(nproc)}
+for t in "${targets[@]}"; do
+  work="$dir/corpus/$t" found="$dir/findings/$t" seed="$dir/seeds/$t"
+  rm -rf "$seed" "$dir/fuzz-$t.rc" && mkdir -p "$work" "$found" "$seed" "fuzz/corpus/$t"
+  for f in $(seeds "$t"); do cp "$f" "$seed/$(echo "$f" | tr / _)"; done
+  echo "fuzz: $t for ${secs}s" >&2
+  run_one "$t" &
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+done
+wait
+failed=()
+for t in "${targets[@]}"; do
+  if [ "$(cat "$dir/fuzz-$t.rc" 2>/dev/null)" != 0 ]; then
     failed+=("$t")
+    echo "fuzz: $t:" >&2
     tail -n 60 "$dir/fuzz-$t.log" >&2
   fi
-  grep -h "stat::number_of_executed_units\|stat::new_units_added" "$dir/fuzz-$t.log" | tr '\n' ' ' >&2
+  echo -n "fuzz: $t: " >&2
+  { grep -h "stat::number_of_executed_units\|stat::new_units_added" "$dir/fuzz-$t.log" || true; } | tr '\n' ' ' >&2
   echo >&2
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: findings in ${failed[*]} (inputs under $dir/findings/, logs $dir/fuzz-TARGET.log)" >&2
   exit 1
 fi
-echo "fuzz: no findings in ${targets[*]} (${secs}s each)" >&2
+echo "fuzz: no findings in ${targets[*]} (${secs}s each, $jobs_max at once)" >&2
