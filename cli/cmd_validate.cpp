@@ -101,6 +101,7 @@ nlohmann::json nccl_json(const NcclValidation& v, const std::string& file) {
                     {"predicted_us", r.predicted_us},
                     {"error_pct", r.error_pct},
                     {"ran", r.choice},
+                    {"host_us", r.m.host_us},
                     {"quality", r.m.quality},
                     {"nics_assumed", r.m.nics_assumed},
                     {"source", r.m.source}});
@@ -334,7 +335,8 @@ void add_validate(CLI::App& app) {
       "per-row error and the MAPE by size band, op and system (rows marked ok)");
   n->add_option("file", b->file,
                 "CSV of measurements: system, gpu, nodes, gpus_per_node, nics_per_node, nic_gbps, op, bytes, "
-                "time_us or busbw_GBps, algo, proto, quality (ok|suspect), source")
+                "time_us or busbw_GBps, algo, proto, quality (ok|suspect), source; optional: fabric, p2p, gdr, topology, "
+                "host_us (the host's measured time per call: the prediction is at least that)")
       ->capture_default_str();
   n->add_flag("--json", b->json, "print JSON instead of a table");
   n->add_flag("--all", *all, "also list the rows marked suspect (never counted in the MAPE)");

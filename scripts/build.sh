@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Configures and builds parmsim into build/ (or build-asan/ with --sanitize: ASan +
 # UBSan, without MPI, benchmarks and CUDA; build-minimal/ with --minimal: a Release
-# build without MPI, benchmarks and CUDA, as a machine without them would build it). Installs missing Debian packages first
-# (scripts/setup.sh). Incremental. README.md lists the CMake options.
+# build without MPI, benchmarks and CUDA, as a machine without them would build it).
+# Installs missing Debian packages first (scripts/setup.sh). Incremental. README.md
+# lists the CMake options.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
