@@ -474,11 +474,12 @@ Topology build(const YamlReader& top) {
 
 // An override may add the optional keys that have a default to a file without them (a what-if
 // on any topology: --topo-set gpu_memory=48GiB, compute.gemm_efficiency=0.9, p2p=false,
-// nccl.launch=5us, a sweep's set or grid); every other key must exist already (a typo is
-// reported, never added).
+// nccl.launch=5us, a sweep's set or grid): the top-level scalar keys of the registry that are
+// not required, and the keys of its compute and nccl maps. Every other key must exist already
+// (a typo is reported, never added).
 bool adds_allowed(const std::string& o) {
-  for (const char* k : {"gpu_memory", "cpu", "p2p", "gdr"})
-    if (o.rfind(fmt::format("{}=", k), 0) == 0) return true;
+  for (const KeyDoc& k : kTop.keys)
+    if (k.fallback != "required" && k.type != "map" && o.rfind(fmt::format("{}=", k.key), 0) == 0) return true;
   for (const Section* sec : {&kCompute, &kNccl})
     for (const KeyDoc& k : sec->keys)
       if (o.rfind(fmt::format("{}.{}=", sec->name.substr(sec->name.find('.') + 1), k.key), 0) == 0) return true;
