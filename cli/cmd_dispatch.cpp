@@ -35,7 +35,7 @@ void add_moe_dispatch(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   c->add_option("--topology,-t", a->topo, "topology YAML file (see topologies/)")->required()->check(CLI::ExistingFile);
-  c->add_option("--topo-set", a->set, "override topology keys, e.g. nodes=4 (a key the file has, or one with a default: gpu_memory, cpu, p2p, gdr, compute.*, nccl.*; see --help-config)");
+  add_topo_set_option(c, a->set);
   c->add_option("--ranks", a->ranks, "expert-parallel ranks: the topology's GPUs 0 .. N-1")->required()->check(int_in(1, 65536));
   c->add_option("--tokens", a->tokens, "tokens per rank entering dispatch")->required()->check(int_in(1, 1 << 20));
   c->add_option("--hidden", a->hidden, "hidden size (elements per token)")->required()->check(int_in(1, 1 << 20));

@@ -59,7 +59,7 @@ Output, per schedule (forward + backward of one layer):
   };
   auto a = std::make_shared<Args>();
   c->add_option("--topology,-t", a->topo, "topology YAML file")->required()->check(CLI::ExistingFile);
-  c->add_option("--topo-set", a->topo_set, "override topology keys, e.g. nodes=16");
+  add_topo_set_option(c, a->topo_set);
   add_overlay_option(c, a->overlay);
   c->add_option("--layer", a->layer_file, "YAML file of layer keys (see --help-config, section layer)")
       ->check(CLI::ExistingFile);

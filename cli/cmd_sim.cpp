@@ -36,7 +36,7 @@ struct TopoArgs {
   std::string overlay;
   void add(CLI::App* c) {
     c->add_option("--topology,-t", file, "topology YAML file (see topologies/)")->required()->check(CLI::ExistingFile);
-    c->add_option("--topo-set", set, "override topology keys, e.g. nodes=16,link_efficiency.network=0.9 (a key the file has, or one with a default: gpu_memory, cpu, p2p, gdr, compute.*, nccl.*; see --help-config)");
+    add_topo_set_option(c, set);
     add_overlay_option(c, overlay);
     add_calibration_option(c, calibration);
   }

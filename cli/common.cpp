@@ -102,6 +102,12 @@ std::shared_ptr<const Calibration> load_calibration_arg(const std::string& file)
   return cal;
 }
 
+void add_topo_set_option(CLI::App* c, std::string& set) {
+  c->add_option("--topo-set", set,
+                "override topology keys, e.g. nodes=16,link_efficiency.network=0.9 (a key the file has, or one with a "
+                "default: gpu_memory, cpu, p2p, gdr, compute.*, nccl.*; see --help-config)");
+}
+
 void add_overlay_option(CLI::App* c, std::string& file) {
   c->add_option("--overlay", file,
                 "topology overlay YAML (parmsim calibrate --fit-machine): fitted link efficiencies and latencies, "

@@ -27,6 +27,9 @@ std::shared_ptr<const Calibration> load_calibration_arg(const std::string& file)
 // (a YAML map of topology keys; `calibrate --fit-machine` writes one), merged
 // over the topology before --topo-set.
 void add_overlay_option(CLI::App* c, std::string& file);
+// --topo-set KEY=VALUE,...: topology overrides (same text on every command that takes a topology
+// and nothing else to say about them).
+void add_topo_set_option(CLI::App* c, std::string& set);
 // Its assignments, for load_topology's `overlay`; none when `file` is empty.
 std::vector<std::string> load_overlay_arg(const std::string& file);
 // "k=v,k2=v2" as assignments (empty parts dropped); a key given twice is a
